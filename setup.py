@@ -1,0 +1,17 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="taco_ref",
+    version="0.1.0",
+    description="Reference implementation of TACO (Shiarlis et al., ICML 2018) in NumPy",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["taco_ref", "taco_ref.*"]),
+    install_requires=["numpy>=1.26", "scipy>=1.11", "pyyaml>=6"],
+    extras_require={
+        "test": ["pytest>=8", "hypothesis>=6.100", "autograd>=1.7"],
+        "plot": ["matplotlib>=3.8"],
+    },
+    entry_points={"console_scripts": ["taco=taco_ref.cli:main"]},
+)
