@@ -1,8 +1,8 @@
 """TACO and blank-free CTC alignment: log-likelihood, hand-derived gradients, decoders.
 
-Implements spec/align.md; paper (Shiarlis et al., 2018) Sec. 3.3 and 4.2. Everything here
-is plain NumPy in float64 log space: no autodiff, no scaling tricks (spec/align.md, section
-"Numerics", says why).
+Implements spec/align.md; paper (Shiarlis et al., 2018) Sec. 3.3 and 4.2. Plain NumPy,
+float64, no autodiff: the forward pass runs in log space, the backward pass on posteriors in
+probability space (spec/align.md §8 says why both are exact).
 
 The public functions take batched, padded arrays in the layout (B, T, L) and hand back the
 same layout. Internally the lattice is stored time-major with the batch innermost,
@@ -38,12 +38,12 @@ class CtcResult(NamedTuple):
     """Output of :func:`ctc_forward_backward`. Gradients are of ``loglik.sum()``."""
 
     loglik: np.ndarray     # (B,)      log p(tau | rho) per row; -inf if impossible
-    d_log_p: np.ndarray    # (B, T, K) d loglik / d log_p, eq. (18)
+    d_log_p: np.ndarray    # (B, T, K) d loglik / d log_p, eq. (20)
     posterior: np.ndarray  # (B, T, L) P(sketch step l active at t | tau, rho)
 
 
 # ----------------------------------------------------------------------------------------
-# Input checking: every error names the argument and what was expected (spec/align.md §7).
+# Input checking: every error names the argument and what was expected (spec/align.md §9).
 # ----------------------------------------------------------------------------------------
 
 def _as_float_array(x, name, ndim):
@@ -96,7 +96,7 @@ def _checked_logp(x, name, valid):
 
 
 # ----------------------------------------------------------------------------------------
-# The lattice: eq. (3)-(4) of spec/align.md, with padding turned into identity steps (§5).
+# The lattice: spec/align.md eq. (3)-(4); padding becomes identity steps (§4, eq. (10)).
 # ----------------------------------------------------------------------------------------
 
 class _Lattice(NamedTuple):
@@ -131,70 +131,107 @@ def _lattice(act, stop, go, traj_len, sketch_len, final_stop):
     return _Lattice(first, stay, move, end, traj_len, sketch_len)
 
 
+RECENTRE_EVERY = 16
+"""The forward pass subtracts the running maximum every this many steps (see _forward)."""
+
+
+def _recentre(a_t, shift_t):
+    """Subtract each row's largest log alpha_t(l) from a_t (L + 1, B), recording it in shift_t."""
+    # a dead row (all -inf) gets a finite stand-in so that -inf - shift stays -inf
+    np.max(a_t[1:], axis=0, out=shift_t, initial=-1e300)
+    a_t[1:] -= shift_t
+
+
+class _Forward(NamedTuple):
+    log_alpha: np.ndarray  # (T, L + 1, B) log alpha_t(l) - c_t at index l + 1; index 0 is -inf
+    shift: np.ndarray      # (T, B)        c_t - c_{t-1}: what was subtracted at step t
+
+
 def _forward(lat):
-    """Log forward variables, eq. (3)-(4). Returns (T, L + 1, B); row 0 of axis 1 is -inf."""
+    """Log forward variables, eq. (3)-(4), kept near 0 by subtracting a per-row constant c_t.
+
+    Every RECENTRE_EVERY steps the largest log alpha_t(l) of each row is subtracted and recorded
+    in shift, so log alpha_t(l) = log_alpha[t, l + 1] + sum_{s <= t} shift[s] (spec/align.md
+    §8). Every state keeps its own exponent (log space), so nothing underflows; the recentring
+    only keeps the stored logs small, which keeps their rounding error near 1e-16 absolute.
+    """
     T, L, B = lat.stay.shape
-    alpha = np.full((T, L + 1, B), -np.inf)                     # (T, L+1, B); alpha[:, l+1] = log alpha(l)
+    alpha = np.full((T, L + 1, B), -np.inf)                      # (T, L+1, B)
+    shift = np.zeros((T, B))                                     # (T, B)
     alpha[0, 1] = lat.first
     from_same = np.empty((L, B))
     from_prev = np.empty((L, B))
-    for t in range(1, T):
-        np.add(alpha[t - 1, 1:], lat.stay[t], out=from_same)   # alpha_{t-1}(l)   go act
-        np.add(alpha[t - 1, :-1], lat.move[t, :L], out=from_prev)  # alpha_{t-1}(l-1) stop act
-        np.logaddexp(from_same, from_prev, out=alpha[t, 1:])
-    return alpha
+    # iterate over per-step views (cheaper than indexing in the loop); a_prev is alpha_{t-1}
+    steps = zip(range(1, T), alpha[:-1], alpha[1:], lat.stay[1:], lat.move[1:, :L], shift[1:])
+    _recentre(alpha[0], shift[0])
+    for t, a_prev, a_t, stay, move, shift_t in steps:
+        np.add(a_prev[1:], stay, out=from_same)                 # alpha_{t-1}(l)   go act
+        np.add(a_prev[:-1], move, out=from_prev)                # alpha_{t-1}(l-1) stop act
+        np.logaddexp(from_same, from_prev, out=a_t[1:])
+        if t % RECENTRE_EVERY == 0:
+            _recentre(a_t, shift_t)
+    return _Forward(alpha, shift)
 
 
-def _backward(lat):
-    """Log backward variables, eq. (6)-(7). Returns (T, L + 1, B); row L of axis 1 is -inf."""
-    T, L, B = lat.stay.shape
-    beta = np.full((T, L + 1, B), -np.inf)                      # (T, L+1, B); beta[:, l] = log beta(l)
-    beta[T - 1, lat.sketch_len - 1, np.arange(B)] = lat.end
-    to_same = np.empty((L, B))
-    to_next = np.empty((L, B))
-    for t in range(T - 1, 0, -1):
-        np.add(beta[t, :L], lat.stay[t], out=to_same)           # go[t, l] act[t, l] beta_t(l)
-        np.add(beta[t, 1:], lat.move[t, 1:], out=to_next)       # stop[t, l] act[t, l+1] beta_t(l+1)
-        np.logaddexp(to_same, to_next, out=beta[t - 1, :L])
-    return beta
+def _loglik(lat, fwd):
+    """log Z = log alpha_T(L) + end, eq. (5) and (8), read per row at its own L_b."""
+    B = fwd.shift.shape[1]
+    return fwd.log_alpha[-1, lat.sketch_len, np.arange(B)] + fwd.shift.sum(axis=0) + lat.end
 
 
-def _loglik(lat, alpha):
-    """log Z = log alpha_T(L) + end, eq. (5), read per row at its own L_b."""
-    B = alpha.shape[2]
-    return alpha[-1, lat.sketch_len, np.arange(B)] + lat.end
+def _edge_posteriors(lat, fwd):
+    """P(z_{t-1} = l' | z_t = l, rho_1..t) for the two edges into (t, l), eq. (16), (T, L, B).
 
-
-def _gradients(lat, alpha, beta, loglik):
-    """Posteriors = gradients w.r.t. the log inputs, eq. (12)-(14), each returned as (B, T, L).
-
-    Returns (gamma, xi_stop, xi_go). gamma_t(l) for t >= 2 is assembled from the transition
-    posteriors by eq. (11), gamma_t(l) = xi_t(l -> l) + xi_t(l-1 -> l), which saves one pass
-    of exponentials over the lattice; gamma_1 is computed directly from eq. (12).
+    r_same[t, l] is the probability that (t, l) was entered from (t-1, l), r_prev[t, l] from
+    (t-1, l-1); they sum to 1 wherever alpha_t(l) > 0. Row t = 0 is unused (0).
     """
     T, L, B = lat.stay.shape
-    # An impossible row has alpha_t(l) beta_t(l) = 0 everywhere, so any finite stand-in for
-    # log Z gives the documented zero gradient instead of exp(-inf - -inf) = NaN.
-    log_z = np.where(np.isfinite(loglik), loglik, 0.0)                   # (B,)
-    xi_stop = np.zeros((B, T, L))
-    xi_go = np.zeros((B, T, L))
-    gamma = np.empty((B, T, L))
-    gamma[:, 0] = np.exp(alpha[0, 1:] + beta[0, :L] - log_z).T          # gamma_1(l), eq. (12)
-    if T > 1:
-        alpha_z = alpha[:-1, 1:] - log_z                                 # (T-1, L, B) alpha_{t-1}(l) / Z
-        # xi_t(l -> l)   = alpha_{t-1}(l) go[t, l] act[t, l] beta_t(l) / Z,        eq. (14)
-        np.exp(alpha_z + lat.stay[1:] + beta[1:, :L], out=xi_go[:, 1:].transpose(1, 2, 0))
-        # xi_t(l -> l+1) = alpha_{t-1}(l) stop[t, l] act[t, l+1] beta_t(l+1) / Z, eq. (13)
-        alpha_z += lat.move[1:, 1:]
-        alpha_z += beta[1:, 1:]
-        np.exp(alpha_z, out=xi_stop[:, 1:].transpose(1, 2, 0))
-        # padding steps are identity self-loops on (t, L_b - 1) with posterior 1; they are not
-        # inputs, so they are zeroed (every other padding entry is exp(-inf) = 0 already)
-        pad_t, pad_b = np.nonzero(np.arange(T)[:, None] >= lat.traj_len[None, :])
-        xi_go[pad_b, pad_t, lat.sketch_len[pad_b] - 1] = 0.0
-        np.add(xi_go[:, 1:], 0.0, out=gamma[:, 1:])                      # eq. (11)
-        gamma[:, 1:, 1:] += xi_stop[:, 1:, :-1]
-    return gamma, xi_stop, xi_go
+    a, c = fwd.log_alpha, fwd.shift[1:, None, :]                 # (T, L+1, B), (T-1, 1, B)
+    r_same = np.zeros((T, L, B))
+    r_prev = np.zeros((T, L + 1, B))                             # index L stays 0: a sentinel
+    with np.errstate(invalid="ignore"):  # -inf - -inf on dead states: NaN, mapped to -inf below
+        e = a[:-1, 1:] + lat.stay[1:]                            # log alpha_{t-1}(l) go act
+        e -= c
+        e -= a[1:, 1:]
+        np.exp(np.fmax(e, -np.inf, out=e), out=r_same[1:])
+        e = a[:-1, :-1] + lat.move[1:, :L]                       # log alpha_{t-1}(l-1) stop act
+        e -= c
+        e -= a[1:, 1:]
+        np.exp(np.fmax(e, -np.inf, out=e), out=r_prev[1:, :L])
+    return r_same, r_prev
+
+
+def _posteriors(lat, fwd, loglik):
+    """gamma, xi(l -> l+1), xi(l -> l) by backward smoothing, eq. (11)-(14) and (17).
+
+    Runs the backward recursion on posteriors rather than on beta: gamma_{t-1}(l) =
+    gamma_t(l) r_same[t, l] + gamma_t(l+1) r_prev[t, l+1]. Every quantity is a probability in
+    [0, 1] and every update a sum of non-negative products, so it runs in probability space
+    with no rescaling and no exponentials in the loop. Returns three (B, T, L) arrays; all are
+    exactly 0 in padding and in impossible rows.
+    """
+    T, L, B = lat.stay.shape
+    r_same, r_prev = _edge_posteriors(lat, fwd)
+    gamma = np.zeros((T, L + 1, B))                              # index L stays 0: a sentinel
+    xi_go = np.zeros((T, L, B))
+    xi_stop = np.zeros((T, L, B))
+    rows = np.nonzero(np.isfinite(loglik))[0]
+    gamma[T - 1, lat.sketch_len[rows] - 1, rows] = 1.0           # every path ends at (T, L_b)
+    steps = zip(gamma[:0:-1, :L], gamma[:0:-1, 1:], r_same[:0:-1], r_prev[:0:-1, 1:],
+                xi_go[:0:-1], xi_stop[:0:-1], gamma[-2::-1, :L])
+    for g_same, g_next, r_s, r_p, x_go, x_stop, g_prev in steps:    # t = T-1, ..., 1
+        np.multiply(g_same, r_s, out=x_go)                       # P(z_{t-1} = l = z_t)
+        np.multiply(g_next, r_p, out=x_stop)                     # P(z_{t-1} = l, z_t = l+1)
+        np.add(x_go, x_stop, out=g_prev)                         # gamma_{t-1}(l)
+    # padding steps are identity self-loops on (t, L_b - 1) with posterior 1; they are not
+    # inputs, so they are zeroed (every other padding entry is 0 already)
+    pad_t, pad_b = np.nonzero(np.arange(T)[:, None] >= lat.traj_len[None, :])
+    gamma[pad_t, lat.sketch_len[pad_b] - 1, pad_b] = 0.0
+    xi_go[pad_t, lat.sketch_len[pad_b] - 1, pad_b] = 0.0
+    to_btl = (2, 0, 1)
+    return (np.ascontiguousarray(gamma[:, :L].transpose(to_btl)),
+            np.ascontiguousarray(xi_stop.transpose(to_btl)),
+            np.ascontiguousarray(xi_go.transpose(to_btl)))
 
 
 # ----------------------------------------------------------------------------------------
@@ -249,15 +286,15 @@ def taco_forward_backward(log_act, log_stop, log_go, traj_len=None, sketch_len=N
                           log_final_stop=None):
     """Log-likelihood and its exact gradients from the forward-backward recursion.
 
-    Implements spec/align.md eq. (3)-(7) and (12)-(15): the gradient of log Z with respect
-    to each log input is a posterior (occupancy gamma, transition posteriors xi). Arguments as
-    in :func:`taco_loglik`. Returns a :class:`TacoResult`; gradients are exactly 0 in padding
+    Implements spec/align.md eq. (3)-(5) and (11)-(17): the gradient of log Z with respect
+    to each log input is a posterior (occupancy gamma, transition posteriors xi), computed by
+    backward smoothing in probability space. Arguments as in :func:`taco_loglik`. Returns a :class:`TacoResult`; gradients are exactly 0 in padding
     and in impossible rows.
     """
     lat = _taco_lattice(log_act, log_stop, log_go, traj_len, sketch_len, log_final_stop)
-    alpha, beta = _forward(lat), _backward(lat)
-    loglik = _loglik(lat, alpha)
-    d_act, d_stop, d_go = _gradients(lat, alpha, beta, loglik)
+    fwd = _forward(lat)
+    loglik = _loglik(lat, fwd)
+    d_act, d_stop, d_go = _posteriors(lat, fwd, loglik)
     B, L = loglik.shape[0], d_act.shape[2]
     d_final = np.zeros((B, L))
     if log_final_stop is not None:
@@ -298,7 +335,7 @@ def _ctc_lattice(log_p, sketch, traj_len, sketch_len):
 
 
 def ctc_loglik(log_p, sketch, traj_len=None, sketch_len=None):
-    """log p(tau | rho) of the blank-free CTC, spec/align.md eq. (16)-(17); paper Sec. 3.3.
+    """log p(tau | rho) of the blank-free CTC, spec/align.md eq. (18)-(19); paper Sec. 3.3.
 
     Symbol     | Shape     | Meaning
     log_p      | (B, T, K) | log p(class k | rho_t) per step
@@ -312,15 +349,15 @@ def ctc_loglik(log_p, sketch, traj_len=None, sketch_len=None):
 
 
 def ctc_forward_backward(log_p, sketch, traj_len=None, sketch_len=None):
-    """Blank-free CTC log-likelihood and its gradient w.r.t. log_p, spec/align.md eq. (18).
+    """Blank-free CTC log-likelihood and its gradient w.r.t. log_p, spec/align.md eq. (20).
 
     d loglik / d log_p[t, k] sums the occupancy gamma_t(l) over the sketch steps l whose class
     is k. Arguments as in :func:`ctc_loglik`. Returns a :class:`CtcResult`.
     """
     lat, ids, K = _ctc_lattice(log_p, sketch, traj_len, sketch_len)
-    alpha, beta = _forward(lat), _backward(lat)
-    loglik = _loglik(lat, alpha)
-    posterior, _, _ = _gradients(lat, alpha, beta, loglik)                   # (B, T, L)
+    fwd = _forward(lat)
+    loglik = _loglik(lat, fwd)
+    posterior, _, _ = _posteriors(lat, fwd, loglik)                          # (B, T, L)
     B, T, L = posterior.shape
     d_log_p = np.zeros((B, T, K))
     rows = np.arange(B)
@@ -330,7 +367,7 @@ def ctc_forward_backward(log_p, sketch, traj_len=None, sketch_len=None):
 
 
 # ----------------------------------------------------------------------------------------
-# Decoders, spec/align.md §6: (B, T) sketch positions, -1 in padding and in impossible rows.
+# Decoders, spec/align.md §7: (B, T) sketch positions, -1 in padding and in impossible rows.
 # ----------------------------------------------------------------------------------------
 
 def _positions(best, lat, loglik):
@@ -343,20 +380,21 @@ def _positions(best, lat, loglik):
 
 
 def _forward_argmax(lat):
-    """The paper's alignment: argmax_l alpha_t(l) at each t, eq. (19)."""
-    alpha = _forward(lat)
-    return _positions(np.argmax(alpha[:, 1:], axis=1), lat, _loglik(lat, alpha))
+    """The paper's alignment: argmax_l alpha_t(l) at each t, eq. (21)."""
+    fwd = _forward(lat)
+    return _positions(np.argmax(fwd.log_alpha[:, 1:], axis=1), lat, _loglik(lat, fwd))
 
 
 def _posterior_argmax(lat):
-    """argmax_l gamma_t(l), eq. (20); compared in log space (alpha beta), no exponentials."""
-    alpha, beta = _forward(lat), _backward(lat)
-    L = lat.stay.shape[1]
-    return _positions(np.argmax(alpha[:, 1:] + beta[:, :L], axis=1), lat, _loglik(lat, alpha))
+    """argmax_l gamma_t(l), eq. (22)."""
+    fwd = _forward(lat)
+    loglik = _loglik(lat, fwd)
+    gamma, _, _ = _posteriors(lat, fwd, loglik)                              # (B, T, L)
+    return _positions(np.argmax(gamma, axis=2).T, lat, loglik)
 
 
 def _viterbi(lat):
-    """The most probable single path, eq. (21)-(22). Returns ((B, T) positions, (B,) score)."""
+    """The most probable single path, eq. (23)-(24). Returns ((B, T) positions, (B,) score)."""
     T, L, B = lat.stay.shape
     delta = np.full((T, L + 1, B), -np.inf)                                  # (T, L+1, B)
     delta[0, 1] = lat.first
@@ -380,7 +418,7 @@ def _viterbi(lat):
 
 
 def align_forward_argmax(log_act, log_stop, log_go, traj_len=None, sketch_len=None):
-    """TACO alignment by the paper's rule: argmax_l of the forward variables, eq. (19).
+    """TACO alignment by the paper's rule: argmax_l of the forward variables, eq. (21).
 
     Arguments as in :func:`taco_loglik`. Returns (B, T) int64 sketch positions; -1 for
     t >= T_b and for rows with no alignment. Not necessarily monotone (see spec).
@@ -389,12 +427,12 @@ def align_forward_argmax(log_act, log_stop, log_go, traj_len=None, sketch_len=No
 
 
 def align_posterior_argmax(log_act, log_stop, log_go, traj_len=None, sketch_len=None):
-    """TACO alignment: argmax_l of the posterior gamma_t(l), eq. (20). Returns (B, T) int64."""
+    """TACO alignment: argmax_l of the posterior gamma_t(l), eq. (22). Returns (B, T) int64."""
     return _posterior_argmax(_taco_lattice(log_act, log_stop, log_go, traj_len, sketch_len, None))
 
 
 def align_viterbi(log_act, log_stop, log_go, traj_len=None, sketch_len=None, return_score=False):
-    """TACO alignment: the single most probable path, eq. (21)-(22); monotone by construction.
+    """TACO alignment: the single most probable path, eq. (23)-(24); monotone by construction.
 
     Returns (B, T) int64 positions, and with return_score=True also its (B,) log-probability
     (the terminal STOP is not part of the score: it scales every complete path alike).
@@ -404,16 +442,16 @@ def align_viterbi(log_act, log_stop, log_go, traj_len=None, sketch_len=None, ret
 
 
 def ctc_align_forward_argmax(log_p, sketch, traj_len=None, sketch_len=None):
-    """CTC alignment by argmax of the CTC forward variables, eq. (19) on the CTC lattice."""
+    """CTC alignment by argmax of the CTC forward variables, eq. (21) on the CTC lattice."""
     return _forward_argmax(_ctc_lattice(log_p, sketch, traj_len, sketch_len)[0])
 
 
 def ctc_align_posterior_argmax(log_p, sketch, traj_len=None, sketch_len=None):
-    """CTC alignment by argmax of the CTC posterior, eq. (20) on the CTC lattice."""
+    """CTC alignment by argmax of the CTC posterior, eq. (22) on the CTC lattice."""
     return _posterior_argmax(_ctc_lattice(log_p, sketch, traj_len, sketch_len)[0])
 
 
 def ctc_align_viterbi(log_p, sketch, traj_len=None, sketch_len=None, return_score=False):
-    """CTC alignment: the single most probable path, eq. (21)-(22) on the CTC lattice."""
+    """CTC alignment: the single most probable path, eq. (23)-(24) on the CTC lattice."""
     path, score = _viterbi(_ctc_lattice(log_p, sketch, traj_len, sketch_len)[0])
     return (path, score) if return_score else path
