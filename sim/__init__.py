@@ -1,0 +1,1 @@
+"""taco_sim: the domains (Nav-World, the MuJoCo JACO Dial pad, Craft)."""

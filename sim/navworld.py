@@ -1,0 +1,335 @@
+"""Nav-World: 2-D point navigation through a sketch of destinations (paper Sec. 5.1).
+
+Four destinations, named by ``VOCAB``, sit near the corners of a square; the agent starts near
+its middle. Sub-task k is "go to destination k". A sketch is a sequence of distinct sub-task ids;
+the task succeeds when the agent visits the sketch's destinations in order. Each episode draws
+the destinations from a Gaussian around their corner and the agent from a Gaussian around the
+middle (rejection-sampled so that everything stays ``MIN_SEPARATION`` apart).
+
+State   s = (d_0 - p, d_1 - p, d_2 - p, d_3 - p) flattened, d_k destination k, p the agent: (D,) = (8,)
+Action  a = (v_x, v_y), clipped per component to [-MAX_SPEED, MAX_SPEED]:             (A,) = (2,)
+Dynamics p <- p + clip(a) * DT
+
+Progress: a sketch destination counts when the agent is within ``RADIUS`` of the *current*
+target (the first sketch destination not reached yet); passing any other destination does
+nothing. Because ``MIN_SEPARATION > 2 * RADIUS``, one state is within ``RADIUS`` of at most one
+destination, so progress rises by at most 1 per step; the start is never within ``RADIUS`` of a
+destination, so progress starts at 0.
+
+The expert (:func:`expert_velocity`) flies straight at the current target at ``MAX_SPEED``.
+:func:`collect` runs it with DART noise (Laskey et al., 2017) and returns a
+:class:`taco_ref.data.Demos`: the executed action is noisy, the recorded action is the clean
+expert action at the visited state. Label convention: the label of step t is the progress at
+s_t, so at the first state within ``RADIUS`` of target l the label is already l + 1 (sub-policy
+l emits STOP there and sub-policy l + 1 acts); ``final_state`` is the state where the last
+target is reached.
+
+Symbol | Shape | Meaning
+B      |       | episodes simulated together (collect works in chunks of ``CHUNK``)
+T      |       | steps; ``budget(L)`` at most
+L      |       | sketch length (distinct destinations, so L <= K)
+K      |       | number of destinations / sub-tasks = len(VOCAB) = 4
+D      |       | state dimension = 2 K = 8
+A      |       | action dimension = 2
+"""
+import itertools
+
+import numpy as np
+
+from taco_ref.data import Demos
+
+VOCAB = ("black", "green", "yellow", "red")
+"""Sub-task names; sub-task k = "go to destination VOCAB[k]"."""
+K = len(VOCAB)
+STATE_DIM = 2 * K
+ACTION_DIM = 2
+
+DEST_CENTRES = np.array([[-5.0, 5.0],    # black:  top left
+                         [5.0, 5.0],     # green:  top right
+                         [5.0, -5.0],    # yellow: bottom right
+                         [-5.0, -5.0]])  # red:    bottom left
+"""(K, 2) mean destination positions: the corners of a square of side 10, in VOCAB order."""
+DEST_STD = 1.0
+"""Per-coordinate std of a destination around its centre. Neighbouring corners are 10 apart, so
+two destinations come within MIN_SEPARATION only ~5 std of their difference away: never in practice."""
+AGENT_CENTRE = np.array([0.0, 0.0])
+"""(2,) mean start position: the middle of the square (7.07 from every corner)."""
+AGENT_STD = 1.0
+"""Per-coordinate std of the start position."""
+MIN_SEPARATION = 3.0
+"""Layouts are redrawn until destinations are pairwise, and the start is from every destination,
+at least this far apart (about 0.5 % of layouts are redrawn, all for the start)."""
+
+MAX_SPEED = 1.0
+"""Per-component bound on the velocity action: a = clip(a, -MAX_SPEED, MAX_SPEED)."""
+DT = 0.5
+"""Integration step: the expert covers MAX_SPEED * DT = 0.5 per step, so a corner-to-corner leg
+(10, or 14.1 across the diagonal) takes 19-28 steps and an L = 3 episode about 57 (30-80 asked)."""
+RADIUS = 0.5
+"""A target counts as reached when the agent is within this distance (inclusive). Equal to one
+expert step, so the expert cannot fly past a target; MIN_SEPARATION > 2 * RADIUS."""
+EXPERT_GAIN = 1.0 / DT
+"""Proportional gain of the expert: v = EXPERT_GAIN * (d - p), rescaled to norm <= MAX_SPEED.
+With gain 1 / DT the unsaturated action lands exactly on the target; outside RADIUS it saturates."""
+DART_SIGMA = 0.3
+"""Default per-component std of the DART noise added to executed actions (0.3 of MAX_SPEED):
+enough to spread the visited states around the expert's straight lines, small enough that the
+expert still finishes > 99.9 % of episodes within budget."""
+STEPS_PER_SUBTASK = 50
+"""budget(L) = STEPS_PER_SUBTASK * L: about twice the expert's mean of ~19 (first leg) to ~23
+(later legs) steps per sub-task, and above the worst case (~37 steps for a stretched diagonal)."""
+CHUNK = 256
+"""collect simulates this many demonstrations together (bounds memory; progress is per chunk)."""
+MAX_REDRAW_ROUNDS = 100
+"""collect gives up (RuntimeError) if a chunk still has unfinished episodes after this many rounds."""
+
+
+def budget(sketch_len):
+    """Step budget for a sketch of length sketch_len (see STEPS_PER_SUBTASK)."""
+    return STEPS_PER_SUBTASK * int(sketch_len)
+
+
+def clip_action(action):
+    """Clip a velocity action (..., 2) per component to [-MAX_SPEED, MAX_SPEED]."""
+    return np.clip(np.asarray(action, dtype=np.float64), -MAX_SPEED, MAX_SPEED)
+
+
+def observe(agent, dests):
+    """State (B, D) from agent positions (B, 2) and destinations (B, K, 2): d_k - p, flattened."""
+    return (dests - agent[:, None, :]).reshape(len(agent), STATE_DIM)   # (B, D)
+
+
+def target_offset(state, target):
+    """The (x, y) offset to destination target: state (..., D), target (...) int -> (..., 2)."""
+    state = np.asarray(state, dtype=np.float64)
+    offsets = state.reshape(state.shape[:-1] + (K, 2))                   # (..., K, 2)
+    target = np.asarray(target)[..., None, None]                         # (..., 1, 1)
+    return np.take_along_axis(offsets, target, axis=-2)[..., 0, :]       # (..., 2)
+
+
+def expert_velocity(offset):
+    """Expert action for an offset (..., 2) to its target: EXPERT_GAIN * offset, norm <= MAX_SPEED.
+
+    The rescaling keeps the direction, and a vector of norm <= MAX_SPEED is inside the action box,
+    so clip_action leaves expert actions unchanged.
+    """
+    v = EXPERT_GAIN * np.asarray(offset, dtype=np.float64)              # (..., 2)
+    norm = np.linalg.norm(v, axis=-1, keepdims=True)                     # (..., 1)
+    return v * np.minimum(1.0, MAX_SPEED / np.maximum(norm, 1e-300))     # (..., 2)
+
+
+def sample_layout(rng, n):
+    """Draw n layouts: agent (n, 2) and destinations (n, K, 2), redrawing any layout where two
+    points (destination-destination or start-destination) are closer than MIN_SEPARATION."""
+    agent = np.empty((n, 2))
+    dests = np.empty((n, K, 2))
+    todo = np.arange(n)
+    while todo.size:
+        m = todo.size
+        agent[todo] = AGENT_CENTRE + AGENT_STD * rng.standard_normal((m, 2))
+        dests[todo] = DEST_CENTRES + DEST_STD * rng.standard_normal((m, K, 2))
+        pts = np.concatenate([agent[todo, None], dests[todo]], axis=1)  # (m, K + 1, 2)
+        gap = np.linalg.norm(pts[:, :, None] - pts[:, None], axis=-1)   # (m, K + 1, K + 1)
+        gap[:, np.arange(K + 1), np.arange(K + 1)] = np.inf
+        todo = todo[gap.min(axis=(1, 2)) < MIN_SEPARATION]
+    return agent, dests
+
+
+def _check_sketches(sketches, sketch_len=None):
+    """sketches as an (n, L) int64 array of distinct ids in [0, K); ValueError otherwise."""
+    arr = np.asarray(sketches)
+    if arr.ndim == 1:
+        arr = arr[None]
+    if arr.ndim != 2 or arr.shape[1] < 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise ValueError(f"sketch: expected integer sub-task ids of shape (L,) or (n, L), got {arr.shape}")
+    arr = arr.astype(np.int64)
+    if sketch_len is not None and arr.shape[1] != sketch_len:
+        raise ValueError(f"sketches: expected length sketch_len = {sketch_len}, got {arr.shape[1]}")
+    out_of_range = ((arr < 0) | (arr >= K)).any(axis=1)                 # (n,)
+    if out_of_range.any():
+        raise ValueError(f"sketch: sub-task ids must be in [0, {K}), got {arr[out_of_range][0].tolist()}")
+    srt = np.sort(arr, axis=1)
+    bad = (srt[:, 1:] == srt[:, :-1]).any(axis=1)
+    if bad.any():
+        raise ValueError(f"sketch: destinations must not repeat within a sketch, got {arr[bad][0].tolist()}")
+    return arr
+
+
+def sample_sketches(n, sketch_len, rng, exclude=()):
+    """n sketches (n, L) int64, uniform over ordered sequences of sketch_len distinct destinations,
+    never one of exclude (an iterable of id sequences)."""
+    if not 1 <= sketch_len <= K:
+        raise ValueError(f"sketch_len: expected 1..{K} (destinations do not repeat), got {sketch_len}")
+    excluded = {tuple(int(i) for i in s) for s in exclude}
+    pool = [p for p in itertools.permutations(range(K), sketch_len) if p not in excluded]
+    if not pool:
+        raise ValueError(f"sample_sketches: every sketch of length {sketch_len} is excluded")
+    pool = np.array(pool, dtype=np.int64).reshape(-1, sketch_len)       # (P, L)
+    return pool[rng.integers(len(pool), size=n)]                         # (n, L)
+
+
+def zero_shot_sketches(n, rng):
+    """n test sketches with L_test = K = 4: all destinations in a random order. They never occur
+    in L = 3 training data (different length, and every one visits all four destinations)."""
+    return sample_sketches(n, K, rng)
+
+
+class NavWorld:
+    """One Nav-World episode. ``reset(sketch, seed)``, then ``step(action)`` until ``done``.
+
+    Attribute | Shape | Meaning
+    agent     | (2,)   | agent position p
+    dests     | (K, 2) | destination positions, VOCAB order
+    sketch    | (L,)   | sub-task ids of this episode
+    progress  |        | sketch destinations reached so far, in order
+    t         |        | steps taken since reset
+    obs       | (D,)   | current state (a fresh copy)
+    """
+
+    vocab = VOCAB
+    state_dim = STATE_DIM
+    action_dim = ACTION_DIM
+
+    def __init__(self):
+        self.agent = None
+        self.dests = None
+        self.sketch = None
+        self.progress = 0
+        self.t = 0
+
+    def reset(self, sketch, seed=None):
+        """Start an episode for sketch (distinct ids); layout drawn from np.random.default_rng(seed).
+
+        Returns the first observation (D,). The same seed gives the same layout.
+        """
+        self.sketch = _check_sketches(sketch)[0]
+        agent, dests = sample_layout(np.random.default_rng(seed), 1)
+        self.agent, self.dests = agent[0], dests[0]
+        self.progress = 0
+        self.t = 0
+        return self.obs
+
+    @property
+    def obs(self):
+        return observe(self.agent[None], self.dests[None])[0]           # (D,)
+
+    @property
+    def done(self):
+        return self.progress == len(self.sketch)
+
+    @property
+    def target(self):
+        """Sub-task id of the current target, or None when done."""
+        return None if self.done else int(self.sketch[self.progress])
+
+    def budget(self, sketch_len):
+        """Step budget for a sketch of length sketch_len (module :func:`budget`)."""
+        return budget(sketch_len)
+
+    def step(self, action):
+        """Move by clip(action) * DT, then count the current target if within RADIUS.
+
+        Returns the new observation (D,). Stepping after done moves the agent; progress stays.
+        """
+        a = clip_action(action)
+        if a.shape != (ACTION_DIM,) or not np.isfinite(a).all():
+            raise ValueError(f"action: expected 2 finite numbers, got {np.asarray(action).tolist()}")
+        self.agent = self.agent + a * DT
+        self.t += 1
+        if not self.done and np.linalg.norm(self.dests[self.target] - self.agent) <= RADIUS:
+            self.progress += 1
+        return self.obs
+
+
+def expert_action(env):
+    """The expert's (2,) action in env: head for the current target at MAX_SPEED (zeros when done)."""
+    if env.done:
+        return np.zeros(ACTION_DIM)
+    return expert_velocity(env.dests[env.target] - env.agent)
+
+
+def _rollout(sketches, agent, dests, rng, dart_sigma):
+    """Run the DART expert on B episodes at once for up to budget(L) steps.
+
+    sketches (B, L), agent (B, 2), dests (B, K, 2). Returns states (B, T, D), actions (B, T, A),
+    labels (B, T) (-1 after the end), traj_len (B,), final_state (B, D), finished (B,) bool.
+    """
+    B, L = sketches.shape
+    T = budget(L)
+    states = np.zeros((B, T, STATE_DIM))
+    actions = np.zeros((B, T, ACTION_DIM))
+    labels = np.full((B, T), -1, dtype=np.int64)
+    traj_len = np.zeros(B, dtype=np.int64)
+    progress = np.zeros(B, dtype=np.int64)
+    rows = np.arange(B)
+    agent = agent.copy()
+    for t in range(T):
+        active = progress < L                                            # (B,)
+        if not active.any():
+            break
+        obs = observe(agent, dests)                                      # (B, D)
+        target = sketches[rows, np.minimum(progress, L - 1)]             # (B,)
+        clean = expert_velocity(dests[rows, target] - agent)             # (B, A)
+        executed = clip_action(clean + dart_sigma * rng.standard_normal((B, ACTION_DIM)))
+        states[active, t] = obs[active]
+        actions[active, t] = clean[active]
+        labels[active, t] = progress[active]
+        traj_len += active
+        agent[active] += executed[active] * DT
+        reached = active & (np.linalg.norm(dests[rows, target] - agent, axis=-1) <= RADIUS)
+        progress += reached
+    return states, actions, labels, traj_len, observe(agent, dests), progress == L
+
+
+def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=None):
+    """n expert demonstrations with DART noise, as a validated taco_ref.data.Demos.
+
+    sketches: (n, sketch_len) ids, or None to draw each uniformly (sample_sketches). An episode
+    that does not finish within budget(sketch_len) steps is discarded and redrawn with a new
+    layout and the same sketch; meta["discarded"] counts them. progress(done, total), if given,
+    is called after each chunk of CHUNK demonstrations. Deterministic for a seed.
+    """
+    if n < 1:
+        raise ValueError(f"n: expected at least 1 demonstration, got {n}")
+    if not dart_sigma >= 0:
+        raise ValueError(f"dart_sigma: expected >= 0, got {dart_sigma}")
+    rng = np.random.default_rng(seed)
+    if sketches is None:
+        sketches = sample_sketches(n, sketch_len, rng)
+    sketches = _check_sketches(sketches, sketch_len)
+    if len(sketches) != n:
+        raise ValueError(f"sketches: expected {n} rows (n), got {len(sketches)}")
+    L = sketch_len
+    T = budget(L)
+    states = np.zeros((n, T, STATE_DIM))
+    actions = np.zeros((n, T, ACTION_DIM))
+    labels = np.full((n, T), -1, dtype=np.int64)
+    traj_len = np.zeros(n, dtype=np.int64)
+    final_state = np.zeros((n, STATE_DIM))
+    discarded = 0
+    for start in range(0, n, CHUNK):
+        todo = np.arange(start, min(start + CHUNK, n))
+        for _ in range(MAX_REDRAW_ROUNDS):
+            agent, dests = sample_layout(rng, todo.size)
+            out = _rollout(sketches[todo], agent, dests, rng, dart_sigma)
+            ok = out[5]
+            keep = todo[ok]
+            states[keep], actions[keep], labels[keep] = out[0][ok], out[1][ok], out[2][ok]
+            traj_len[keep], final_state[keep] = out[3][ok], out[4][ok]
+            discarded += int((~ok).sum())
+            todo = todo[~ok]
+            if not todo.size:
+                break
+        else:
+            raise RuntimeError(f"collect: {todo.size} episodes still unfinished after "
+                               f"{MAX_REDRAW_ROUNDS} redraws; is dart_sigma = {dart_sigma} too large?")
+        if progress is not None:
+            progress(min(start + CHUNK, n), n)
+    T_max = int(traj_len.max())
+    meta = {"domain": "navworld", "action_type": "continuous", "sketch_len": int(L),
+            "dart_sigma": float(dart_sigma),
+            "seed": int(seed) if isinstance(seed, (int, np.integer)) else None,
+            "discarded": discarded}
+    return Demos(states[:, :T_max], actions[:, :T_max], traj_len, sketches,
+                 np.full(n, L, dtype=np.int64), labels[:, :T_max], final_state,
+                 VOCAB, meta).validate()
