@@ -1,0 +1,460 @@
+"""Neural-network building blocks as forward/backward pairs: linear, ReLU, tanh, dropout, MLP,
+GRU and bidirectional GRU, log-softmax, log-sigmoid, and the two action log-likelihoods.
+
+Every ``*_forward(...)`` returns ``(out, cache)`` and sits directly above its
+``*_backward(dout, cache)``, which returns the gradient of ``sum(dout * out)`` with respect to the
+forward's array inputs (and parameters). Plain NumPy, float64, no autodiff at run time; the tests
+check every backward against autograd. Parameters are plain arrays in lists and dicts.
+
+Symbol | Shape | Meaning
+N      |       | rows: any number of leading axes (...) flattened together
+I      |       | input width of a layer
+O      |       | output width of a layer
+B      |       | batch size (sequences)
+T      |       | padded sequence length; row b uses T_b = lengths[b]
+Hd     |       | GRU hidden width (H is the GRU output array)
+A      |       | action dimension (Gaussian policy)
+K      |       | number of classes (categorical policy)
+"""
+import numbers
+
+import numpy as np
+
+# ----------------------------------------------------------------------------------------
+# Affine layer and element-wise non-linearities
+# ----------------------------------------------------------------------------------------
+
+def linear_forward(x, W, b):
+    """out = x W + b over the last axis of x.
+
+    Symbol | Shape    | Meaning
+    x      | (..., I) | inputs; any leading axes
+    W      | (I, O)   | weights
+    b      | (O,)     | bias
+    out    | (..., O) |
+    """
+    x = np.asarray(x, dtype=np.float64)
+    out = x @ W + b                                       # (..., O)
+    return out, (x, W)
+
+
+def linear_backward(dout, cache):
+    """(dx, dW, db) for :func:`linear_forward`; leading axes are flattened into rows."""
+    x, W = cache
+    dout = np.asarray(dout, dtype=np.float64)
+    x2 = x.reshape(-1, W.shape[0])                        # (N, I)
+    d2 = dout.reshape(-1, W.shape[1])                     # (N, O)
+    dx = dout @ W.T                                       # (..., I)  d(xW)/dx = W^T
+    dW = x2.T @ d2                                        # (I, O)    sum over rows of x^T dout
+    db = d2.sum(axis=0)                                   # (O,)      b is broadcast over rows
+    return dx, dW, db
+
+
+def relu_forward(x):
+    """out = max(x, 0); the cache is the (..., ) boolean mask x > 0."""
+    x = np.asarray(x, dtype=np.float64)
+    mask = x > 0                                          # (...)
+    return np.where(mask, x, 0.0), mask
+
+
+def relu_backward(dout, cache):
+    """dx = dout where x > 0, else 0 (the subgradient at 0 is taken as 0)."""
+    return np.where(cache, dout, 0.0)
+
+
+def tanh_forward(x):
+    """out = tanh(x); the cache is out itself."""
+    out = np.tanh(np.asarray(x, dtype=np.float64))       # (...)
+    return out, out
+
+
+def tanh_backward(dout, cache):
+    """dx = dout (1 - tanh(x)^2)."""
+    return dout * (1.0 - cache ** 2)
+
+
+def _check_rate(rate, name):
+    if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not 0.0 <= rate < 1.0:
+        raise ValueError(f"{name} must be a real number in [0, 1), got {rate!r}")
+    return float(rate)
+
+
+def dropout_forward(x, rate, rng, train):
+    """Inverted dropout: in training each unit is kept with probability 1 - rate and scaled by
+    1 / (1 - rate), so E[out] = x; in evaluation (train=False) or with rate = 0 it is the identity.
+
+    Symbol | Shape | Meaning
+    x      | (...) | inputs
+    rate   |       | drop probability, 0 <= rate < 1 (ValueError otherwise)
+    rng    |       | np.random.Generator; needed only when train and rate > 0
+    out    | (...) | x * mask
+    cache  | (...) | mask: 0 for dropped units, 1 / (1 - rate) for kept ones; None if identity
+    """
+    rate = _check_rate(rate, "rate")
+    x = np.asarray(x, dtype=np.float64)
+    if not train or rate == 0.0:
+        return x, None
+    if rng is None:
+        raise ValueError("rng must be a numpy Generator when train=True and rate > 0")
+    keep = rng.random(x.shape) >= rate                    # (...) P(keep) = 1 - rate
+    mask = keep / (1.0 - rate)                            # (...) float64
+    return x * mask, mask
+
+
+def dropout_backward(dout, cache):
+    """dx = dout * mask: the same units are dropped and scaled as in the forward pass."""
+    return dout if cache is None else dout * cache
+
+
+# ----------------------------------------------------------------------------------------
+# Multi-layer perceptron: hidden layers linear -> activation -> dropout, output layer linear
+# ----------------------------------------------------------------------------------------
+
+_ACTIVATIONS = {"relu": (relu_forward, relu_backward), "tanh": (tanh_forward, tanh_backward)}
+
+
+def _check_activation(activation):
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+    return _ACTIVATIONS[activation]
+
+
+def mlp_init(rng, sizes, activation="relu"):
+    """Parameters [(W_1, b_1), ..., (W_n, b_n)] for an MLP with widths sizes = [I, ..., O].
+
+    Every layer, the output layer included, draws W uniformly from [-bound, bound]:
+    - activation="relu": He/Kaiming uniform, bound = sqrt(6 / fan_in)  (Var W = 2 / fan_in);
+    - activation="tanh": Glorot/Xavier uniform, bound = sqrt(6 / (fan_in + fan_out)).
+    Biases are zero. fan_in = I of the layer, fan_out = O of the layer.
+    """
+    _check_activation(activation)
+    sizes = [int(s) for s in sizes]
+    if len(sizes) < 2 or min(sizes) < 1:
+        raise ValueError(f"sizes must list at least two positive widths, got {sizes}")
+    layers = []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+        denom = fan_in if activation == "relu" else fan_in + fan_out
+        bound = np.sqrt(6.0 / denom)
+        W = rng.uniform(-bound, bound, size=(fan_in, fan_out))  # (I, O)
+        layers.append((W, np.zeros(fan_out)))                    # b: (O,)
+    return layers
+
+
+def mlp_forward(layers, x, activation="relu", dropout=0.0, rng=None, train=False):
+    """Forward pass of the MLP built by :func:`mlp_init`.
+
+    Symbol  | Shape    | Meaning
+    layers  |          | [(W, b), ...] as from mlp_init
+    x       | (..., I) | inputs; any leading axes
+    dropout |          | drop rate on every hidden layer's output (not on the output layer)
+    rng     |          | np.random.Generator, needed when train and dropout > 0
+    out     | (..., O) | output of the last (linear) layer
+    """
+    act_forward, _ = _check_activation(activation)
+    _check_rate(dropout, "dropout")
+    caches = []
+    h = np.asarray(x, dtype=np.float64)                   # (..., I)
+    for i, (W, b) in enumerate(layers):
+        h, lin_cache = linear_forward(h, W, b)            # (..., O_i)
+        if i == len(layers) - 1:
+            caches.append((lin_cache, None, None))
+            break
+        h, act_cache = act_forward(h)                     # (..., O_i)
+        h, drop_cache = dropout_forward(h, dropout, rng, train)
+        caches.append((lin_cache, act_cache, drop_cache))
+    return h, (caches, activation)
+
+
+def mlp_backward(dout, cache):
+    """(dx, grads) for :func:`mlp_forward`; grads = [(dW, db), ...] matching layers."""
+    caches, activation = cache
+    _, act_backward = _ACTIVATIONS[activation]
+    grads = []
+    dh = np.asarray(dout, dtype=np.float64)               # (..., O)
+    for lin_cache, act_cache, drop_cache in reversed(caches):
+        if act_cache is not None:                         # hidden layer: undo dropout, then act
+            dh = dropout_backward(dh, drop_cache)
+            dh = act_backward(dh, act_cache)
+        dh, dW, db = linear_backward(dh, lin_cache)
+        grads.append((dW, db))
+    return dh, grads[::-1]
+
+
+# ----------------------------------------------------------------------------------------
+# Sigmoid helpers, stable for any finite input
+# ----------------------------------------------------------------------------------------
+
+def sigmoid(x):
+    """sigma(x) = 1 / (1 + exp(-x)), computed as exp(-log(1 + exp(-x))): no overflow, and
+    relative accuracy is kept for large negative x (sigma(-40) ~ 4e-18, not 0)."""
+    return np.exp(-np.logaddexp(0.0, -np.asarray(x, dtype=np.float64)))
+
+
+def log_sigmoid_pair(x):
+    """(log sigma(x), log sigma(-x)) = (-log(1 + e^-x), -log(1 + e^x)) via np.logaddexp.
+
+    Finite for every finite x and exact in the tails: log sigma(-1000) = -1000,
+    log sigma(1000) = 0. Derivatives (used by :func:`log_sigmoid_pair_backward`):
+    d log sigma(x) / dx = sigma(-x),   d log sigma(-x) / dx = -sigma(x).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    return -np.logaddexp(0.0, -x), -np.logaddexp(0.0, x)
+
+
+def log_sigmoid_pair_backward(d_pos, d_neg, x):
+    """dx for :func:`log_sigmoid_pair` given upstream gradients of both outputs."""
+    return d_pos * sigmoid(-x) - d_neg * sigmoid(x)
+
+
+# ----------------------------------------------------------------------------------------
+# GRU (Cho et al., 2014), gate convention of torch.nn.GRU
+# ----------------------------------------------------------------------------------------
+
+def gru_init(rng, input_dim, hidden_dim):
+    """GRU parameters, gates packed in the order (r, z, n) along the last axis.
+
+    The cell, for input x (B, I) and previous state h (B, Hd):
+        r  = sigma(x W_ir + b_ir + h W_hr + b_hr)            reset gate
+        z  = sigma(x W_iz + b_iz + h W_hz + b_hz)            update gate
+        n  = tanh(x W_in + b_in + r * (h W_hn + b_hn))       candidate
+        h' = (1 - z) * n + z * h
+    with W_x = [W_ir | W_iz | W_in], W_h = [W_hr | W_hz | W_hn], b_x, b_h likewise.
+    Every entry is drawn from U(-1/sqrt(Hd), 1/sqrt(Hd)), as torch.nn.GRU does.
+
+    Key | Shape     | Meaning
+    W_x | (I, 3Hd)  | input-to-gate weights
+    W_h | (Hd, 3Hd) | state-to-gate weights
+    b_x | (3Hd,)    | input-side biases
+    b_h | (3Hd,)    | state-side biases (b_hn stays inside r * (...))
+    """
+    k = 1.0 / np.sqrt(hidden_dim)
+    shapes = {"W_x": (input_dim, 3 * hidden_dim), "W_h": (hidden_dim, 3 * hidden_dim),
+              "b_x": (3 * hidden_dim,), "b_h": (3 * hidden_dim,)}
+    return {key: rng.uniform(-k, k, size=shape) for key, shape in shapes.items()}
+
+
+def _check_sequences(x, lengths):
+    """x as float64 (B, T, I) and lengths as int64 (B,) in [1, T]; None means every row is full."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 3:
+        raise ValueError(f"x must have shape (B, T, I), got {x.shape}")
+    B, T, _ = x.shape
+    if lengths is None:
+        return x, np.full(B, T, dtype=np.int64)
+    arr = np.asarray(lengths)
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"lengths must hold integers, got dtype {arr.dtype}")
+    if arr.shape != (B,):
+        raise ValueError(f"lengths must have shape (B,) = ({B},), got {arr.shape}")
+    if B and (arr.min() < 1 or arr.max() > T):
+        raise ValueError(f"lengths must lie in [1, T] = [1, {T}], "
+                         f"got values in [{arr.min()}, {arr.max()}]")
+    return x, arr.astype(np.int64)
+
+
+def _reverse_index(lengths, T):
+    """(B, T) time index that reverses each row's valid part t < T_b and fixes the padding.
+
+    It is its own inverse, so the same gather maps into and out of reversed time.
+    """
+    t = np.arange(T)[None, :]                             # (1, T)
+    return np.where(t < lengths[:, None], lengths[:, None] - 1 - t, t)  # (B, T)
+
+
+def _gru_scan_forward(params, x, valid):
+    """The recurrence from t = 0 with h_0 = 0 on checked inputs; valid (B, T) marks t < T_b."""
+    W_x, W_h, b_x, b_h = params["W_x"], params["W_h"], params["b_x"], params["b_h"]
+    B, T, _ = x.shape
+    Hd = W_h.shape[0]
+    x = np.where(valid[..., None], x, 0.0)                # (B, T, I) padding -> 0
+    gx = x @ W_x + b_x                                    # (B, T, 3Hd) input side, all steps
+    h = np.zeros((B, Hd))                                 # (B, Hd) h_0
+    H = np.zeros((B, T, Hd))
+    steps = []
+    for t in range(T):
+        gh = h @ W_h + b_h                                # (B, 3Hd)
+        r = sigmoid(gx[:, t, :Hd] + gh[:, :Hd])           # (B, Hd)
+        z = sigmoid(gx[:, t, Hd:2 * Hd] + gh[:, Hd:2 * Hd])  # (B, Hd)
+        n = np.tanh(gx[:, t, 2 * Hd:] + r * gh[:, 2 * Hd:])  # (B, Hd)
+        h_new = (1.0 - z) * n + z * h                     # (B, Hd)
+        m = valid[:, t, None]                             # (B, 1)
+        steps.append((h, r, z, n, gh[:, 2 * Hd:]))
+        H[:, t] = np.where(m, h_new, 0.0)
+        h = np.where(m, h_new, h)                         # state frozen past the row's end
+    return H, (x, valid, params, steps)
+
+
+def _gru_scan_backward(dH, cache):
+    """(dx, dparams) for :func:`_gru_scan_forward`: backpropagation through time."""
+    x, valid, params, steps = cache
+    W_x, W_h = params["W_x"], params["W_h"]
+    B, T, _ = x.shape
+    Hd = W_h.shape[0]
+    dH = np.where(valid[..., None], dH, 0.0)              # (B, T, Hd) padding ignored
+    dgx = np.zeros((B, T, 3 * Hd))                        # (B, T, 3Hd)
+    dW_h = np.zeros_like(W_h)                             # (Hd, 3Hd)
+    db_h = np.zeros(3 * Hd)                               # (3Hd,)
+    dh_next = np.zeros((B, Hd))                           # (B, Hd) dL/dh_t from steps > t
+    for t in reversed(range(T)):
+        h, r, z, n, ghn = steps[t]
+        m = valid[:, t, None]                             # (B, 1)
+        dh_new = np.where(m, dH[:, t] + dh_next, 0.0)     # (B, Hd) h_t = h_new where valid
+        dh = np.where(m, 0.0, dh_next)                    # (B, Hd) h_t = h_{t-1} where frozen
+        # h' = (1 - z) n + z h
+        dn = dh_new * (1.0 - z)                           # (B, Hd)
+        dz = dh_new * (h - n)                             # (B, Hd)
+        dh += dh_new * z
+        # n = tanh(a_n), a_n = gx_n + r * ghn
+        da_n = dn * (1.0 - n ** 2)                        # (B, Hd)
+        dr = da_n * ghn                                   # (B, Hd)
+        # r = sigma(a_r), z = sigma(a_z); sigma' = sigma (1 - sigma)
+        da_r = dr * r * (1.0 - r)                         # (B, Hd)
+        da_z = dz * z * (1.0 - z)                         # (B, Hd)
+        dgx[:, t] = np.concatenate([da_r, da_z, da_n], axis=1)          # (B, 3Hd)
+        dgh = np.concatenate([da_r, da_z, da_n * r], axis=1)            # (B, 3Hd)
+        # gh = h W_h + b_h
+        dW_h += h.T @ dgh
+        db_h += dgh.sum(axis=0)
+        dh += dgh @ W_h.T
+        dh_next = dh
+    # gx = x W_x + b_x for all steps at once
+    dx, dW_x, db_x = linear_backward(dgx, (x, W_x))       # dx: (B, T, I)
+    dx = np.where(valid[..., None], dx, 0.0)              # exactly 0 at padding (dgx is 0 there)
+    return dx, {"W_x": dW_x, "W_h": dW_h, "b_x": db_x, "b_h": db_h}
+
+
+def gru_forward(params, x, lengths, reverse=False):
+    """Run the GRU of :func:`gru_init` over padded sequences from h_0 = 0.
+
+    Row b is read at t = 0 .. T_b - 1 (reverse=False) or t = T_b - 1 .. 0 (reverse=True): each row
+    starts at its own end, so padding never reaches a valid output. The reverse pass reverses each
+    row's valid part in time, runs the forward recurrence and reverses the result back. Padding in
+    x is ignored (it may hold anything, NaN included) and H is exactly 0 there.
+
+    Symbol  | Shape       | Meaning
+    x       | (B, T, I)   | inputs
+    lengths | (B,)        | ints in [1, T]; None means T for every row
+    H       | (B, T, Hd)  | H[b, t] = state after reading x[b, t]; 0 for t >= T_b
+    """
+    x, lengths = _check_sequences(x, lengths)
+    B, T, _ = x.shape
+    valid = np.arange(T)[None, :] < lengths[:, None]      # (B, T)
+    if not reverse:
+        H, scan_cache = _gru_scan_forward(params, x, valid)
+        return H, (scan_cache, None)
+    rows = np.arange(B)[:, None]                          # (B, 1)
+    idx = _reverse_index(lengths, T)                      # (B, T) an involution
+    H, scan_cache = _gru_scan_forward(params, x[rows, idx], valid)  # (B, T, Hd) reversed time
+    return H[rows, idx], (scan_cache, idx)
+
+
+def gru_backward(dH, cache):
+    """(dx, dparams) for :func:`gru_forward`; dparams has the keys of params.
+
+    dH at padding is ignored; dx at padding is exactly 0.
+    """
+    scan_cache, idx = cache
+    dH = np.asarray(dH, dtype=np.float64)                 # (B, T, Hd)
+    if idx is None:
+        return _gru_scan_backward(dH, scan_cache)
+    rows = np.arange(idx.shape[0])[:, None]               # (B, 1)
+    # the gathers x -> x[rows, idx] and H -> H[rows, idx] are permutations: their adjoint is
+    # the same gather (idx is its own inverse)
+    dx, dparams = _gru_scan_backward(dH[rows, idx], scan_cache)
+    return dx[rows, idx], dparams
+
+
+def bigru_forward(params_fwd, params_bwd, x, lengths):
+    """Bidirectional GRU: H = [forward GRU | reverse GRU] along the last axis.
+
+    Symbol | Shape        | Meaning
+    x      | (B, T, I)    | inputs
+    H      | (B, T, 2Hd)  | [:Hd] reads t = 0..T_b-1, [Hd:] reads t = T_b-1..0; 0 at padding
+    """
+    H_f, cache_f = gru_forward(params_fwd, x, lengths)                 # (B, T, Hd)
+    H_b, cache_b = gru_forward(params_bwd, x, lengths, reverse=True)   # (B, T, Hd)
+    return np.concatenate([H_f, H_b], axis=-1), (cache_f, cache_b, H_f.shape[-1])
+
+
+def bigru_backward(dH, cache):
+    """(dx, dparams_fwd, dparams_bwd) for :func:`bigru_forward`; x feeds both directions."""
+    cache_f, cache_b, Hd = cache
+    dx_f, dparams_fwd = gru_backward(dH[..., :Hd], cache_f)
+    dx_b, dparams_bwd = gru_backward(dH[..., Hd:], cache_b)
+    return dx_f + dx_b, dparams_fwd, dparams_bwd
+
+
+# ----------------------------------------------------------------------------------------
+# Log-probabilities
+# ----------------------------------------------------------------------------------------
+
+def log_softmax_forward(x):
+    """out = x - log sum_k exp(x_k) along the last axis (max-shifted); the cache is out.
+
+    Entries of -inf are allowed (probability 0) as long as each slice has a finite one.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    m = np.max(x, axis=-1, keepdims=True)                 # (..., 1)
+    out = x - m - np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True))  # (..., K)
+    return out, out
+
+
+def log_softmax_backward(dout, cache):
+    """dx = dout - softmax(x) * sum_k dout_k  (the Jacobian is I - 1 softmax^T per slice)."""
+    p = np.exp(cache)                                     # (..., K)
+    return dout - p * np.sum(dout, axis=-1, keepdims=True)
+
+
+def gaussian_logpdf_forward(mu, a, sigma):
+    """log N(a; mu, sigma^2 I) summed over the last axis, with a fixed scalar sigma > 0:
+    logp = -|a - mu|^2 / (2 sigma^2) - A log sigma - (A / 2) log(2 pi).
+
+    Symbol | Shape    | Meaning
+    mu     | (..., A) | mean (the policy output)
+    a      | (..., A) | action
+    logp   | (...)    |
+    """
+    if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not sigma > 0:
+        raise ValueError(f"sigma must be a positive real number, got {sigma!r}")
+    diff = np.asarray(a, dtype=np.float64) - np.asarray(mu, dtype=np.float64)  # (..., A)
+    A = diff.shape[-1]
+    logp = (-0.5 * np.sum(diff ** 2, axis=-1) / sigma ** 2
+            - A * np.log(sigma) - 0.5 * A * np.log(2.0 * np.pi))            # (...)
+    return logp, (diff, sigma)
+
+
+def gaussian_logpdf_backward(dlogp, cache):
+    """dmu = dlogp (a - mu) / sigma^2."""
+    diff, sigma = cache
+    return np.asarray(dlogp, dtype=np.float64)[..., None] * diff / sigma ** 2  # (..., A)
+
+
+def categorical_logp_forward(logits, a_int):
+    """logp = log_softmax(logits)[..., a_int]: log-probability of integer actions.
+
+    Symbol | Shape    | Meaning
+    logits | (..., K) | unnormalised log-probabilities
+    a_int  | (...)    | ints in [0, K)
+    logp   | (...)    |
+    """
+    logits = np.asarray(logits, dtype=np.float64)
+    a_int = np.asarray(a_int)
+    K = logits.shape[-1]
+    if a_int.dtype.kind not in "iu" or a_int.shape != logits.shape[:-1]:
+        raise ValueError(f"a_int must hold integers of shape {logits.shape[:-1]}, "
+                         f"got dtype {a_int.dtype}, shape {a_int.shape}")
+    if a_int.size and (a_int.min() < 0 or a_int.max() >= K):
+        raise ValueError(f"a_int must lie in [0, K) = [0, {K}), "
+                         f"got values in [{a_int.min()}, {a_int.max()}]")
+    logq, lsm_cache = log_softmax_forward(logits)         # (..., K)
+    logp = np.take_along_axis(logq, a_int[..., None], axis=-1)[..., 0]  # (...)
+    return logp, (lsm_cache, a_int)
+
+
+def categorical_logp_backward(dlogp, cache):
+    """dlogits = dlogp (onehot(a) - softmax(logits))."""
+    lsm_cache, a_int = cache
+    dlogq = np.zeros(lsm_cache.shape)                     # (..., K) only entry a is read
+    np.put_along_axis(dlogq, a_int[..., None], np.asarray(dlogp, dtype=np.float64)[..., None],
+                      axis=-1)
+    return log_softmax_backward(dlogq, lsm_cache)

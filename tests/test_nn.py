@@ -1,0 +1,456 @@
+"""Tests for taco_ref/nn.py.
+
+Layered as STYLE.md "Tests in three layers", plus bad input:
+(a) every backward against autograd applied to the same forward written plainly with
+    autograd.numpy here (the GRU one row and one step at a time), differentiating sum(out * R)
+    for a random R;
+(b) hypothesis properties: dropout statistics and masks, GRU padding invariance, the reverse GRU
+    equal to the forward GRU on each row's time-reversed valid part, log-sigmoid tails;
+(c) determinism: same seed => same dropout mask and same initial parameters;
+(d) bad input raises ValueError naming the argument.
+
+Symbols: N rows, I/O layer widths, B batch, T time, Hd GRU width, A action dim, K classes.
+"""
+import autograd.numpy as anp
+import numpy as np
+import pytest
+from autograd import grad
+from hypothesis import given, note
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from taco_ref import nn
+
+dims = st.integers(1, 6)
+seeds = st.integers(0, 2 ** 32 - 1)
+values = st.floats(-3.0, 3.0, allow_nan=False, width=64)
+leading_shapes = hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=5)
+
+
+def arrays(shape):
+    return hnp.arrays(np.float64, shape, elements=values)
+
+
+def close(actual, expected, what):
+    np.testing.assert_allclose(actual, expected, rtol=1e-9, atol=1e-11, err_msg=what)
+
+
+def ad_grads(f, args, R):
+    """Gradients of sum(f(*args) * R) w.r.t. every argument, by autograd."""
+    objective = lambda *a: anp.sum(f(*a) * R)  # noqa: E731
+    return [grad(objective, i)(*args) for i in range(len(args))]
+
+
+# ----------------------------------------------------------------------------------------------
+# Plain references (autograd.numpy)
+# ----------------------------------------------------------------------------------------------
+
+def ref_linear(x, W, b):
+    return anp.dot(x, W) + b
+
+
+def ref_act(x, activation):
+    return anp.where(x > 0, x, 0.0) if activation == "relu" else anp.tanh(x)
+
+
+def ref_mlp(layers, x, activation, masks):
+    """Hidden layers linear -> activation -> * mask; last layer linear. masks[i] may be 1.0."""
+    h = x
+    for i, (W, b) in enumerate(layers):
+        h = ref_linear(h, W, b)
+        if i < len(layers) - 1:
+            h = ref_act(h, activation) * masks[i]
+    return h
+
+
+def ref_sigmoid(x):
+    return 1.0 / (1.0 + anp.exp(-x))
+
+
+def ref_gru_cell(p, x, h):
+    """One step of the torch.nn.GRU cell with separate per-gate blocks, x (I,), h (Hd,)."""
+    Hd = h.shape[0]
+    W_x, W_h, b_x, b_h = p["W_x"], p["W_h"], p["b_x"], p["b_h"]
+    g = lambda W, b, v, k: anp.dot(v, W[:, k * Hd:(k + 1) * Hd]) + b[k * Hd:(k + 1) * Hd]  # noqa
+    r = ref_sigmoid(g(W_x, b_x, x, 0) + g(W_h, b_h, h, 0))
+    z = ref_sigmoid(g(W_x, b_x, x, 1) + g(W_h, b_h, h, 1))
+    n = anp.tanh(g(W_x, b_x, x, 2) + r * g(W_h, b_h, h, 2))
+    return (1.0 - z) * n + z * h
+
+
+def ref_gru(p, x, lengths, reverse=False):
+    """(B, T, Hd): each row run alone over its valid steps, in the chosen direction."""
+    B, T, _ = x.shape
+    Hd = p["W_h"].shape[0]
+    rows = []
+    for b in range(B):
+        out = [anp.zeros(Hd)] * T
+        h = anp.zeros(Hd)
+        steps = range(lengths[b] - 1, -1, -1) if reverse else range(lengths[b])
+        for t in steps:
+            h = ref_gru_cell(p, x[b, t], h)
+            out[t] = h
+        rows.append(anp.stack(out))
+    return anp.stack(rows)
+
+
+def ref_log_softmax(x):
+    m = anp.max(x, axis=-1, keepdims=True)
+    return x - m - anp.log(anp.sum(anp.exp(x - m), axis=-1, keepdims=True))
+
+
+# ----------------------------------------------------------------------------------------------
+# Strategies
+# ----------------------------------------------------------------------------------------------
+
+@st.composite
+def linear_case(draw):
+    lead = draw(leading_shapes)
+    I, O = draw(dims), draw(dims)
+    x = draw(arrays(lead + (I,)))
+    W = draw(arrays((I, O)))
+    b = draw(arrays((O,)))
+    R = np.random.default_rng(draw(seeds)).normal(size=lead + (O,))
+    return x, W, b, R
+
+
+@st.composite
+def sequence_case(draw, min_I=1):
+    """Padded sequences x (B, T, I), lengths (B,), GRU params, upstream gradient R (B, T, Hd)."""
+    B, T, I, Hd = draw(st.integers(1, 4)), draw(st.integers(1, 6)), draw(dims), draw(dims)
+    lengths = np.array(draw(st.lists(st.integers(1, T), min_size=B, max_size=B)), dtype=np.int64)
+    rng = np.random.default_rng(draw(seeds))
+    x = rng.normal(size=(B, T, I))
+    params = nn.gru_init(rng, I, Hd)
+    params = {k: v + 0.3 * rng.normal(size=v.shape) for k, v in params.items()}  # nonzero biases
+    return x, lengths, params, rng
+
+
+def padding_mask(lengths, T):
+    return np.arange(T)[None, :] >= lengths[:, None]      # (B, T) True at padding
+
+
+# ----------------------------------------------------------------------------------------------
+# (a) Gradients against autograd
+# ----------------------------------------------------------------------------------------------
+
+@given(linear_case())
+def test_linear_matches_autograd(case):
+    x, W, b, R = case
+    note(f"x {x.shape}, W {W.shape}")
+    out, cache = nn.linear_forward(x, W, b)
+    close(out, x @ W + b, "forward")
+    dx, dW, db = nn.linear_backward(R, cache)
+    for got, want, what in zip((dx, dW, db), ad_grads(ref_linear, (x, W, b), R), "xWb"):
+        assert got.shape == want.shape
+        close(got, want, f"d{what}")
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+@given(x=arrays(st.tuples(dims, dims)), seed=seeds)
+def test_activations_match_autograd(activation, x, seed):
+    R = np.random.default_rng(seed).normal(size=x.shape)
+    fwd, bwd = {"relu": (nn.relu_forward, nn.relu_backward),
+                "tanh": (nn.tanh_forward, nn.tanh_backward)}[activation]
+    out, cache = fwd(x)
+    close(out, ref_act(x, activation), "forward")
+    (want,) = ad_grads(lambda v: ref_act(v, activation), (x,), R)
+    close(bwd(R, cache), want, "dx")
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+@given(lead=leading_shapes, sizes=st.lists(dims, min_size=2, max_size=4), seed=seeds,
+       rate=st.sampled_from([0.0, 0.3, 0.7]), train=st.booleans())
+def test_mlp_matches_autograd(activation, lead, sizes, seed, rate, train):
+    note(f"lead {lead}, sizes {sizes}")
+    rng = np.random.default_rng(seed)
+    layers = [(W, b + rng.normal(size=b.shape)) for W, b in nn.mlp_init(rng, sizes, activation)]
+    x = rng.normal(size=lead + (sizes[0],))
+    R = rng.normal(size=lead + (sizes[-1],))
+    out, cache = nn.mlp_forward(layers, x, activation, dropout=rate,
+                                rng=np.random.default_rng(seed), train=train)
+    # the masks the forward must have drawn: one per hidden layer, in order, from the same seed
+    mask_rng = np.random.default_rng(seed)
+    masks = [(mask_rng.random(lead + (n,)) >= rate) / (1 - rate) if train and rate else 1.0
+             for n in sizes[1:-1]]
+    close(out, ref_mlp(layers, x, activation, masks), "forward")
+    dx, grads = nn.mlp_backward(R, cache)
+    flat = [a for layer in layers for a in layer]
+    f = lambda x, *flat: ref_mlp(list(zip(flat[::2], flat[1::2])), x, activation, masks)  # noqa
+    want = ad_grads(f, (x, *flat), R)
+    close(dx, want[0], "dx")
+    assert len(grads) == len(layers)
+    for i, ((dW, db), dW_ad, db_ad) in enumerate(zip(grads, want[1::2], want[2::2])):
+        close(dW, dW_ad, f"dW[{i}]")
+        close(db, db_ad, f"db[{i}]")
+
+
+@given(sequence_case(), st.booleans())
+def test_gru_matches_autograd(case, reverse):
+    x, lengths, params, rng = case
+    note(f"x {x.shape}, lengths {lengths}, reverse {reverse}")
+    H, cache = nn.gru_forward(params, x, lengths, reverse=reverse)
+    close(H, ref_gru(params, x, lengths, reverse), "forward")
+    R = rng.normal(size=H.shape)
+    dx, dparams = nn.gru_backward(R, cache)
+    dx_ad, dp_ad = ad_grads(lambda x, p: ref_gru(p, x, lengths, reverse), (x, params), R)
+    close(dx, dx_ad, "dx")
+    assert dparams.keys() == params.keys()
+    for k in params:
+        assert dparams[k].shape == params[k].shape
+        close(dparams[k], dp_ad[k], f"d{k}")
+
+
+@given(sequence_case())
+def test_bigru_matches_autograd(case):
+    x, lengths, params_f, rng = case
+    params_b = {k: rng.normal(size=v.shape) * 0.5 for k, v in params_f.items()}
+    Hd = params_f["W_h"].shape[0]
+    H, cache = nn.bigru_forward(params_f, params_b, x, lengths)
+    assert H.shape == x.shape[:2] + (2 * Hd,)
+
+    def ref(x, pf, pb):
+        return anp.concatenate([ref_gru(pf, x, lengths), ref_gru(pb, x, lengths, True)], axis=-1)
+
+    close(H, ref(x, params_f, params_b), "forward")
+    R = rng.normal(size=H.shape)
+    dx, dpf, dpb = nn.bigru_backward(R, cache)
+    dx_ad, dpf_ad, dpb_ad = ad_grads(ref, (x, params_f, params_b), R)
+    close(dx, dx_ad, "dx")
+    for k in params_f:
+        close(dpf[k], dpf_ad[k], f"forward d{k}")
+        close(dpb[k], dpb_ad[k], f"backward d{k}")
+
+
+@given(x=arrays(st.tuples(dims, st.integers(1, 6), dims)), seed=seeds)
+def test_log_softmax_matches_autograd(x, seed):
+    R = np.random.default_rng(seed).normal(size=x.shape)
+    out, cache = nn.log_softmax_forward(x)
+    close(np.exp(out).sum(axis=-1), 1.0, "normalised")
+    close(out, ref_log_softmax(x), "forward")
+    (want,) = ad_grads(ref_log_softmax, (x,), R)
+    close(nn.log_softmax_backward(R, cache), want, "dx")
+
+
+def test_log_softmax_large_and_masked_logits():
+    x = np.array([[1000.0, 0.0, -np.inf], [-1000.0, -1000.0, -1000.0]])
+    out, cache = nn.log_softmax_forward(x)
+    np.testing.assert_array_equal(out[0], [0.0, -1000.0, -np.inf])
+    close(out[1], np.full(3, -np.log(3.0)), "uniform")
+    dx = nn.log_softmax_backward(np.ones_like(x), cache)   # d sum_k out_k / dx_j = 1 - K p_j
+    np.testing.assert_array_equal(dx[0], [-2.0, 1.0, 1.0])
+    close(dx[1], 0.0, "uniform row")
+
+
+@given(lead=leading_shapes, A=dims, seed=seeds, sigma=st.floats(0.05, 5.0))
+def test_gaussian_logpdf_matches_autograd(lead, A, seed, sigma):
+    rng = np.random.default_rng(seed)
+    mu, a, R = rng.normal(size=lead + (A,)), rng.normal(size=lead + (A,)), rng.normal(size=lead)
+    logp, cache = nn.gaussian_logpdf_forward(mu, a, sigma)
+    assert logp.shape == lead
+    # independent check of the density: product of 1-D normal densities
+    dens = np.prod(np.exp(-0.5 * ((a - mu) / sigma) ** 2) / (sigma * np.sqrt(2 * np.pi)), axis=-1)
+    close(np.exp(logp), dens, "density")
+
+    def ref(mu):
+        return (-0.5 * anp.sum((a - mu) ** 2, axis=-1) / sigma ** 2
+                - A * anp.log(sigma) - 0.5 * A * anp.log(2 * anp.pi))
+
+    (want,) = ad_grads(ref, (mu,), R)
+    close(nn.gaussian_logpdf_backward(R, cache), want, "dmu")
+
+
+@given(lead=leading_shapes, K=dims, seed=seeds)
+def test_categorical_logp_matches_autograd(lead, K, seed):
+    rng = np.random.default_rng(seed)
+    logits = 3 * rng.normal(size=lead + (K,))
+    a = rng.integers(0, K, size=lead)
+    R = rng.normal(size=lead)
+    logp, cache = nn.categorical_logp_forward(logits, a)
+    p = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
+    close(np.exp(logp), np.take_along_axis(p, a[..., None], axis=-1)[..., 0], "probability")
+    onehot = np.eye(K)[a]
+    (want,) = ad_grads(lambda z: anp.sum(ref_log_softmax(z) * onehot, axis=-1), (logits,), R)
+    close(nn.categorical_logp_backward(R, cache), want, "dlogits")
+
+
+@given(x=arrays(st.tuples(dims, dims)), seed=seeds)
+def test_log_sigmoid_pair_matches_autograd(x, seed):
+    rng = np.random.default_rng(seed)
+    d_pos, d_neg = rng.normal(size=x.shape), rng.normal(size=x.shape)
+    lp, ln = nn.log_sigmoid_pair(x)
+    close(lp, np.log(1 / (1 + np.exp(-x))), "log sigma(x)")
+    close(ln, np.log(1 / (1 + np.exp(x))), "log sigma(-x)")
+    close(np.exp(lp) + np.exp(ln), 1.0, "sigma(x) + sigma(-x) = 1")
+
+    def f(v):
+        return anp.sum(anp.log(ref_sigmoid(v)) * d_pos + anp.log(ref_sigmoid(-v)) * d_neg)
+
+    close(nn.log_sigmoid_pair_backward(d_pos, d_neg, x), grad(f)(x), "dx")
+    close(nn.sigmoid(x), 1 / (1 + np.exp(-x)), "sigmoid")
+
+
+# ----------------------------------------------------------------------------------------------
+# (b) Properties
+# ----------------------------------------------------------------------------------------------
+
+def test_log_sigmoid_pair_tails_are_exact():
+    x = np.array([-1000.0, -50.0, 0.0, 50.0, 1000.0])
+    with np.errstate(over="raise", invalid="raise", divide="raise"):  # underflow to 0 is fine
+        lp, ln = nn.log_sigmoid_pair(x)
+        s = nn.sigmoid(x)
+    np.testing.assert_array_equal(lp[[0, 4]], [-1000.0, 0.0])
+    np.testing.assert_array_equal(ln[[0, 4]], [0.0, -1000.0])
+    close(lp[1], -50.0 - np.log1p(np.exp(-50.0)), "log sigma(-50)")
+    close([lp[2], ln[2]], [-np.log(2.0)] * 2, "log sigma(0)")
+    close(s[1], np.exp(-50.0) / (1 + np.exp(-50.0)), "sigma(-50) keeps relative accuracy")
+    np.testing.assert_array_equal(s[[0, 4]], [0.0, 1.0])
+    dx = nn.log_sigmoid_pair_backward(np.ones(5), np.ones(5), x)
+    np.testing.assert_array_equal(dx[[0, 4]], [1.0, -1.0])   # sigma(-x) - sigma(x) in the tails
+
+
+@given(shape=st.tuples(dims, dims), rate=st.floats(0.0, 0.95), seed=seeds)
+def test_dropout_mask_backward_and_determinism(shape, rate, seed):
+    x = np.random.default_rng(seed + 1).normal(size=shape)
+    out, mask = nn.dropout_forward(x, rate, np.random.default_rng(seed), train=True)
+    if rate == 0.0:
+        assert mask is None and out is not None
+        np.testing.assert_array_equal(out, x)
+        return
+    scale = 1.0 / (1.0 - rate)
+    assert np.isin(mask, [0.0, scale]).all()
+    np.testing.assert_array_equal(out, x * mask)
+    dout = np.random.default_rng(seed + 2).normal(size=shape)
+    np.testing.assert_array_equal(nn.dropout_backward(dout, mask), dout * mask)
+    out2, mask2 = nn.dropout_forward(x, rate, np.random.default_rng(seed), train=True)
+    np.testing.assert_array_equal(mask2, mask)          # same seed => same mask
+    np.testing.assert_array_equal(out2, out)
+
+
+@given(rate=st.floats(0.0, 0.9), seed=seeds)
+def test_dropout_preserves_mean(rate, seed):
+    n = 100_000
+    out, _ = nn.dropout_forward(np.ones(n), rate, np.random.default_rng(seed), train=True)
+    tol = 6 * np.sqrt(rate / (1 - rate) / n) + 1e-12    # 6 standard errors of the mean
+    note(f"mean {out.mean()}, tol {tol}")
+    assert abs(out.mean() - 1.0) <= tol
+    assert abs((out != 0).mean() - (1 - rate)) <= 6 * np.sqrt(rate * (1 - rate) / n) + 1e-12
+
+
+@given(x=arrays(st.tuples(dims, dims)), rate=st.floats(0.0, 0.99), seed=seeds)
+def test_dropout_eval_is_identity(x, rate, seed):
+    rng = np.random.default_rng(seed)
+    state = rng.bit_generator.state
+    out, cache = nn.dropout_forward(x, rate, rng, train=False)
+    np.testing.assert_array_equal(out, x)
+    assert cache is None and rng.bit_generator.state == state   # no random numbers consumed
+    np.testing.assert_array_equal(nn.dropout_backward(x, cache), x)
+
+
+@given(sequence_case(), st.booleans())
+def test_gru_padding_invariance(case, reverse):
+    x, lengths, params, rng = case
+    B, T, _ = x.shape
+    pad = padding_mask(lengths, T)                      # (B, T)
+    note(f"lengths {lengths}, reverse {reverse}")
+    x_junk = np.where(pad[..., None], rng.choice([np.nan, np.inf, 1e6], size=x.shape), x)
+    H, cache = nn.gru_forward(params, x, lengths, reverse=reverse)
+    H2, cache2 = nn.gru_forward(params, x_junk, lengths, reverse=reverse)
+    np.testing.assert_array_equal(H2, H)
+    assert (H[pad] == 0).all()
+    dH = rng.normal(size=H.shape)
+    dH_junk = np.where(pad[..., None], rng.normal(size=H.shape) * 1e3, dH)
+    dx, dp = nn.gru_backward(dH, cache)
+    dx2, dp2 = nn.gru_backward(dH_junk, cache2)
+    np.testing.assert_array_equal(dx2, dx)
+    for k in params:
+        np.testing.assert_array_equal(dp2[k], dp[k])
+    assert (dx[pad] == 0).all()
+
+
+@given(sequence_case())
+def test_gru_reverse_is_forward_on_reversed_rows(case):
+    x, lengths, params, _ = case
+    H_rev, _ = nn.gru_forward(params, x, lengths, reverse=True)
+    for b, n in enumerate(lengths):
+        H_row, _ = nn.gru_forward(params, x[b:b + 1, n - 1::-1], np.array([n]))
+        close(H_rev[b, :n], H_row[0, ::-1], f"row {b}")
+
+
+def test_gru_full_rows_equal_lengths_none():
+    rng = np.random.default_rng(0)
+    params = nn.gru_init(rng, 3, 4)
+    x = rng.normal(size=(2, 5, 3))
+    H, _ = nn.gru_forward(params, x, None)
+    H_full, _ = nn.gru_forward(params, x, np.array([5, 5]))
+    np.testing.assert_array_equal(H, H_full)
+    assert np.abs(H).max() < 1                          # |h| < 1: convex mix of tanh values
+
+
+# ----------------------------------------------------------------------------------------------
+# (c) Initialisation and determinism
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("activation, var", [("relu", lambda i, o: 2 / i),
+                                             ("tanh", lambda i, o: 2 / (i + o))])
+def test_mlp_init_scale(activation, var):
+    sizes = [300, 200, 100]
+    layers = nn.mlp_init(np.random.default_rng(0), sizes, activation)
+    assert [W.shape for W, _ in layers] == [(300, 200), (200, 100)]
+    for (W, b), i, o in zip(layers, sizes[:-1], sizes[1:]):
+        assert (b == 0).all()
+        assert np.abs(W).max() <= np.sqrt(3 * var(i, o))   # uniform bound = sqrt(3 Var)
+        assert abs(W.var() / var(i, o) - 1) < 0.05
+    again = nn.mlp_init(np.random.default_rng(0), sizes, activation)
+    for (W, _), (W2, _) in zip(layers, again):
+        np.testing.assert_array_equal(W, W2)
+
+
+def test_gru_init_shapes_and_range():
+    p = nn.gru_init(np.random.default_rng(0), 5, 7)
+    assert {k: v.shape for k, v in p.items()} == {"W_x": (5, 21), "W_h": (7, 21),
+                                                  "b_x": (21,), "b_h": (21,)}
+    for v in p.values():
+        assert v.dtype == np.float64 and np.abs(v).max() <= 1 / np.sqrt(7)
+
+
+# ----------------------------------------------------------------------------------------------
+# (d) Bad input
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rate", [-0.1, 1.0, 1.5, np.nan, "0.5", None])
+def test_dropout_rejects_bad_rate(rate):
+    with pytest.raises(ValueError, match="rate"):
+        nn.dropout_forward(np.ones(3), rate, np.random.default_rng(0), train=True)
+    with pytest.raises(ValueError, match="dropout"):
+        nn.mlp_forward(nn.mlp_init(np.random.default_rng(0), [2, 3, 1]), np.ones((1, 2)),
+                       dropout=rate)
+
+
+def test_dropout_needs_rng_only_in_training():
+    with pytest.raises(ValueError, match="rng"):
+        nn.dropout_forward(np.ones(3), 0.5, None, train=True)
+    out, _ = nn.dropout_forward(np.ones(3), 0.5, None, train=False)
+    np.testing.assert_array_equal(out, np.ones(3))
+
+
+@pytest.mark.parametrize("lengths", [[0, 2], [3, 4], [2], [1.0, 2.0], [[1, 2]]])
+def test_gru_rejects_bad_lengths(lengths):
+    params = nn.gru_init(np.random.default_rng(0), 2, 3)
+    with pytest.raises(ValueError, match="lengths"):
+        nn.gru_forward(params, np.zeros((2, 3, 2)), np.array(lengths))
+
+
+def test_other_bad_inputs_name_the_argument():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="activation"):
+        nn.mlp_init(rng, [2, 2], activation="sigmoid")
+    with pytest.raises(ValueError, match="sizes"):
+        nn.mlp_init(rng, [2])
+    with pytest.raises(ValueError, match="x"):
+        nn.gru_forward(nn.gru_init(rng, 2, 3), np.zeros((3, 2)), np.array([1, 1, 1]))
+    with pytest.raises(ValueError, match="sigma"):
+        nn.gaussian_logpdf_forward(np.zeros(2), np.zeros(2), 0.0)
+    for a in (np.array([0, 3]), np.array([-1, 0]), np.array([0.0, 1.0]), np.array([0])):
+        with pytest.raises(ValueError, match="a_int"):
+            nn.categorical_logp_forward(np.zeros((2, 3)), a)
