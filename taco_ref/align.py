@@ -417,6 +417,31 @@ def _viterbi(lat):
     return _positions(path, lat, score), score
 
 
+def _forward_probabilities(lat):
+    """Normalised forward variables alpha_t(l) / sum_l' alpha_t(l'), (B, T, L); 0 in padding."""
+    T, L, B = lat.stay.shape
+    a = _forward(lat).log_alpha[:, 1:]                                       # (T, L, B)
+    with np.errstate(invalid="ignore"):  # rows with every state dead give NaN, zeroed below
+        p = np.exp(a - np.logaddexp.reduce(a, axis=1, keepdims=True))
+    p[~np.isfinite(p)] = 0.0
+    p = np.ascontiguousarray(p.transpose(2, 0, 1))                           # (B, T, L)
+    p[np.arange(T)[None, :] >= lat.traj_len[:, None]] = 0.0
+    return p
+
+
+def forward_probabilities(log_act, log_stop, log_go, traj_len=None, sketch_len=None):
+    """p_t(l) = alpha_t(l) / sum_l' alpha_t(l'): the filtered distribution over sketch steps
+    given the demonstration up to t, eq. (3)-(4) normalised. The paper plots it (its figure 3b)
+    and decodes it by argmax (eq. (21)). Returns (B, T, L), 0 in padding."""
+    return _forward_probabilities(_taco_lattice(log_act, log_stop, log_go, traj_len, sketch_len, None))
+
+
+def ctc_forward_probabilities(log_p, sketch, traj_len=None, sketch_len=None):
+    """Normalised CTC forward variables p_t(l) (B, T, L): the weights of the alpha-weighted
+    CTC-BC (paper appendix C)."""
+    return _forward_probabilities(_ctc_lattice(log_p, sketch, traj_len, sketch_len)[0])
+
+
 def align_forward_argmax(log_act, log_stop, log_go, traj_len=None, sketch_len=None):
     """TACO alignment by the paper's rule: argmax_l of the forward variables, eq. (21).
 

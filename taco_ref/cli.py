@@ -1,0 +1,212 @@
+"""The `taco` command line: collect demonstrations, train, evaluate, align, and the demo.
+
+    taco collect navworld --n 1000 --sketch-len 3 --out data/nav.npz
+    taco train --algo taco --data data/nav.npz --config configs/navworld.yaml --out runs/nav-taco
+    taco evaluate --model runs/nav-taco/model --domain navworld --n-tasks 100
+    taco align --model runs/nav-taco/model --data data/nav-test.npz --plot alignment.png
+    taco demo                                  # the whole journey on a small embedded default
+    taco experiment navworld --sizes 50 400 1000 --seeds 0 1 2 --out results/navworld
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from taco_ref import data, evaluate, experiment, model as model_mod, train
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+
+
+def _progress(label):
+    """A light progress line on stderr: label done/total, elapsed."""
+    t0 = time.time()
+
+    def report(done, total, *_):
+        end = "\n" if done == total else ""
+        print(f"\r{label}: {done}/{total}  {time.time() - t0:5.1f}s", end=end, file=sys.stderr, flush=True)
+    return report
+
+
+def _default_config(domain_name):
+    path = os.path.join(CONFIG_DIR, f"{domain_name}.yaml")
+    return path if os.path.exists(path) else None
+
+
+def cmd_collect(args):
+    mod = experiment.domain(args.domain)
+    demos = mod.collect(args.n, args.sketch_len, seed=args.seed,
+                        **({"dart_sigma": args.dart_sigma} if args.dart_sigma is not None else {}),
+                        progress=_progress(f"collect {args.domain}"))
+    data.save(demos, args.out)
+    print(f"wrote {demos.n} demonstrations to {args.out} (T <= {demos.states.shape[1]}, "
+          f"L = {args.sketch_len}, D = {demos.states.shape[2]})")
+    return 0
+
+
+def cmd_train(args):
+    demos = data.load(args.data)
+    config = args.config or _default_config(demos.meta.get("domain", ""))
+    cfg = train.load_config(config, args.set, algo=args.algo, seed=args.seed)
+    model = train.train(demos, cfg, out_dir=args.out, resume=args.resume, stop_after=args.stop_after)
+    if model is None:
+        print(f"stopped after {args.stop_after} epochs; continue with --resume --out {args.out}")
+        return 0
+    best = min(h["held_out_loss"] for h in model.info["history"] if h["stage"] == "policy")
+    print(f"trained {cfg.algo} on {model.info['train_size']} demonstrations; best held-out loss "
+          f"{best:.4f} per step; model in {os.path.join(args.out, 'model')}")
+    return 0
+
+
+def cmd_evaluate(args):
+    model = model_mod.load(args.model)
+    mod = experiment.domain(args.domain)
+    result = {}
+    if args.n_tasks:
+        rng = np.random.default_rng(args.seed)
+        if args.sketch_len == 4 and hasattr(mod, "zero_shot_sketches"):
+            sketches = mod.zero_shot_sketches(args.n_tasks, rng)
+        else:
+            sketches = mod.sample_sketches(args.n_tasks, args.sketch_len, rng)
+        result.update(evaluate.task_accuracy(model, mod.NavWorld, sketches, seed=args.seed,
+                                             progress=_progress("evaluate")))
+    if args.data:
+        demos = data.load(args.data)
+        result.update({f"align_{k}": v for k, v in evaluate.alignment_accuracy(model, demos).items()})
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+def cmd_align(args):
+    model = model_mod.load(args.model)
+    demos = data.load(args.data)
+    acc = evaluate.alignment_accuracy(model, demos)
+    for name, value in acc.items():
+        print(f"alignment accuracy ({name}): {100 * value:.2f} %")
+    if args.plot:
+        try:
+            from taco_ref import plots
+            plots.alignment(model, demos, args.index, args.plot)
+            print(f"wrote {args.plot}")
+        except ImportError:
+            print("--plot needs matplotlib: pip install 'taco_ref[plot]'", file=sys.stderr)
+            return 1
+    return 0
+
+
+DEMO_CONFIG = dict(epochs=60, patience=8)
+
+
+def cmd_demo(args):
+    cells = [dict(domain="navworld", algo=a, size=args.n, seed=args.seed, train_sketch_len=3,
+                  n_tasks=args.n_tasks, n_align=50,
+                  config=dict(_yaml(_default_config("navworld")), **DEMO_CONFIG))
+             for a in experiment.ALGOS]
+    print(f"Nav-World: {args.n} demonstrations with sketches of length 3; zero-shot evaluation on "
+          f"{args.n_tasks} unseen sketches of length 4; alignment on 50 held-out demonstrations.",
+          file=sys.stderr)
+    results = experiment.run_all(cells, workers=args.workers, progress=_progress("train + evaluate"))
+    print(experiment.table(results))
+    return 0
+
+
+def cmd_experiment(args):
+    base = _yaml(args.config or _default_config(args.domain))
+    cells = [dict(domain=args.domain, algo=a, size=n, seed=s, train_sketch_len=3,
+                  n_tasks=args.n_tasks, n_align=100, config=base)
+             for n in args.sizes for s in args.seeds for a in args.algos]
+    results = experiment.run_all(cells, workers=args.workers, progress=_progress("cells"))
+    experiment.save(results, args.out)
+    print(experiment.table(results))
+    try:
+        experiment.plot(results, os.path.join(args.out, "accuracy.png"))
+    except ImportError:
+        print("(no plot: matplotlib is not installed)", file=sys.stderr)
+    return 0
+
+
+def _yaml(path):
+    if not path:
+        return {}
+    import yaml
+    with open(path, encoding="utf-8") as f:
+        values = yaml.safe_load(f) or {}
+    return values.get("train", values)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="taco", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("collect", help="collect expert demonstrations with DART noise")
+    p.add_argument("domain", choices=["navworld"])
+    p.add_argument("--n", type=int, required=True, help="number of demonstrations")
+    p.add_argument("--sketch-len", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dart-sigma", type=float, default=None, help="DART noise (domain default)")
+    p.add_argument("--out", required=True, help="output .npz")
+    p.set_defaults(func=cmd_collect)
+
+    p = sub.add_parser("train", help="train sub-policies")
+    p.add_argument("--algo", choices=train.ALGOS, default=None)
+    p.add_argument("--data", required=True)
+    p.add_argument("--config", default=None, help="YAML config (default: configs/<domain>.yaml)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value (repeatable), e.g. --set lr=1e-3")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--out", required=True, help="run directory (checkpoint + model/)")
+    p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    p.add_argument("--stop-after", type=int, default=None, metavar="N",
+                   help="return after N epochs, leaving a checkpoint to --resume from")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("evaluate", help="execute sketches; task, sub-task and alignment accuracy")
+    p.add_argument("--model", required=True)
+    p.add_argument("--domain", default="navworld", choices=["navworld"])
+    p.add_argument("--n-tasks", type=int, default=100)
+    p.add_argument("--sketch-len", type=int, default=4, help="4 = zero-shot sketches in Nav-World")
+    p.add_argument("--data", default=None, help="held-out demonstrations for alignment accuracy")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("align", help="alignment accuracy on demonstrations, and a picture")
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--plot", default=None, help="write a PNG of demonstration --index")
+    p.add_argument("--index", type=int, default=0)
+    p.set_defaults(func=cmd_align)
+
+    p = sub.add_parser("demo", help="collect, train TACO and the baselines, print the results table")
+    p.add_argument("--n", type=int, default=200, help="training demonstrations")
+    p.add_argument("--n-tasks", type=int, default=50)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=2)
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("experiment", help="the paper's comparison across dataset sizes and seeds")
+    p.add_argument("domain", choices=["navworld"])
+    p.add_argument("--sizes", type=int, nargs="+", default=[50, 400, 1000])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--algos", nargs="+", default=list(experiment.ALGOS), choices=experiment.ALGOS)
+    p.add_argument("--n-tasks", type=int, default=100)
+    p.add_argument("--config", default=None)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_experiment)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as err:  # bad input: one clear line, no traceback
+        print(f"taco {args.command}: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""Demonstrations: the one on-disk format, its validation, and minibatching.
+
+A demonstration set is a single ``.npz`` file (never a pickle) holding padded arrays plus a
+JSON metadata string; spec/data.md documents it field by field.
+
+Field        | Shape              | Meaning
+states       | (N, T, D) float64  | s_1..s_T, zero beyond traj_len
+actions      | (N, T, A) float64  | a_1..a_T (continuous), or (N, T) int64 (discrete)
+traj_len     | (N,) int64         | T_n in [1, T]
+sketch       | (N, L) int64       | sub-task ids b_1..b_L, -1 beyond sketch_len
+sketch_len   | (N,) int64         | L_n in [1, min(L, T_n)]
+labels       | (N, T) int64       | ground-truth sketch position (0-based) per step, -1 beyond traj_len
+final_state  | (N, D) float64     | the observation after the last action (terminal STOP)
+vocab        | (K,) str           | sub-task names; ids index this list
+meta         | JSON string        | format version, action type, domain, how it was collected
+"""
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+FORMAT_VERSION = 1
+ARRAY_FIELDS = ("states", "actions", "traj_len", "sketch", "sketch_len", "labels", "final_state")
+
+
+class DataError(ValueError):
+    """A demonstration file or array that does not meet the format."""
+
+
+@dataclass
+class Demos:
+    """A padded set of N demonstrations (see the module docstring for every field)."""
+
+    states: np.ndarray
+    actions: np.ndarray
+    traj_len: np.ndarray
+    sketch: np.ndarray
+    sketch_len: np.ndarray
+    labels: np.ndarray
+    final_state: np.ndarray
+    vocab: tuple
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def discrete(self):
+        return self.actions.ndim == 2
+
+    @property
+    def n(self):
+        return self.states.shape[0]
+
+    def subset(self, idx):
+        """The demonstrations idx (an index array), trimmed to their longest T and L."""
+        idx = np.asarray(idx)
+        T = int(self.traj_len[idx].max()) if idx.size else 1
+        L = int(self.sketch_len[idx].max()) if idx.size else 1
+        return Demos(self.states[idx, :T], self.actions[idx, :T], self.traj_len[idx],
+                     self.sketch[idx, :L], self.sketch_len[idx], self.labels[idx, :T],
+                     self.final_state[idx], self.vocab, dict(self.meta))
+
+    def fingerprint(self):
+        """SHA-256 over every array and the vocabulary: identifies the exact data a run used."""
+        h = hashlib.sha256()
+        for name in ARRAY_FIELDS:
+            arr = np.ascontiguousarray(getattr(self, name))
+            h.update(f"{name}{arr.dtype.str}{arr.shape}".encode())
+            h.update(arr.tobytes())
+        h.update(json.dumps(list(self.vocab)).encode())
+        return h.hexdigest()
+
+    def validate(self):
+        """Raise DataError naming the field and what was expected; return self when valid."""
+        validate(self)
+        return self
+
+
+def _fail(name, expected, got):
+    raise DataError(f"{name}: expected {expected}, got {got}")
+
+
+def validate(d):
+    """Check every field of a Demos; the errors name the field and the first bad entry."""
+    for name in ARRAY_FIELDS:
+        if not isinstance(getattr(d, name), np.ndarray):
+            _fail(name, "a numpy array", type(getattr(d, name)).__name__)
+    if d.states.ndim != 3 or d.states.dtype.kind != "f":
+        _fail("states", "a float array of shape (N, T, D)", f"{d.states.dtype} {d.states.shape}")
+    N, T, D = d.states.shape
+    if N < 1 or T < 1 or D < 1:
+        _fail("states", "N, T, D >= 1", d.states.shape)
+    if d.actions.ndim == 3:
+        if d.actions.dtype.kind != "f" or d.actions.shape[:2] != (N, T):
+            _fail("actions", f"a float array of shape (N, T, A) = ({N}, {T}, A)",
+                  f"{d.actions.dtype} {d.actions.shape}")
+    elif d.actions.ndim == 2:
+        if d.actions.dtype.kind not in "iu" or d.actions.shape != (N, T):
+            _fail("actions", f"an integer array of shape (N, T) = ({N}, {T}) for discrete actions",
+                  f"{d.actions.dtype} {d.actions.shape}")
+    else:
+        _fail("actions", "shape (N, T, A) (continuous) or (N, T) (discrete)", d.actions.shape)
+    for name, shape in (("traj_len", (N,)), ("sketch_len", (N,)), ("labels", (N, T))):
+        arr = getattr(d, name)
+        if arr.dtype.kind not in "iu" or arr.shape != shape:
+            _fail(name, f"an integer array of shape {shape}", f"{arr.dtype} {arr.shape}")
+    if d.sketch.dtype.kind not in "iu" or d.sketch.ndim != 2 or d.sketch.shape[0] != N:
+        _fail("sketch", f"an integer array of shape (N, L) with N = {N}", f"{d.sketch.dtype} {d.sketch.shape}")
+    L = d.sketch.shape[1]
+    if d.final_state.shape != (N, D) or d.final_state.dtype.kind != "f":
+        _fail("final_state", f"a float array of shape (N, D) = ({N}, {D})",
+              f"{d.final_state.dtype} {d.final_state.shape}")
+    K = len(d.vocab)
+    if K < 1 or not all(isinstance(v, str) and v for v in d.vocab) or len(set(d.vocab)) != K:
+        _fail("vocab", "a non-empty list of distinct, non-empty sub-task names", list(d.vocab))
+
+    bad = np.nonzero((d.traj_len < 1) | (d.traj_len > T))[0]
+    if bad.size:
+        _fail("traj_len", f"values in [1, {T}]", f"traj_len[{bad[0]}] = {d.traj_len[bad[0]]}")
+    bad = np.nonzero(d.sketch_len < 1)[0]
+    if bad.size:
+        _fail("sketch_len", "at least 1 (an empty sketch has nothing to align)",
+              f"sketch_len[{bad[0]}] = {d.sketch_len[bad[0]]}")
+    bad = np.nonzero(d.sketch_len > L)[0]
+    if bad.size:
+        _fail("sketch_len", f"values <= L = {L}", f"sketch_len[{bad[0]}] = {d.sketch_len[bad[0]]}")
+    bad = np.nonzero(d.sketch_len > d.traj_len)[0]
+    if bad.size:
+        n = bad[0]
+        _fail("sketch_len", "a sketch no longer than its trajectory (L_n <= T_n)",
+              f"demonstration {n}: sketch_len {d.sketch_len[n]} > traj_len {d.traj_len[n]}")
+
+    in_t = np.arange(T)[None, :] < d.traj_len[:, None]                      # (N, T)
+    in_l = np.arange(L)[None, :] < d.sketch_len[:, None]                    # (N, L)
+    ids = np.where(in_l, d.sketch, 0)
+    bad = np.argwhere((ids < 0) | (ids >= K))
+    if bad.size:
+        n, l = bad[0]
+        _fail("sketch", f"sub-task ids in [0, K) = [0, {K}) (K = len(vocab))",
+              f"sketch[{n}, {l}] = {d.sketch[n, l]}")
+    _finite("states", d.states, in_t[:, :, None])
+    _finite("final_state", d.final_state, np.ones((N, 1), bool))
+    if d.discrete:
+        n_actions = d.meta.get("n_actions")
+        if not isinstance(n_actions, int) or n_actions < 1:
+            _fail("meta.n_actions", "a positive integer for discrete actions", n_actions)
+        bad = np.argwhere(in_t & ((d.actions < 0) | (d.actions >= n_actions)))
+        if bad.size:
+            n, t = bad[0]
+            _fail("actions", f"discrete action ids in [0, {n_actions})", f"actions[{n}, {t}] = {d.actions[n, t]}")
+    else:
+        _finite("actions", d.actions, in_t[:, :, None])
+
+    # labels: start at 0, step by 0 or 1, end at L_n - 1 (a monotone path through the sketch)
+    lab = np.where(in_t, d.labels, 0)
+    steps = np.diff(lab, axis=1)
+    step_ok = ~in_t[:, 1:] | ((steps == 0) | (steps == 1))
+    last = d.labels[np.arange(N), d.traj_len - 1]
+    bad = np.nonzero((lab[:, 0] != 0) | ~step_ok.all(axis=1) | (last != d.sketch_len - 1))[0]
+    if bad.size:
+        _fail("labels", "per-step sketch positions that start at 0, rise by 0 or 1 per step and "
+              "end at sketch_len - 1", f"demonstration {bad[0]}: {d.labels[bad[0], :d.traj_len[bad[0]]].tolist()}")
+    version = d.meta.get("format_version", FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        _fail("meta.format_version", FORMAT_VERSION, version)
+
+
+def _finite(name, arr, valid):
+    bad = np.argwhere(~np.isfinite(arr) & valid)
+    if bad.size:
+        idx = tuple(int(i) for i in bad[0])
+        _fail(name, "finite values inside the trajectory", f"{name}{list(idx)} = {arr[idx]}")
+
+
+# ----------------------------------------------------------------------------------------
+# Files
+# ----------------------------------------------------------------------------------------
+
+def atomic_write(path, write):
+    """Call write(file_object) on a temporary file beside path, then rename it over path.
+
+    A crash leaves either the old file or the new one, never a truncated mix.
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save(demos, path):
+    """Validate and write demos to path (.npz), atomically."""
+    demos.validate()
+    meta = dict(demos.meta, format_version=FORMAT_VERSION)
+    arrays = {name: getattr(demos, name) for name in ARRAY_FIELDS}
+    arrays["vocab"] = np.array(demos.vocab, dtype=str)
+    arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
+    atomic_write(path, lambda f: np.savez_compressed(f, **arrays))
+
+
+def load(path):
+    """Read and validate a demonstration file. Never unpickles; errors name the field."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            missing = [k for k in ARRAY_FIELDS + ("vocab", "meta") if k not in z.files]
+            if missing:
+                raise DataError(f"{path}: missing fields {missing}; is this a taco_ref demonstration file?")
+            arrays = {k: z[k] for k in ARRAY_FIELDS}
+            vocab = tuple(str(v) for v in z["vocab"].tolist())
+            meta = json.loads(str(z["meta"]))
+    except DataError:
+        raise
+    except (OSError, ValueError, EOFError, KeyError, json.JSONDecodeError) as err:
+        # ValueError includes numpy's refusal to load object arrays without pickle
+        raise DataError(f"{path}: not a readable taco_ref demonstration file ({err})") from None
+    if not isinstance(meta, dict):
+        raise DataError(f"{path}: meta: expected a JSON object")
+    return Demos(vocab=vocab, meta=meta, **arrays).validate()
+
+
+# ----------------------------------------------------------------------------------------
+# Splits and minibatches
+# ----------------------------------------------------------------------------------------
+
+def split(demos, holdout_fraction, rng):
+    """(train, held_out) by a random permutation; held_out gets round(fraction * N), >= 1 if N > 1."""
+    perm = rng.permutation(demos.n)
+    k = int(round(holdout_fraction * demos.n))
+    if holdout_fraction > 0 and demos.n > 1:
+        k = min(max(k, 1), demos.n - 1)
+    return demos.subset(np.sort(perm[k:])), demos.subset(np.sort(perm[:k]))
+
+
+def minibatches(demos, batch_size, rng):
+    """Yield Demos of at most batch_size demonstrations, in a fresh random order, each padded
+    only to its own longest trajectory and sketch."""
+    perm = rng.permutation(demos.n)
+    for start in range(0, demos.n, batch_size):
+        yield demos.subset(np.sort(perm[start:start + batch_size]))

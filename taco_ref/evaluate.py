@@ -1,0 +1,100 @@
+"""Evaluation: execute sketches with the learned sub-policies; alignment accuracy; spec/evaluation.md.
+
+Execution (paper Sec. 4): the active sub-policy acts until it emits STOP; the next one then
+acts in the same state. A sub-policy acts at least once before it may stop (every sketch step
+covers at least one time step in the data). The episode ends when the last sub-policy stops,
+when the environment reports every sub-task done, or when the step budget runs out.
+
+Metrics (paper Sec. 5): task accuracy = share of sketches whose sub-tasks were all completed,
+in order; sub-task accuracy = completed sub-tasks / attempted; alignment accuracy = share of
+valid time steps of held-out demonstrations whose decoded sketch position equals the ground
+truth, for each decoder (the paper's is the argmax of the forward variables).
+"""
+import numpy as np
+
+from taco_ref import align, objectives, policy
+from taco_ref.objectives import valid_mask
+
+DECODERS = ("forward_argmax", "posterior_argmax", "viterbi")
+
+
+def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5):
+    """Run one sketch (a sequence of sub-task ids) in env; returns a dict with
+    success, progress (sub-tasks the env counted), steps, stop_times (step of each STOP)."""
+    obs = env.reset(sketch, seed=seed)
+    budget = env.budget(len(sketch)) if budget is None else budget
+    active, acted, stop_times, steps = 0, 0, [], 0
+    while steps < budget and not env.done:
+        stop, action = policy.act(model.params, model.policy, sketch[active], obs, stop_threshold)
+        if stop and acted > 0:
+            stop_times.append(steps)
+            active, acted = active + 1, 0
+            if active == len(sketch):
+                break
+            _, action = policy.act(model.params, model.policy, sketch[active], obs, stop_threshold)
+        obs = env.step(action)
+        acted += 1
+        steps += 1
+    return {"success": bool(env.done), "progress": int(env.progress), "steps": steps,
+            "stop_times": stop_times}
+
+
+def task_accuracy(model, make_env, sketches, seed=0, progress=None):
+    """Execute every sketch (one seed each, derived from seed); task and sub-task accuracy."""
+    seeds = np.random.default_rng(seed).integers(0, 2**31, size=len(sketches))
+    done = completed = attempted = 0
+    for i, (sketch, s) in enumerate(zip(sketches, seeds)):
+        out = execute(model, make_env(), list(sketch), int(s))
+        done += out["success"]
+        completed += out["progress"]
+        attempted += len(sketch)
+        if progress:
+            progress(i + 1, len(sketches))
+    return {"task_accuracy": done / len(sketches), "subtask_accuracy": completed / attempted,
+            "n_tasks": len(sketches)}
+
+
+def scores(model, demos):
+    """The model's lattice inputs on demos: log_act, log_stop, log_go (B, T, L)."""
+    out, _ = policy.evaluate(model.params, model.policy, demos.states, demos.actions, demos.sketch,
+                             valid_mask(demos))
+    return out["log_act"], out["log_stop"], out["log_go"]
+
+
+def alignments(model, demos, decoders=DECODERS):
+    """{decoder: (N, T) sketch positions} for demos. TACO and GT-BC models align with the TACO
+    lattice of their sub-policies; CTC-BC models with their CTC classifier (as in the paper)."""
+    lengths = (demos.traj_len, demos.sketch_len)
+    if model.ctc_kind:
+        feats = objectives.ctc_features(model.params, demos, demos.discrete, model.policy.action_dim)
+        log_p, _ = objectives.ctc_log_p(model.params, model.ctc_kind, feats, demos.traj_len)
+        fns = {"forward_argmax": align.ctc_align_forward_argmax,
+               "posterior_argmax": align.ctc_align_posterior_argmax, "viterbi": align.ctc_align_viterbi}
+        return {d: fns[d](log_p, demos.sketch, *lengths) for d in decoders}
+    lattice = scores(model, demos)
+    fns = {"forward_argmax": align.align_forward_argmax,
+           "posterior_argmax": align.align_posterior_argmax, "viterbi": align.align_viterbi}
+    return {d: fns[d](*lattice, *lengths) for d in decoders}
+
+
+def alignment_accuracy(model, demos, decoders=DECODERS, batch_size=128):
+    """{decoder: share of valid steps whose decoded position equals demos.labels}."""
+    hits = dict.fromkeys(decoders, 0)
+    total = 0
+    for start in range(0, demos.n, batch_size):
+        batch = demos.subset(np.arange(start, min(start + batch_size, demos.n)))
+        valid = np.arange(batch.labels.shape[1])[None, :] < batch.traj_len[:, None]
+        for d, path in alignments(model, batch, decoders).items():
+            hits[d] += int(((path == batch.labels) & valid).sum())
+        total += int(valid.sum())
+    return {d: hits[d] / total for d in decoders}
+
+
+def mean_loglik_per_step(model, demos, batch_size=128):
+    """TACO's log p(tau, a | s) per valid step on demos (any model's sub-policies)."""
+    total, steps = 0.0, 0
+    for start in range(0, demos.n, batch_size):
+        batch = demos.subset(np.arange(start, min(start + batch_size, demos.n)))
+        total += align.taco_loglik(*scores(model, batch), batch.traj_len, batch.sketch_len).sum()
+        steps += int(batch.traj_len.sum())
+    return total / steps

@@ -1,0 +1,238 @@
+"""Training objectives: TACO, GT-BC, and the two stages of CTC-BC; spec/objectives.md.
+
+Every objective returns the loss summed over the batch and its gradient with respect to the
+parameters; the trainer divides both by the number of valid time steps in the batch, so losses
+are per-step negative log-likelihoods, comparable across batch sizes and trajectory lengths.
+
+Symbol | Shape     | Meaning
+B, T   |           | batch, padded time
+L      |           | padded sketch length
+K      |           | number of sub-tasks
+"""
+import numpy as np
+
+from taco_ref import align, nn, policy
+
+
+def valid_mask(batch):
+    """(B, T, L) bool: t < T_b and l < L_b."""
+    T, L = batch.states.shape[1], batch.sketch.shape[1]
+    in_t = np.arange(T)[None, :, None] < batch.traj_len[:, None, None]
+    in_l = np.arange(L)[None, None, :] < batch.sketch_len[:, None, None]
+    return in_t & in_l
+
+
+def _final(batch, terminal_stop):
+    """Arguments for the terminal STOP, or Nones when the option is off."""
+    if not terminal_stop:
+        return None, None
+    L = batch.sketch.shape[1]
+    return batch.final_state, np.arange(L)[None, :] < batch.sketch_len[:, None]
+
+
+# ----------------------------------------------------------------------------------------
+# TACO: maximise log p(tau, a | s) (paper eq. 9) through the alignment core.
+# ----------------------------------------------------------------------------------------
+
+def taco(params, cfg, batch, terminal_stop=False, stop_dropout=0.0, rng=None, train=False):
+    """-sum_b log p(tau_b, a_b | s_b) and its gradient; spec/objectives.md eq. (1).
+
+    The alignment core returns d loglik / d (log act, log stop, log go) as posteriors; the
+    policy's backward chains them to the parameters.
+    """
+    final_states, final_mask = _final(batch, terminal_stop)
+    scores, cache = policy.evaluate(params, cfg, batch.states, batch.actions, batch.sketch,
+                                    valid_mask(batch), final_states, final_mask,
+                                    stop_dropout=stop_dropout, rng=rng, train=train)
+    res = align.taco_forward_backward(scores["log_act"], scores["log_stop"], scores["log_go"],
+                                      batch.traj_len, batch.sketch_len,
+                                      scores.get("log_final_stop"))
+    d = {"log_act": -res.d_act, "log_stop": -res.d_stop, "log_go": -res.d_go}
+    if terminal_stop:
+        d["log_final_stop"] = -res.d_final_stop
+    return -res.loglik.sum(), policy.backward(d, cache)
+
+
+# ----------------------------------------------------------------------------------------
+# Behavioural cloning on a given segmentation: GT-BC (ground truth) and CTC-BC (CTC's).
+# ----------------------------------------------------------------------------------------
+
+def path_indicators(labels, traj_len, sketch_len, L, terminal_stop=False):
+    """Which scores a labelled segmentation uses; spec/objectives.md eq. (2).
+
+    labels (B, T) sketch positions per step. At t = 0 the labelled sub-policy acts; at t >= 1
+    it acts, and the transition is a STOP of the previous step's sub-policy when the label
+    changed, a GO of the current one otherwise. For a monotone labelling this is exactly the
+    path's log-probability in the TACO lattice (spec/align.md eq. (2)); a non-monotone one (an
+    argmax alignment may be) is scored by the same rule. Returns float (B, T, L) indicator
+    arrays act, stop, go and (B, L) final.
+    """
+    B, T = labels.shape
+    in_t = np.arange(T)[None, :] < traj_len[:, None]                         # (B, T)
+    b, t = np.nonzero(in_t)
+    act = np.zeros((B, T, L))
+    act[b, t, labels[b, t]] = 1.0
+    stop, go = np.zeros((B, T, L)), np.zeros((B, T, L))
+    b, t = np.nonzero(in_t[:, 1:])
+    t = t + 1
+    prev, cur = labels[b, t - 1], labels[b, t]
+    moved = prev != cur
+    stop[b[moved], t[moved], prev[moved]] = 1.0
+    go[b[~moved], t[~moved], cur[~moved]] = 1.0
+    final = np.zeros((B, L))
+    if terminal_stop:
+        rows = np.arange(B)
+        final[rows, labels[rows, traj_len - 1]] = 1.0
+    return act, stop, go, final
+
+
+def bc(params, cfg, batch, labels, terminal_stop=False, stop_dropout=0.0, rng=None, train=False):
+    """Modular BC on the segmentation `labels` (paper eq. 3, with the STOP action of
+    Sec. 3.2): -sum of the labelled scores, and its gradient. GT-BC passes batch.labels."""
+    L = batch.sketch.shape[1]
+    act, stop, go, final = path_indicators(labels, batch.traj_len, batch.sketch_len, L, terminal_stop)
+    mask = (act + stop + go) > 0
+    final_states, final_mask = (batch.final_state, final > 0) if terminal_stop else (None, None)
+    scores, cache = policy.evaluate(params, cfg, batch.states, batch.actions, batch.sketch, mask,
+                                    final_states, final_mask, stop_dropout=stop_dropout, rng=rng,
+                                    train=train)
+    loglik = (act * scores["log_act"]).sum() + (stop * scores["log_stop"]).sum() \
+        + (go * scores["log_go"]).sum()
+    d = {"log_act": -act, "log_stop": -stop, "log_go": -go}
+    if terminal_stop:
+        loglik += (final * scores["log_final_stop"]).sum()
+        d["log_final_stop"] = -final
+    return -loglik, policy.backward(d, cache)
+
+
+def soft_bc(params, cfg, batch, weights, stop_targets, stop_dropout=0.0, rng=None, train=False):
+    """The alpha-weighted CTC-BC of paper appendix C; spec/objectives.md eq. (4)-(5).
+
+    weights (B, T, L): p_t(l), the normalised CTC forward variables; stop_targets (B, T, L):
+    the target probability that sub-policy l does *not* stop at t. Loss:
+    -sum_{t,l} p_t(l) log pi_l(a_t|s_t) + p_{t-1}(l) [q log pi_l(GO|s_t) + (1 - q) log pi_l(STOP|s_t)]
+    (the STOP term for t >= 1, weighted by the probability that l was active when it decided).
+    """
+    w_stop = np.zeros_like(weights)              # the sub-policy active at t-1 decides at s_t
+    w_stop[:, 1:] = weights[:, :-1]
+    mask = (weights > 0) | (w_stop > 0)
+    scores, cache = policy.evaluate(params, cfg, batch.states, batch.actions, batch.sketch, mask,
+                                    stop_dropout=stop_dropout, rng=rng, train=train)
+    d_act = -weights
+    d_go = -w_stop * stop_targets
+    d_stop = -w_stop * (1.0 - stop_targets)
+    loss = (d_act * scores["log_act"]).sum() + (d_go * scores["log_go"]).sum() \
+        + (d_stop * scores["log_stop"]).sum()
+    return loss, policy.backward({"log_act": d_act, "log_stop": d_stop, "log_go": d_go}, cache)
+
+
+def ctc_soft_targets(weights, sketch_len):
+    """Stop targets of paper appendix C, eq. (ctc_pl_prob_targets), from p_t(l).
+
+    With q_l = pi_l(GO | s_{t+1}): p_{t+1}(1) = p_t(1) q_1 and
+    p_{t+1}(l+1) = p_t(l+1) q_{l+1} + p_t(l) (1 - q_l), solved for q from l = 1 upward. (The
+    appendix prints the l = 1 ratio inverted; this is the solution of its own eq. for p_{t+1}.)
+    Targets are clipped to [0, 1] since normalised forward variables satisfy the relations only
+    approximately. Returns (B, T, L) with the target for the transition into t at index t.
+    """
+    B, T, L = weights.shape
+    q = np.ones((B, T, L))
+    tiny = 1e-12
+    for l in range(L):
+        prev_p, next_p = weights[:, :-1, l], weights[:, 1:, l]
+        if l == 0:
+            target = next_p / np.maximum(prev_p, tiny)
+        else:
+            inflow = weights[:, :-1, l - 1] * (1.0 - q[:, 1:, l - 1])
+            target = (next_p - inflow) / np.maximum(prev_p, tiny)
+        q[:, 1:, l] = np.clip(target, 0.0, 1.0)
+    q[np.arange(L)[None, None, :] >= sketch_len[:, None, None]] = 1.0
+    return q
+
+
+# ----------------------------------------------------------------------------------------
+# CTC-BC stage 1: a classifier p(k | s_t, a_t) trained with the blank-free CTC (Sec. 4.1).
+# ----------------------------------------------------------------------------------------
+
+def ctc_features(params, batch, discrete, n_actions):
+    """concat(normalised s_t, a_t) (B, T, D + A); discrete actions as one-hot."""
+    s = policy.normalise(params, batch.states)
+    if discrete:
+        a = np.eye(n_actions)[batch.actions]
+    else:
+        a = batch.actions
+    return np.concatenate([s, a], axis=-1)
+
+
+def init_ctc_params(rng, kind, input_dim, hidden, n_subtasks):
+    """Classifier parameters under the prefix "ctc.": an MLP (kind "mlp", hidden sizes) or a
+    bidirectional GRU with one hidden size followed by a linear read-out (kind "gru")."""
+    params = {}
+    if kind == "mlp":
+        for i, (W, b) in enumerate(nn.mlp_init(rng, [input_dim] + list(hidden) + [n_subtasks])):
+            params[f"ctc.W{i}"], params[f"ctc.b{i}"] = W, b
+    elif kind == "gru":
+        H = hidden[0]
+        for direction in ("fwd", "bwd"):
+            for name, value in nn.gru_init(rng, input_dim, H).items():
+                params[f"ctc.{direction}.{name}"] = value
+        (W, b), = nn.mlp_init(rng, [2 * H, n_subtasks])
+        params["ctc.out.W"], params["ctc.out.b"] = W, b
+    else:
+        raise ValueError(f"ctc kind must be 'mlp' or 'gru', got {kind!r}")
+    return params
+
+
+def _sub(params, prefix):
+    return {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
+
+
+def ctc_log_p(params, kind, features, traj_len):
+    """Per-step class log-probabilities (B, T, K) and a cache for ctc_backward."""
+    if kind == "mlp":
+        n = sum(1 for k in params if k.startswith("ctc.W"))
+        layers = [(params[f"ctc.W{i}"], params[f"ctc.b{i}"]) for i in range(n)]
+        logits, net_cache = nn.mlp_forward(layers, features, "relu")
+    else:
+        h, gru_cache = nn.bigru_forward(_sub(params, "ctc.fwd."), _sub(params, "ctc.bwd."),
+                                        features, traj_len)
+        logits, out_cache = nn.linear_forward(h, params["ctc.out.W"], params["ctc.out.b"])
+        net_cache = (gru_cache, out_cache)
+    log_p, sm_cache = nn.log_softmax_forward(logits)
+    return log_p, (kind, net_cache, sm_cache)
+
+
+def ctc_backward(d_log_p, cache, params):
+    kind, net_cache, sm_cache = cache
+    d_logits = nn.log_softmax_backward(d_log_p, sm_cache)
+    grads = {}
+    if kind == "mlp":
+        _, layer_grads = nn.mlp_backward(d_logits, net_cache)
+        for i, (dW, db) in enumerate(layer_grads):
+            grads[f"ctc.W{i}"], grads[f"ctc.b{i}"] = dW, db
+    else:
+        gru_cache, out_cache = net_cache
+        d_h, grads["ctc.out.W"], grads["ctc.out.b"] = nn.linear_backward(d_logits, out_cache)
+        _, d_fwd, d_bwd = nn.bigru_backward(d_h, gru_cache)
+        grads.update({f"ctc.fwd.{k}": v for k, v in d_fwd.items()})
+        grads.update({f"ctc.bwd.{k}": v for k, v in d_bwd.items()})
+    return grads
+
+
+def ctc(params, kind, batch, discrete, n_actions):
+    """-sum_b log p(tau_b | rho_b) of the blank-free CTC (paper eq. 4-6) and its gradient."""
+    log_p, cache = ctc_log_p(params, kind, ctc_features(params, batch, discrete, n_actions),
+                             batch.traj_len)
+    res = align.ctc_forward_backward(log_p, batch.sketch, batch.traj_len, batch.sketch_len)
+    return -res.loglik.sum(), ctc_backward(-res.d_log_p, cache, params)
+
+
+def ctc_alignment(params, kind, batch, discrete, n_actions, decoder="forward_argmax"):
+    """CTC-BC's segmentation of a batch: (B, T) sketch positions (paper Sec. 4.1 uses the argmax
+    of the forward variables), and the normalised forward-variable weights p_t(l) (B, T, L)."""
+    log_p, _ = ctc_log_p(params, kind, ctc_features(params, batch, discrete, n_actions), batch.traj_len)
+    args = (log_p, batch.sketch, batch.traj_len, batch.sketch_len)
+    labels = {"forward_argmax": align.ctc_align_forward_argmax,
+              "posterior_argmax": align.ctc_align_posterior_argmax,
+              "viterbi": align.ctc_align_viterbi}[decoder](*args)
+    return labels, align.ctc_forward_probabilities(*args)

@@ -1,0 +1,56 @@
+"""Adam, and the exponentially decaying dropout rate of the STOP nets (paper appendix A)."""
+import numpy as np
+
+
+class Adam:
+    """Adam (Kingma & Ba, 2015) on a dict of float64 arrays, updated in place.
+
+    m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2;
+    p <- p - lr * (m / (1 - b1^n)) / (sqrt(v / (1 - b2^n)) + eps)
+    The state (m, v, step count) round-trips through `state()` / `load_state()` for resuming.
+    """
+
+    def __init__(self, names, shapes, lr, beta1=0.9, beta2=0.999, eps=1e-8):
+        if not lr > 0:
+            raise ValueError(f"lr must be positive, got {lr!r}")
+        self.lr, self.beta1, self.beta2, self.eps = lr, beta1, beta2, eps
+        self.m = {n: np.zeros(s) for n, s in zip(names, shapes)}
+        self.v = {n: np.zeros(s) for n, s in zip(names, shapes)}
+        self.step_count = 0
+
+    def step(self, params, grads):
+        """Descend: params[name] -= update(grads[name]) for every name the optimiser owns."""
+        self.step_count += 1
+        c1 = 1.0 - self.beta1 ** self.step_count
+        c2 = 1.0 - self.beta2 ** self.step_count
+        for name, m in self.m.items():
+            g, v = grads[name], self.v[name]
+            m *= self.beta1
+            m += (1.0 - self.beta1) * g
+            v *= self.beta2
+            v += (1.0 - self.beta2) * g * g
+            params[name] -= self.lr * (m / c1) / (np.sqrt(v / c2) + self.eps)
+
+    def state(self):
+        arrays = {f"adam.m.{n}": a for n, a in self.m.items()}
+        arrays.update({f"adam.v.{n}": a for n, a in self.v.items()})
+        return arrays, {"step_count": self.step_count, "lr": self.lr}
+
+    def load_state(self, arrays, meta):
+        for n in self.m:
+            self.m[n][...] = arrays[f"adam.m.{n}"]
+            self.v[n][...] = arrays[f"adam.v.{n}"]
+        self.step_count = int(meta["step_count"])
+
+
+def dropout_rate(initial, decay, epoch):
+    """Dropout rate at `epoch`: initial * decay**epoch, a probability in [0, 1).
+
+    Paper appendix A: dropout on the STOP nets "greatly improved results", with the rate
+    decreased exponentially toward 0 during training.
+    """
+    if not 0.0 <= initial < 1.0:
+        raise ValueError(f"stop_dropout must lie in [0, 1), got {initial!r}")
+    if not 0.0 <= decay <= 1.0:
+        raise ValueError(f"dropout_decay must lie in [0, 1], got {decay!r}")
+    return initial * decay ** epoch

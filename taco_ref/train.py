@@ -1,0 +1,310 @@
+"""Training: config, minibatch loop, early stopping, checkpoints and resume; spec/training.md.
+
+One loop serves every algorithm. An algorithm is a list of stages, each training one set of
+parameters against one objective with its own Adam and early stopping:
+  taco        stage "policy": TACO's joint likelihood (objectives.taco)
+  gtbc        stage "policy": modular BC on the ground-truth segmentation (objectives.bc)
+  ctcbc-mlp   stage "ctc": the blank-free CTC classifier (MLP), then stage "policy": BC on
+  ctcbc-gru   CTC's argmax alignment (or the alpha-weighted variant); bi-GRU classifier
+Losses are negative log-likelihoods per valid time step: the batch sum divided by the number
+of valid steps in the batch, so the learning rate means the same for any batch and length.
+"""
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields
+
+import numpy as np
+
+from taco_ref import data as data_mod
+from taco_ref import model as model_mod
+from taco_ref import objectives, optim, policy
+
+ALGOS = ("taco", "gtbc", "ctcbc-mlp", "ctcbc-gru")
+
+
+@dataclass
+class TrainConfig:
+    """Every knob of a training run; YAML files under configs/ set them per domain."""
+
+    algo: str = "taco"
+    """taco | gtbc | ctcbc-mlp | ctcbc-gru."""
+    act_hidden: list = field(default_factory=lambda: [100])
+    """Hidden sizes of each action net (paper table 2)."""
+    stop_hidden: list = field(default_factory=lambda: [100])
+    """Hidden sizes of each STOP net."""
+    activation: str = "relu"
+    """Hidden activation of the sub-policy nets: relu or tanh."""
+    sigma: float = 1.0
+    """Gaussian action standard deviation (paper: 1)."""
+    lr: float = 5e-3
+    """Adam learning rate (paper, Nav-World: 5e-3)."""
+    batch_size: int = 10
+    """Demonstrations per minibatch (paper, Nav-World: 10)."""
+    epochs: int = 200
+    """Upper bound on passes over the training set, per stage."""
+    patience: int = 15
+    """Early stopping: stop a stage after this many epochs without a better held-out loss."""
+    holdout_fraction: float = 0.1
+    """Share of the demonstrations held out for early stopping."""
+    seed: int = 0
+    """Seeds the split, the initialisation, the minibatch order and dropout."""
+    stop_dropout: float = 0.0
+    """Initial dropout rate on the hidden layers of the STOP nets (paper appendix A)."""
+    dropout_decay: float = 0.95
+    """The STOP-net dropout rate is stop_dropout * dropout_decay ** epoch."""
+    terminal_stop: bool = False
+    """Train a STOP of the last sub-policy at the final state (spec/align.md eq. (8))."""
+    normalise_states: bool = True
+    """Standardise states with the training set's mean and std (stored in the model)."""
+    ctc_hidden: list = field(default_factory=lambda: [100])
+    """CTC-BC classifier: MLP hidden sizes, or [hidden size] of the bi-GRU."""
+    ctc_lr: float = 5e-3
+    """Adam learning rate of the CTC classifier."""
+    ctc_weighting: str = "argmax"
+    """CTC-BC's use of the alignment: argmax (paper Sec. 4.1) or alpha (appendix C)."""
+    ctc_decoder: str = "forward_argmax"
+    """CTC-BC's argmax alignment: forward_argmax (paper), posterior_argmax or viterbi."""
+
+    def __post_init__(self):
+        if self.algo not in ALGOS:
+            raise ValueError(f"algo must be one of {ALGOS}, got {self.algo!r}")
+        for name in ("batch_size", "epochs", "patience"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if not 0.0 <= self.holdout_fraction < 1.0:
+            raise ValueError(f"holdout_fraction must lie in [0, 1), got {self.holdout_fraction!r}")
+        optim.dropout_rate(self.stop_dropout, self.dropout_decay, 0)  # validates both
+        if self.ctc_weighting not in ("argmax", "alpha"):
+            raise ValueError(f"ctc_weighting must be 'argmax' or 'alpha', got {self.ctc_weighting!r}")
+        if self.ctc_decoder not in ("forward_argmax", "posterior_argmax", "viterbi"):
+            raise ValueError(f"ctc_decoder must be forward_argmax, posterior_argmax or viterbi, "
+                             f"got {self.ctc_decoder!r}")
+
+    @classmethod
+    def from_dict(cls, values):
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown config keys {unknown}; known: {sorted(known)}")
+        return cls(**values)
+
+    @property
+    def ctc_kind(self):
+        return {"ctcbc-mlp": "mlp", "ctcbc-gru": "gru"}.get(self.algo)
+
+
+def parse_override(text):
+    """'key=value' from the command line; value parsed as YAML (numbers, lists, booleans)."""
+    import yaml
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"--set expects key=value, got {text!r}")
+    return key.strip(), yaml.safe_load(value)
+
+
+def load_config(path=None, overrides=(), **defaults):
+    """TrainConfig from an optional YAML file, then keyword defaults, then key=value overrides."""
+    import yaml
+    values = {}
+    if path:
+        with open(path, encoding="utf-8") as f:
+            loaded = yaml.safe_load(f) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: expected a mapping of config keys")
+        values.update(loaded.get("train", loaded))
+    values.update({k: v for k, v in defaults.items() if v is not None})
+    for text in overrides:
+        key, value = parse_override(text)
+        values[key] = value
+    return TrainConfig.from_dict(values)
+
+
+# ----------------------------------------------------------------------------------------
+# Objectives per stage
+# ----------------------------------------------------------------------------------------
+
+class _Job:
+    """The model being trained and the loss of each stage on a batch."""
+
+    def __init__(self, cfg, demos, rng):
+        self.cfg = cfg
+        self.discrete = demos.discrete
+        A = demos.meta["n_actions"] if self.discrete else demos.actions.shape[2]
+        self.policy_cfg = policy.PolicyConfig(
+            state_dim=demos.states.shape[2], n_subtasks=len(demos.vocab), action_dim=int(A),
+            discrete=self.discrete, act_hidden=list(cfg.act_hidden), stop_hidden=list(cfg.stop_hidden),
+            sigma=cfg.sigma, activation=cfg.activation)
+        self.params = policy.init_params(self.policy_cfg, rng)
+        if cfg.normalise_states:
+            mean, std = state_statistics(demos)
+            self.params["norm.mean"], self.params["norm.std"] = mean, std
+        if cfg.ctc_kind:
+            input_dim = demos.states.shape[2] + self.policy_cfg.action_dim
+            self.params.update(objectives.init_ctc_params(rng, cfg.ctc_kind, input_dim,
+                                                          cfg.ctc_hidden, len(demos.vocab)))
+        self.stages = ["ctc", "policy"] if cfg.ctc_kind else ["policy"]
+
+    def names(self, stage):
+        prefix = ("ctc.",) if stage == "ctc" else policy.TRAINABLE_PREFIXES
+        return [k for k in self.params if k.startswith(prefix)]
+
+    def loss(self, stage, batch, rng, epoch, train):
+        """(summed loss, grads) of one batch for one stage."""
+        cfg, p = self.cfg, self.params
+        drop = optim.dropout_rate(cfg.stop_dropout, cfg.dropout_decay, epoch) if train else 0.0
+        if stage == "ctc":
+            return objectives.ctc(p, cfg.ctc_kind, batch, self.discrete, self.policy_cfg.action_dim)
+        common = dict(stop_dropout=drop, rng=rng, train=train)
+        if cfg.algo == "taco":
+            return objectives.taco(p, self.policy_cfg, batch, cfg.terminal_stop, **common)
+        if cfg.algo == "gtbc":
+            return objectives.bc(p, self.policy_cfg, batch, batch.labels, cfg.terminal_stop, **common)
+        labels, weights = objectives.ctc_alignment(p, cfg.ctc_kind, batch, self.discrete,
+                                                   self.policy_cfg.action_dim, cfg.ctc_decoder)
+        if cfg.ctc_weighting == "alpha":
+            targets = objectives.ctc_soft_targets(weights, batch.sketch_len)
+            return objectives.soft_bc(p, self.policy_cfg, batch, weights, targets, **common)
+        return objectives.bc(p, self.policy_cfg, batch, labels, cfg.terminal_stop, **common)
+
+    def model(self, info):
+        return model_mod.Model(self.params, self.policy_cfg, None, self.cfg.algo,
+                               self.cfg.ctc_kind, asdict(self.cfg), info)
+
+
+def state_statistics(demos):
+    """Mean and std (D,) of the states inside the trajectories; std floored at 1e-6."""
+    in_t = np.arange(demos.states.shape[1])[None, :] < demos.traj_len[:, None]
+    s = demos.states[in_t]                                                   # (sum T_n, D)
+    return s.mean(axis=0), np.maximum(s.std(axis=0), 1e-6)
+
+
+def mean_loss(job, stage, demos, batch_size=64):
+    """Per-step loss of a stage over a whole data set (no dropout)."""
+    total, steps = 0.0, 0
+    for start in range(0, demos.n, batch_size):
+        batch = demos.subset(np.arange(start, min(start + batch_size, demos.n)))
+        loss, _ = job.loss(stage, batch, None, 0, train=False)
+        total += loss
+        steps += int(batch.traj_len.sum())
+    return total / steps
+
+
+# ----------------------------------------------------------------------------------------
+# Checkpoints: everything needed to continue a run exactly where it stopped.
+# ----------------------------------------------------------------------------------------
+
+CHECKPOINT, CHECKPOINT_META = "checkpoint.npz", "checkpoint.json"
+
+
+def _save_checkpoint(out_dir, job, state, adam, best):
+    arrays = {f"param.{k}": v for k, v in job.params.items()}
+    arrays.update({f"best.{k}": v for k, v in best.items()})
+    adam_arrays, adam_meta = adam.state()
+    arrays.update(adam_arrays)
+    data_mod.atomic_write(os.path.join(out_dir, CHECKPOINT), lambda f: np.savez(f, **arrays))
+    meta = dict(state, adam=adam_meta, config=asdict(job.cfg))
+    text = json.dumps(meta, indent=1, sort_keys=True).encode()
+    data_mod.atomic_write(os.path.join(out_dir, CHECKPOINT_META), lambda f: f.write(text))
+
+
+def _load_checkpoint(out_dir, job, data_sha256):
+    with open(os.path.join(out_dir, CHECKPOINT_META), encoding="utf-8") as f:
+        meta = json.load(f)
+    if meta.get("data_sha256") != data_sha256:
+        raise ValueError(f"cannot resume: the checkpoint in {out_dir} was made on different data")
+    if meta["config"] != asdict(job.cfg):
+        changed = sorted(k for k in meta["config"] if meta["config"][k] != asdict(job.cfg).get(k))
+        raise ValueError(f"cannot resume: the checkpoint in {out_dir} was made with a different "
+                         f"config (differs in {changed})")
+    with np.load(os.path.join(out_dir, CHECKPOINT), allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    for k in job.params:
+        job.params[k] = arrays[f"param.{k}"]
+    best = {k[len("best."):]: v for k, v in arrays.items() if k.startswith("best.")}
+    return meta, arrays, best
+
+
+# ----------------------------------------------------------------------------------------
+# The loop
+# ----------------------------------------------------------------------------------------
+
+def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True, stop_after=None):
+    """Train on demos (a validated Demos); return the Model (best held-out parameters).
+
+    With out_dir, a checkpoint is written atomically after every epoch and the final model is
+    saved to out_dir/model; resume=True continues from the checkpoint found there (same config
+    and data), so an interrupted run ends exactly as an uninterrupted one would. stop_after=N
+    returns None after N epochs of this call, leaving the checkpoint to resume from.
+    """
+    rng = np.random.default_rng(cfg.seed)
+    train_set, held_out = data_mod.split(demos, cfg.holdout_fraction, rng)
+    if held_out.n == 0:
+        held_out = train_set
+    job = _Job(cfg, train_set, rng)
+    state = {"stage": 0, "epoch": 0, "best_loss": None, "bad_epochs": 0, "history": []}
+    best = {k: v.copy() for k, v in job.params.items()}
+    names = job.names(job.stages[0])
+    adam = optim.Adam(names, [job.params[n].shape for n in names], cfg.lr if job.stages[0] == "policy" else cfg.ctc_lr)
+    if resume:
+        if out_dir is None or not os.path.exists(os.path.join(out_dir, CHECKPOINT_META)):
+            raise FileNotFoundError(f"--resume: no checkpoint in {out_dir}")
+        meta, arrays, best = _load_checkpoint(out_dir, job, demos.fingerprint())
+        state = {k: meta[k] for k in state}
+        stage = job.stages[state["stage"]]
+        names = job.names(stage)
+        adam = optim.Adam(names, [job.params[n].shape for n in names],
+                          cfg.lr if stage == "policy" else cfg.ctc_lr)
+        adam.load_state(arrays, meta["adam"])
+        rng.bit_generator.state = meta["rng"]
+    fingerprint = demos.fingerprint() if out_dir is not None else None
+    t0 = time.time()
+    epochs_this_call = 0
+    while state["stage"] < len(job.stages):
+        if stop_after is not None and epochs_this_call >= stop_after:
+            return None
+        stage = job.stages[state["stage"]]
+        done = state["epoch"] >= cfg.epochs or state["bad_epochs"] >= cfg.patience
+        if not done:
+            epoch_loss, epoch_steps = 0.0, 0
+            for batch in data_mod.minibatches(train_set, cfg.batch_size, rng):
+                steps = int(batch.traj_len.sum())
+                loss, grads = job.loss(stage, batch, rng, state["epoch"], train=True)
+                adam.step(job.params, {n: g / steps for n, g in grads.items()})
+                epoch_loss += loss
+                epoch_steps += steps
+            held = mean_loss(job, stage, held_out)
+            state["epoch"] += 1
+            epochs_this_call += 1
+            improved = state["best_loss"] is None or held < state["best_loss"] - 1e-9
+            if improved:
+                state["best_loss"], state["bad_epochs"] = held, 0
+                best = {k: v.copy() for k, v in job.params.items()}
+            else:
+                state["bad_epochs"] += 1
+            state["history"].append({"stage": stage, "epoch": state["epoch"],
+                                     "train_loss": epoch_loss / epoch_steps, "held_out_loss": held})
+            if progress:
+                print(f"\r[{cfg.algo} {stage}] epoch {state['epoch']:3d}  train {epoch_loss / epoch_steps:8.4f}"
+                      f"  held-out {held:8.4f}  best {state['best_loss']:8.4f}  {time.time() - t0:6.1f}s",
+                      end="", file=log, flush=True)
+        else:
+            # stage finished: keep its best parameters and move on
+            job.params.update({k: v.copy() for k, v in best.items()})
+            state["stage"] += 1
+            state.update(epoch=0, best_loss=None, bad_epochs=0)
+            if state["stage"] < len(job.stages):
+                names = job.names(job.stages[state["stage"]])
+                adam = optim.Adam(names, [job.params[n].shape for n in names], cfg.lr)
+            if progress:
+                print(file=log)
+        if out_dir is not None:
+            _save_checkpoint(out_dir, job, dict(state, rng=rng.bit_generator.state,
+                                                data_sha256=fingerprint), adam, best)
+    model = job.model({"history": state["history"], "train_size": train_set.n,
+                       "held_out_size": held_out.n, "data": demos.meta, "seconds": time.time() - t0})
+    model.vocab = demos.vocab
+    if out_dir is not None:
+        model_mod.save(model, os.path.join(out_dir, "model"))
+    return model
