@@ -18,6 +18,8 @@ import hashlib
 import json
 import os
 import tempfile
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -152,7 +154,7 @@ def validate(d):
     else:
         _finite("actions", d.actions, in_t[:, :, None])
 
-    # labels: start at 0, step by 0 or 1, end at L_n - 1 (a monotone path through the sketch)
+    # labels: start at 0, step by 0 or 1, end at L_n - 1 (a monotone path), spec/data.md eq. (1)
     lab = np.where(in_t, d.labels, 0)
     steps = np.diff(lab, axis=1)
     step_ok = ~in_t[:, 1:] | ((steps == 0) | (steps == 1))
@@ -220,7 +222,7 @@ def load(path):
             meta = json.loads(str(z["meta"]))
     except DataError:
         raise
-    except (OSError, ValueError, EOFError, KeyError, json.JSONDecodeError) as err:
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as err:
         # ValueError includes numpy's refusal to load object arrays without pickle
         raise DataError(f"{path}: not a readable taco_ref demonstration file ({err})") from None
     if not isinstance(meta, dict):

@@ -40,7 +40,8 @@ def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5):
 
 
 def task_accuracy(model, make_env, sketches, seed=0, progress=None):
-    """Execute every sketch (one seed each, derived from seed); task and sub-task accuracy."""
+    """Execute every sketch (one seed each, derived from seed); task and sub-task accuracy,
+    spec/evaluation.md eq. (1)."""
     seeds = np.random.default_rng(seed).integers(0, 2**31, size=len(sketches))
     done = completed = attempted = 0
     for i, (sketch, s) in enumerate(zip(sketches, seeds)):
@@ -78,7 +79,8 @@ def alignments(model, demos, decoders=DECODERS):
 
 
 def alignment_accuracy(model, demos, decoders=DECODERS, batch_size=128):
-    """{decoder: share of valid steps whose decoded position equals demos.labels}."""
+    """{decoder: share of valid steps whose decoded position equals demos.labels};
+    spec/evaluation.md eq. (2)."""
     hits = dict.fromkeys(decoders, 0)
     total = 0
     for start in range(0, demos.n, batch_size):

@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import os
+import zipfile
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -87,7 +88,7 @@ def load(directory):
     try:
         with np.load(io.BytesIO(blob), allow_pickle=False) as z:
             params = {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError) as err:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
         raise ModelError(f"{weights_path}: unreadable weights ({err})") from None
     expected = meta.get("arrays", {})
     if set(params) != set(expected):

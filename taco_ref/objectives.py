@@ -31,7 +31,7 @@ def _final(batch, terminal_stop):
 
 
 # ----------------------------------------------------------------------------------------
-# TACO: maximise log p(tau, a | s) (paper eq. 9) through the alignment core.
+# TACO: maximise log p(tau, a | s) (paper eq. (8)) through the alignment core.
 # ----------------------------------------------------------------------------------------
 
 def taco(params, cfg, batch, terminal_stop=False, stop_dropout=0.0, rng=None, train=False):
@@ -87,8 +87,9 @@ def path_indicators(labels, traj_len, sketch_len, L, terminal_stop=False):
 
 
 def bc(params, cfg, batch, labels, terminal_stop=False, stop_dropout=0.0, rng=None, train=False):
-    """Modular BC on the segmentation `labels` (paper eq. 3, with the STOP action of
-    Sec. 3.2): -sum of the labelled scores, and its gradient. GT-BC passes batch.labels."""
+    """Modular BC on the segmentation `labels`; spec/objectives.md eq. (2) (paper eq. (2), with
+    the STOP action of Sec. 3.2): -sum of the labelled scores, and its gradient. GT-BC passes
+    batch.labels."""
     L = batch.sketch.shape[1]
     act, stop, go, final = path_indicators(labels, batch.traj_len, batch.sketch_len, L, terminal_stop)
     mask = (act + stop + go) > 0
@@ -114,7 +115,7 @@ def soft_bc(params, cfg, batch, weights, stop_targets, stop_dropout=0.0, rng=Non
     (the STOP term for t >= 1, weighted by the probability that l was active when it decided).
     """
     w_stop = np.zeros_like(weights)              # the sub-policy active at t-1 decides at s_t
-    w_stop[:, 1:] = weights[:, :-1]
+    w_stop[:, 1:] = weights[:, :-1] * (np.arange(1, weights.shape[1]) < batch.traj_len[:, None])[..., None]
     mask = (weights > 0) | (w_stop > 0)
     scores, cache = policy.evaluate(params, cfg, batch.states, batch.actions, batch.sketch, mask,
                                     stop_dropout=stop_dropout, rng=rng, train=train)
@@ -127,7 +128,8 @@ def soft_bc(params, cfg, batch, weights, stop_targets, stop_dropout=0.0, rng=Non
 
 
 def ctc_soft_targets(weights, sketch_len):
-    """Stop targets of paper appendix C, eq. (ctc_pl_prob_targets), from p_t(l).
+    """Stop targets of paper appendix C, eq. (ctc_pl_prob_targets), from p_t(l);
+    spec/objectives.md eq. (5).
 
     With q_l = pi_l(GO | s_{t+1}): p_{t+1}(1) = p_t(1) q_1 and
     p_{t+1}(l+1) = p_t(l+1) q_{l+1} + p_t(l) (1 - q_l), solved for q from l = 1 upward. (The
@@ -146,7 +148,7 @@ def ctc_soft_targets(weights, sketch_len):
             inflow = weights[:, :-1, l - 1] * (1.0 - q[:, 1:, l - 1])
             target = (next_p - inflow) / np.maximum(prev_p, tiny)
         q[:, 1:, l] = np.clip(target, 0.0, 1.0)
-    q[np.arange(L)[None, None, :] >= sketch_len[:, None, None]] = 1.0
+    q[np.broadcast_to(np.arange(L)[None, None, :] >= sketch_len[:, None, None], q.shape)] = 1.0
     return q
 
 
@@ -155,13 +157,16 @@ def ctc_soft_targets(weights, sketch_len):
 # ----------------------------------------------------------------------------------------
 
 def ctc_features(params, batch, discrete, n_actions):
-    """concat(normalised s_t, a_t) (B, T, D + A); discrete actions as one-hot."""
+    """concat(normalised s_t, a_t) (B, T, D + A); discrete actions as one-hot; 0 in padding
+    (the classifier runs on every step, so padding must hold finite numbers)."""
     s = policy.normalise(params, batch.states)
     if discrete:
-        a = np.eye(n_actions)[batch.actions]
+        a = np.eye(n_actions)[np.clip(batch.actions, 0, n_actions - 1)]
     else:
         a = batch.actions
-    return np.concatenate([s, a], axis=-1)
+    feats = np.concatenate([s, a], axis=-1)                                  # (B, T, D + A)
+    feats[np.arange(feats.shape[1])[None, :] >= batch.traj_len[:, None]] = 0.0
+    return feats
 
 
 def init_ctc_params(rng, kind, input_dim, hidden, n_subtasks):
@@ -220,7 +225,8 @@ def ctc_backward(d_log_p, cache, params):
 
 
 def ctc(params, kind, batch, discrete, n_actions):
-    """-sum_b log p(tau_b | rho_b) of the blank-free CTC (paper eq. 4-6) and its gradient."""
+    """-sum_b log p(tau_b | rho_b) of the blank-free CTC and its gradient; spec/objectives.md
+    eq. (3) (paper eq. (3)-(7))."""
     log_p, cache = ctc_log_p(params, kind, ctc_features(params, batch, discrete, n_actions),
                              batch.traj_len)
     res = align.ctc_forward_backward(log_p, batch.sketch, batch.traj_len, batch.sketch_len)

@@ -3,7 +3,7 @@ import numpy as np
 
 
 class Adam:
-    """Adam (Kingma & Ba, 2015) on a dict of float64 arrays, updated in place.
+    """Adam (Kingma & Ba, 2015) on a dict of float64 arrays, updated in place; spec/training.md eq. (2).
 
     m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2;
     p <- p - lr * (m / (1 - b1^n)) / (sqrt(v / (1 - b2^n)) + eps)
@@ -44,7 +44,7 @@ class Adam:
 
 
 def dropout_rate(initial, decay, epoch):
-    """Dropout rate at `epoch`: initial * decay**epoch, a probability in [0, 1).
+    """Dropout rate at `epoch`: initial * decay**epoch, a probability in [0, 1); spec/training.md eq. (3).
 
     Paper appendix A: dropout on the STOP nets "greatly improved results", with the rate
     decreased exponentially toward 0 during training.

@@ -120,7 +120,8 @@ def evaluate(params, cfg, states, actions, sketch, mask, final_states=None, fina
     final_mask   | (B, L) bool        | which sketch steps get a terminal STOP score
     returns      | (Scores, cache)    | the cache feeds `backward`
 
-    STOP nets use inverted dropout at rate stop_dropout when train is True (paper appendix A).
+    STOP nets use inverted dropout at rate stop_dropout when train is True (paper appendix A;
+    spec/policy.md eq. (4)).
     """
     B, T, L = mask.shape
     x_all = normalise(params, states)                                        # (B, T, D)
@@ -129,7 +130,7 @@ def evaluate(params, cfg, states, actions, sketch, mask, final_states=None, fina
         out["log_final_stop"] = np.zeros((B, L))
         x_final = normalise(params, final_states)                            # (B, D)
     groups = []
-    for k in np.unique(sketch[mask.any(axis=1)]) if mask.any() else []:
+    for k in np.unique(sketch[mask.any(axis=1) | (final_mask if final_states is not None else False)]):
         b, t, l = np.nonzero(mask & (sketch == k)[:, None, :])               # (n,) each
         x = x_all[b, t]                                                      # (n, D)
         n = x.shape[0]
@@ -158,8 +159,8 @@ def evaluate(params, cfg, states, actions, sketch, mask, final_states=None, fina
 
 
 def backward(grads_in, cache):
-    """Gradients of an objective w.r.t. the trainable parameters, given its gradients w.r.t.
-    the scores: grads_in has "log_act", "log_stop", "log_go" (B, T, L) and optionally
+    """spec/policy.md eq. (5)-(7): gradients of an objective w.r.t. the trainable parameters,
+    given its gradients w.r.t. the scores: grads_in has "log_act", "log_stop", "log_go" (B, T, L) and optionally
     "log_final_stop" (B, L). Returns {name: array} for every trainable parameter.
     """
     groups, cfg, params = cache
@@ -195,7 +196,7 @@ def _accumulate(grads, head, k, layer_grads):
 # ----------------------------------------------------------------------------------------
 
 def act(params, cfg, subtask, state, stop_threshold=0.5):
-    """One control decision of sub-policy `subtask` in `state` (D,).
+    """One control decision of sub-policy `subtask` in `state` (D,); spec/policy.md eq. (8).
 
     Returns (stop, action): stop is True when pi_k(STOP | s) > stop_threshold; action is the
     mean action (continuous) or the most probable action (discrete) — deterministic execution.

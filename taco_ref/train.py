@@ -9,6 +9,8 @@ parameters against one objective with its own Adam and early stopping:
 Losses are negative log-likelihoods per valid time step: the batch sum divided by the number
 of valid steps in the batch, so the learning rate means the same for any batch and length.
 """
+import hashlib
+import io
 import json
 import os
 import sys
@@ -39,9 +41,9 @@ class TrainConfig:
     sigma: float = 1.0
     """Gaussian action standard deviation (paper: 1)."""
     lr: float = 5e-3
-    """Adam learning rate (paper, Nav-World: 5e-3)."""
+    """Adam learning rate (Nav-World: 5e-3, the original code's setting; the paper gives none)."""
     batch_size: int = 10
-    """Demonstrations per minibatch (paper, Nav-World: 10)."""
+    """Demonstrations per minibatch (Nav-World: 10, likewise)."""
     epochs: int = 200
     """Upper bound on passes over the training set, per stage."""
     patience: int = 15
@@ -174,14 +176,15 @@ class _Job:
 
 
 def state_statistics(demos):
-    """Mean and std (D,) of the states inside the trajectories; std floored at 1e-6."""
+    """Mean and std (D,) of the states inside the trajectories, std floored at 1e-6;
+    spec/training.md eq. (1)."""
     in_t = np.arange(demos.states.shape[1])[None, :] < demos.traj_len[:, None]
     s = demos.states[in_t]                                                   # (sum T_n, D)
     return s.mean(axis=0), np.maximum(s.std(axis=0), 1e-6)
 
 
 def mean_loss(job, stage, demos, batch_size=64):
-    """Per-step loss of a stage over a whole data set (no dropout)."""
+    """Per-step loss of a stage over a whole data set (no dropout); spec/training.md eq. (4)."""
     total, steps = 0.0, 0
     for start in range(0, demos.n, batch_size):
         batch = demos.subset(np.arange(start, min(start + batch_size, demos.n)))
@@ -195,16 +198,23 @@ def mean_loss(job, stage, demos, batch_size=64):
 # Checkpoints: everything needed to continue a run exactly where it stopped.
 # ----------------------------------------------------------------------------------------
 
-CHECKPOINT, CHECKPOINT_META = "checkpoint.npz", "checkpoint.json"
+CHECKPOINT_META = "checkpoint.json"
 
 
 def _save_checkpoint(out_dir, job, state, adam, best):
+    """Arrays go to one of two files in turn, then the JSON (the commit point) names that file
+    and its SHA-256: a crash at any moment leaves the previous checkpoint intact and usable."""
     arrays = {f"param.{k}": v for k, v in job.params.items()}
     arrays.update({f"best.{k}": v for k, v in best.items()})
     adam_arrays, adam_meta = adam.state()
     arrays.update(adam_arrays)
-    data_mod.atomic_write(os.path.join(out_dir, CHECKPOINT), lambda f: np.savez(f, **arrays))
-    meta = dict(state, adam=adam_meta, config=asdict(job.cfg))
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    blob = buf.getvalue()
+    name = f"checkpoint-{state['saves'] % 2}.npz"
+    data_mod.atomic_write(os.path.join(out_dir, name), lambda f: f.write(blob))
+    meta = dict(state, adam=adam_meta, config=asdict(job.cfg), arrays_file=name,
+                arrays_sha256=hashlib.sha256(blob).hexdigest())
     text = json.dumps(meta, indent=1, sort_keys=True).encode()
     data_mod.atomic_write(os.path.join(out_dir, CHECKPOINT_META), lambda f: f.write(text))
 
@@ -218,7 +228,11 @@ def _load_checkpoint(out_dir, job, data_sha256):
         changed = sorted(k for k in meta["config"] if meta["config"][k] != asdict(job.cfg).get(k))
         raise ValueError(f"cannot resume: the checkpoint in {out_dir} was made with a different "
                          f"config (differs in {changed})")
-    with np.load(os.path.join(out_dir, CHECKPOINT), allow_pickle=False) as z:
+    with open(os.path.join(out_dir, os.path.basename(meta["arrays_file"])), "rb") as f:
+        blob = f.read()
+    if hashlib.sha256(blob).hexdigest() != meta["arrays_sha256"]:
+        raise ValueError(f"cannot resume: {meta['arrays_file']} in {out_dir} does not match its checkpoint.json")
+    with np.load(io.BytesIO(blob), allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     for k in job.params:
         job.params[k] = arrays[f"param.{k}"]
@@ -243,7 +257,7 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
     if held_out.n == 0:
         held_out = train_set
     job = _Job(cfg, train_set, rng)
-    state = {"stage": 0, "epoch": 0, "best_loss": None, "bad_epochs": 0, "history": []}
+    state = {"stage": 0, "epoch": 0, "best_loss": None, "bad_epochs": 0, "history": [], "saves": 0}
     best = {k: v.copy() for k, v in job.params.items()}
     names = job.names(job.stages[0])
     adam = optim.Adam(names, [job.params[n].shape for n in names], cfg.lr if job.stages[0] == "policy" else cfg.ctc_lr)
@@ -252,11 +266,12 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
             raise FileNotFoundError(f"--resume: no checkpoint in {out_dir}")
         meta, arrays, best = _load_checkpoint(out_dir, job, demos.fingerprint())
         state = {k: meta[k] for k in state}
-        stage = job.stages[state["stage"]]
-        names = job.names(stage)
-        adam = optim.Adam(names, [job.params[n].shape for n in names],
-                          cfg.lr if stage == "policy" else cfg.ctc_lr)
-        adam.load_state(arrays, meta["adam"])
+        if state["stage"] < len(job.stages):  # else the run had finished: nothing to continue
+            stage = job.stages[state["stage"]]
+            names = job.names(stage)
+            adam = optim.Adam(names, [job.params[n].shape for n in names],
+                              cfg.lr if stage == "policy" else cfg.ctc_lr)
+            adam.load_state(arrays, meta["adam"])
         rng.bit_generator.state = meta["rng"]
     fingerprint = demos.fingerprint() if out_dir is not None else None
     t0 = time.time()
@@ -277,6 +292,7 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
             held = mean_loss(job, stage, held_out)
             state["epoch"] += 1
             epochs_this_call += 1
+            # early stopping, spec/training.md eq. (5)
             improved = state["best_loss"] is None or held < state["best_loss"] - 1e-9
             if improved:
                 state["best_loss"], state["bad_epochs"] = held, 0
@@ -300,6 +316,7 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
             if progress:
                 print(file=log)
         if out_dir is not None:
+            state["saves"] += 1
             _save_checkpoint(out_dir, job, dict(state, rng=rng.bit_generator.state,
                                                 data_sha256=fingerprint), adam, best)
     model = job.model({"history": state["history"], "train_size": train_set.n,
