@@ -48,11 +48,12 @@ class PolicyConfig:
 
     def __post_init__(self):
         for name in ("state_dim", "n_subtasks", "action_dim"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         for name in ("act_hidden", "stop_hidden"):
             sizes = list(getattr(self, name))
-            if not all(isinstance(h, int) and h >= 1 for h in sizes):
+            if not all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in sizes):
                 raise ValueError(f"{name} must be a list of positive integers, got {sizes!r}")
             setattr(self, name, sizes)
         if not self.sigma > 0:

@@ -70,10 +70,23 @@ class TrainConfig:
     """CTC-BC's argmax alignment: forward_argmax (paper), posterior_argmax or viterbi."""
 
     def __post_init__(self):
+        for f in fields(self):  # numbers from YAML or --set: 1e-3 arrives as a string, 5 as an int
+            value = getattr(self, f.name)
+            if f.type in (float, "float"):
+                try:
+                    if isinstance(value, bool):
+                        raise TypeError
+                    setattr(self, f.name, float(value))
+                except (TypeError, ValueError):
+                    raise ValueError(f"{f.name} must be a number, got {value!r}") from None
+            elif f.type in (int, "int") and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(f"{f.name} must be an integer, got {value!r}")
+            elif f.type in (bool, "bool") and not isinstance(value, bool):
+                raise ValueError(f"{f.name} must be true or false, got {value!r}")
         if self.algo not in ALGOS:
             raise ValueError(f"algo must be one of {ALGOS}, got {self.algo!r}")
         for name in ("batch_size", "epochs", "patience"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+            if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         if not 0.0 <= self.holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must lie in [0, 1), got {self.holdout_fraction!r}")

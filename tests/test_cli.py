@@ -1,0 +1,164 @@
+"""Smoke tests of the `taco` command line (taco_ref/cli.py), run in a temporary directory.
+
+(c) of STYLE.md's three layers: the journey collect -> train -> evaluate -> align through
+cli.main, interrupted training continued with --resume ending where an uninterrupted run ends,
+bad input answered with exit code 2 and one line on stderr (no traceback), and the installed
+console script.
+"""
+import importlib.util
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from taco_ref import cli, data, model as model_mod
+
+SMALL = ["--set", "epochs=2", "--set", "act_hidden=[8]", "--set", "stop_hidden=[8]",
+         "--set", "ctc_hidden=[8]", "--set", "patience=100"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """Training and test demonstrations written by `taco collect`."""
+    d = tmp_path_factory.mktemp("cli")
+    for name, n, seed in (("nav.npz", 30, 1), ("test.npz", 8, 2)):
+        assert cli.main(["collect", "navworld", "--n", str(n), "--sketch-len", "2", "--seed",
+                         str(seed), "--out", str(d / name)]) == 0
+    return d
+
+
+@pytest.fixture(scope="module")
+def trained(files):
+    """A TACO run directory made by `taco train`."""
+    assert cli.main(["train", "--data", str(files / "nav.npz"), "--out", str(files / "run"),
+                     "--seed", "0"] + SMALL) == 0
+    return files / "run"
+
+
+def one_line_error(capsys, command):
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"taco {command}: "), err
+    assert "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+def test_collect_writes_a_valid_demonstration_file(files, capsys):
+    demos = data.load(files / "nav.npz")
+    assert demos.n == 30 and demos.meta["domain"] == "navworld" and demos.meta["seed"] == 1
+    assert (demos.sketch_len == 2).all()
+    assert cli.main(["collect", "navworld", "--n", "3", "--out", str(files / "three.npz")]) == 0
+    assert "wrote 3 demonstrations" in capsys.readouterr().out
+
+
+def test_train_writes_a_loadable_model(trained, capsys):
+    model = model_mod.load(trained / "model")
+    assert model.algo == "taco" and model.policy.act_hidden == [8]
+    assert len([h for h in model.info["history"] if h["stage"] == "policy"]) == 2
+    assert model.config["epochs"] == 2
+
+
+def test_train_gtbc_and_ctcbc(files, capsys):
+    for algo in ("gtbc", "ctcbc-mlp"):
+        out = files / f"run-{algo}"
+        assert cli.main(["train", "--algo", algo, "--data", str(files / "nav.npz"), "--out", str(out)]
+                        + SMALL) == 0
+        assert f"trained {algo}" in capsys.readouterr().out
+        assert model_mod.load(out / "model").algo == algo
+
+
+def test_evaluate_prints_task_and_alignment_accuracy(trained, files, capsys):
+    assert cli.main(["evaluate", "--model", str(trained / "model"), "--n-tasks", "2",
+                     "--data", str(files / "test.npz")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["n_tasks"] == 2
+    for key in ("task_accuracy", "subtask_accuracy", "align_forward_argmax", "align_posterior_argmax",
+                "align_viterbi"):
+        assert 0.0 <= result[key] <= 1.0, key
+
+
+def test_align_prints_accuracies(trained, files, capsys):
+    assert cli.main(["align", "--model", str(trained / "model"), "--data", str(files / "test.npz")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(")")[0] for line in lines] == [
+        "alignment accuracy (forward_argmax", "alignment accuracy (posterior_argmax",
+        "alignment accuracy (viterbi"]
+
+
+def test_align_plot(trained, files, capsys):
+    png = files / "alignment.png"
+    code = cli.main(["align", "--model", str(trained / "model"), "--data", str(files / "test.npz"),
+                     "--plot", str(png)])
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert code == 0 and png.exists() and png.stat().st_size > 0
+    else:
+        assert code == 1
+        assert "--plot needs matplotlib" in capsys.readouterr().err
+        assert not png.exists()
+
+
+def test_train_stop_after_then_resume_matches_an_uninterrupted_run(files, capsys):
+    args = ["train", "--data", str(files / "nav.npz"), "--seed", "3"] + SMALL + ["--set", "epochs=3"]
+    assert cli.main(args + ["--out", str(files / "whole")]) == 0
+    part = str(files / "part")
+    assert cli.main(args + ["--out", part, "--stop-after", "1"]) == 0
+    assert f"continue with --resume --out {part}" in capsys.readouterr().out
+    assert not (files / "part" / "model").exists()
+    assert cli.main(args + ["--out", part, "--resume"]) == 0
+    whole, resumed = model_mod.load(files / "whole" / "model"), model_mod.load(files / "part" / "model")
+    for name in whole.params:
+        np.testing.assert_array_equal(resumed.params[name], whole.params[name], err_msg=name)
+
+
+# ----------------------------------------------------------------------------------------------
+# Bad input: exit code 2, one line on stderr
+# ----------------------------------------------------------------------------------------------
+
+def test_nonexistent_data_file(tmp_path, capsys):
+    assert cli.main(["train", "--data", str(tmp_path / "missing.npz"), "--out", str(tmp_path / "r")]) == 2
+    assert "missing.npz" in one_line_error(capsys, "train")
+
+
+def test_bad_set_key(files, tmp_path, capsys):
+    assert cli.main(["train", "--data", str(files / "nav.npz"), "--out", str(tmp_path / "r"),
+                     "--set", "colour=red"]) == 2
+    assert "unknown config keys ['colour']" in one_line_error(capsys, "train")
+
+
+def test_bad_set_value(files, tmp_path, capsys):
+    assert cli.main(["train", "--data", str(files / "nav.npz"), "--out", str(tmp_path / "r"),
+                     "--set", "stop_dropout=1.0"]) == 2
+    assert "stop_dropout must lie in [0, 1)" in one_line_error(capsys, "train")
+
+
+@pytest.mark.parametrize("corruption", ["truncated", "text"])
+def test_corrupt_data_file(files, tmp_path, capsys, corruption):
+    bad = tmp_path / "bad.npz"
+    if corruption == "truncated":
+        blob = (files / "nav.npz").read_bytes()
+        bad.write_bytes(blob[: len(blob) // 2])
+    else:
+        bad.write_text("this is not a demonstration file\n")
+    assert cli.main(["train", "--data", str(bad), "--out", str(tmp_path / "r")]) == 2
+    assert "not a readable taco_ref demonstration file" in one_line_error(capsys, "train")
+
+
+def test_resume_without_checkpoint(files, tmp_path, capsys):
+    assert cli.main(["train", "--data", str(files / "nav.npz"), "--out", str(tmp_path / "empty"),
+                     "--resume"] + SMALL) == 2
+    assert "no checkpoint" in one_line_error(capsys, "train")
+
+
+def test_evaluate_a_directory_that_is_not_a_model(tmp_path, capsys):
+    assert cli.main(["evaluate", "--model", str(tmp_path), "--n-tasks", "1"]) == 2
+    assert "not a taco_ref model directory" in one_line_error(capsys, "evaluate")
+
+
+def test_console_script_is_installed():
+    exe = shutil.which("taco")
+    assert exe is not None, "the `taco` console script is not on PATH (pip install -e .)"
+    res = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    for command in ("collect", "train", "evaluate", "align", "demo", "experiment"):
+        assert command in res.stdout

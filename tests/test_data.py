@@ -1,0 +1,434 @@
+"""Tests for taco_ref/data.py (format: spec/data.md).
+
+Layered as STYLE.md "Tests in three layers", plus bad input:
+(a) save/load round trips exactly (arrays with dtypes, vocabulary, metadata), continuous,
+    discrete and collected Nav-World data;
+(b) hypothesis properties: split and minibatches cover every demonstration exactly once, trim
+    each part to its own longest trajectory and sketch, and are deterministic for a seed; the
+    fingerprint changes when any array entry (padding included) or the vocabulary changes;
+(c) atomic_write keeps the old file when the writer fails midway and leaves no temporary file;
+(d) validation: one test per rule, each matching the field name the message starts with; load
+    refuses files that are not demonstration files with DataError, and never unpickles.
+
+Symbols: N demonstrations, T time, L sketch length, K sub-tasks, D state dim, A action dim.
+"""
+import dataclasses
+import os
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, note
+from hypothesis import strategies as st
+
+from taco_ref import data
+from taco_ref.data import DataError
+
+seeds = st.integers(0, 2 ** 32 - 1)
+
+
+def make_demos(seed=0, N=4, T=7, L=3, K=3, D=2, A=2, discrete=False):
+    """A valid Demos with ragged lengths: row n has T_n >= L_n, monotone labels, zero padding
+    (row 0 is full: T_0 = T, L_0 = L), and states[n, 0, 0] = n so that every demonstration can
+    be recognised after reordering."""
+    rng = np.random.default_rng(seed)
+    traj_len = rng.integers(L, T + 1, size=N)
+    traj_len[0] = T
+    sketch_len = np.array([rng.integers(1, L + 1) for _ in range(N)])
+    sketch_len[0] = sketch_len[-1] = L
+    states = np.zeros((N, T, D))
+    actions = np.zeros((N, T), np.int64) if discrete else np.zeros((N, T, A))
+    sketch = np.full((N, L), -1, np.int64)
+    labels = np.full((N, T), -1, np.int64)
+    for n in range(N):
+        T_n, L_n = traj_len[n], sketch_len[n]
+        states[n, :T_n] = rng.normal(size=(T_n, D))
+        actions[n, :T_n] = rng.integers(0, A, size=T_n) if discrete else rng.normal(size=(T_n, A))
+        sketch[n, :L_n] = rng.integers(0, K, size=L_n)
+        moves = np.zeros(T_n, np.int64)
+        moves[np.sort(rng.choice(np.arange(1, T_n), size=L_n - 1, replace=False))] = 1
+        labels[n, :T_n] = np.cumsum(moves)
+    states[:, 0, 0] = np.arange(N)
+    meta = {"domain": "test", "n_actions": A} if discrete else {"domain": "test"}
+    return data.Demos(states, actions, traj_len.astype(np.int64), sketch, sketch_len.astype(np.int64),
+                      labels, rng.normal(size=(N, D)), tuple(f"sub{k}" for k in range(K)), meta).validate()
+
+
+def ids(demos):
+    """The identifying number of every demonstration in demos (states[n, 0, 0])."""
+    return [int(v) for v in demos.states[:, 0, 0]]
+
+
+def assert_same_demos(a, b):
+    for name in data.ARRAY_FIELDS:
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and x.shape == y.shape, name
+        np.testing.assert_array_equal(x, y, err_msg=name)
+    assert a.vocab == b.vocab
+
+
+# ----------------------------------------------------------------------------------------------
+# (a) Round trips
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_save_load_round_trip_is_exact(tmp_path, discrete):
+    demos = make_demos(discrete=discrete)
+    demos.meta["note"] = {"nested": [1, 2.5, "x"]}
+    path = tmp_path / "demos.npz"
+    data.save(demos, path)
+    loaded = data.load(path)
+    assert_same_demos(demos, loaded)
+    assert isinstance(loaded.vocab, tuple) and all(type(v) is str for v in loaded.vocab)
+    assert loaded.meta == dict(demos.meta, format_version=data.FORMAT_VERSION)
+    assert loaded.discrete == discrete
+    assert loaded.fingerprint() == demos.fingerprint()
+    assert sorted(os.listdir(tmp_path)) == ["demos.npz"]          # no temporary file left
+
+
+def test_navworld_demos_round_trip(tmp_path):
+    from taco_sim import navworld
+    demos = navworld.collect(6, 2, seed=3)
+    data.save(demos, tmp_path / "nav.npz")
+    loaded = data.load(tmp_path / "nav.npz")
+    assert_same_demos(demos, loaded)
+    assert loaded.meta["domain"] == "navworld" and loaded.meta["seed"] == 3
+
+
+def test_save_overwrites_and_refuses_invalid_demos(tmp_path):
+    path = tmp_path / "d.npz"
+    data.save(make_demos(seed=1), path)
+    data.save(make_demos(seed=2), path)
+    assert_same_demos(data.load(path), make_demos(seed=2))
+    bad = dataclasses.replace(make_demos(seed=3), sketch_len=np.zeros(4, np.int64))
+    with pytest.raises(DataError, match="^sketch_len"):
+        data.save(bad, path)
+    assert_same_demos(data.load(path), make_demos(seed=2))       # the old file is untouched
+
+
+# ----------------------------------------------------------------------------------------------
+# (d) Validation: one rule per test, the message starts with the field name
+# ----------------------------------------------------------------------------------------------
+
+def invalid(field_name, **changes):
+    """Assert that make_demos() with `changes` fails validation naming field_name."""
+    demos = dataclasses.replace(make_demos(discrete=changes.pop("discrete", False)), **changes)
+    with pytest.raises(DataError, match=f"^{field_name}: "):
+        demos.validate()
+
+
+def test_actions_with_a_different_time_axis_are_rejected():
+    d = make_demos()
+    invalid("actions", actions=np.zeros((d.n, d.states.shape[1] + 1, 2)))
+
+
+def test_actions_with_a_different_number_of_demonstrations_are_rejected():
+    d = make_demos()
+    invalid("actions", actions=d.actions[:-1])
+
+
+def test_labels_with_the_wrong_shape_are_rejected():
+    d = make_demos()
+    invalid("labels", labels=d.labels[:, :-1])
+
+
+def test_nan_state_inside_a_trajectory_is_rejected():
+    d = make_demos()
+    states = d.states.copy()
+    states[1, d.traj_len[1] - 1, 0] = np.nan
+    invalid("states", states=states)
+
+
+def test_nan_action_inside_a_trajectory_is_rejected():
+    d = make_demos()
+    actions = d.actions.copy()
+    actions[2, 0, 1] = np.nan
+    invalid("actions", actions=actions)
+
+
+def test_nan_in_padding_is_accepted():
+    d = make_demos()
+    assert (d.traj_len < d.states.shape[1]).any()
+    states, actions = d.states.copy(), d.actions.copy()
+    pad = np.arange(d.states.shape[1])[None, :] >= d.traj_len[:, None]
+    states[pad], actions[pad] = np.nan, np.nan
+    dataclasses.replace(d, states=states, actions=actions).validate()
+
+
+def test_empty_sketch_is_rejected():
+    d = make_demos()
+    sketch_len = d.sketch_len.copy()
+    sketch_len[1] = 0
+    invalid("sketch_len", sketch_len=sketch_len)
+
+
+def test_sketch_longer_than_its_trajectory_is_rejected():
+    d = make_demos(T=6, L=4)
+    traj_len, sketch_len = d.traj_len.copy(), d.sketch_len.copy()
+    traj_len[2], sketch_len[2] = 3, 4
+    labels = d.labels.copy()
+    labels[2] = [0, 1, 2, -1, -1, -1]
+    demos = dataclasses.replace(d, traj_len=traj_len, sketch_len=sketch_len, labels=labels)
+    with pytest.raises(DataError, match=r"^sketch_len: .*no longer than its trajectory.*demonstration 2"):
+        demos.validate()
+
+
+def test_unknown_subtask_id_is_rejected():
+    d = make_demos(K=3)
+    for bad in (3, -1):
+        sketch = d.sketch.copy()
+        sketch[0, 0] = bad
+        invalid("sketch", sketch=sketch)
+
+
+def test_subtask_ids_in_sketch_padding_are_not_checked():
+    d = make_demos()
+    sketch = d.sketch.copy()
+    sketch[np.arange(sketch.shape[1])[None, :] >= d.sketch_len[:, None]] = 99
+    dataclasses.replace(d, sketch=sketch).validate()
+
+
+@pytest.mark.parametrize("rule, bad", [
+    ("not starting at 0", [1, 1, 1, 1, 2, 2, 2]),
+    ("jumping by 2", [0, 0, 2, 2, 2, 2, 2]),
+    ("not ending at L - 1", [0, 0, 1, 1, 1, 1, 1]),
+    ("going back", [0, 1, 0, 1, 2, 2, 2]),
+])
+def test_bad_labels_are_rejected(rule, bad):
+    d = make_demos(T=7, L=3)                              # row 0: seven steps, three sketch steps
+    labels = d.labels.copy()
+    labels[0] = [0, 0, 1, 1, 2, 2, 2]
+    dataclasses.replace(d, labels=labels.copy()).validate()   # the starting point is valid
+    labels[0] = bad
+    with pytest.raises(DataError, match="^labels: .*" + re.escape(f"demonstration 0: {bad}")):
+        dataclasses.replace(d, labels=labels).validate()
+
+
+def test_discrete_action_out_of_range_is_rejected():
+    d = make_demos(discrete=True, A=3)
+    for bad in (3, -1):
+        actions = d.actions.copy()
+        actions[1, 0] = bad
+        invalid("actions", actions=actions, discrete=True)
+
+
+def test_discrete_actions_need_n_actions_in_meta():
+    d = make_demos(discrete=True)
+    with pytest.raises(DataError, match="^meta.n_actions: "):
+        dataclasses.replace(d, meta={"domain": "test"}).validate()
+
+
+def test_traj_len_out_of_range_is_rejected():
+    d = make_demos()
+    traj_len = d.traj_len.copy()
+    traj_len[0] = d.states.shape[1] + 1
+    invalid("traj_len", traj_len=traj_len)
+
+
+def test_wrong_format_version_is_rejected():
+    invalid("meta.format_version", meta={"format_version": data.FORMAT_VERSION + 1})
+
+
+def test_duplicate_vocab_names_are_rejected():
+    invalid("vocab", vocab=("a", "b", "a"))
+
+
+# ----------------------------------------------------------------------------------------------
+# (d) load refuses what is not a demonstration file
+# ----------------------------------------------------------------------------------------------
+
+def test_load_rejects_a_file_missing_fields(tmp_path):
+    d = make_demos()
+    np.savez(tmp_path / "partial.npz", states=d.states, actions=d.actions)
+    with pytest.raises(DataError, match=r"missing fields .*traj_len"):
+        data.load(tmp_path / "partial.npz")
+
+
+def test_load_rejects_a_truncated_file(tmp_path):
+    path = tmp_path / "d.npz"
+    data.save(make_demos(), path)
+    blob = path.read_bytes()
+    path.write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(DataError, match="not a readable taco_ref demonstration file"):
+        data.load(path)
+
+
+def test_load_rejects_a_corrupted_file(tmp_path):
+    path = tmp_path / "d.npz"
+    data.save(make_demos(), path)
+    blob = bytearray(path.read_bytes())
+    blob[200:250] = bytes(50)                             # inside the compressed states
+    path.write_bytes(bytes(blob))
+    with pytest.raises(DataError, match="not a readable taco_ref demonstration file"):
+        data.load(path)
+
+
+def test_load_rejects_a_file_that_is_not_npz(tmp_path):
+    path = tmp_path / "notes.npz"
+    path.write_text("states,actions\n1,2\n")
+    with pytest.raises(DataError, match="not a readable taco_ref demonstration file"):
+        data.load(path)
+
+
+def test_load_rejects_a_missing_file(tmp_path):
+    with pytest.raises(DataError, match="not a readable"):
+        data.load(tmp_path / "nope.npz")
+
+
+class Hostile:
+    """Unpickling this object creates the directory `marker`: proof that a pickle was run."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.mkdir, (self.marker,)
+
+
+def test_load_never_unpickles_an_object_array(tmp_path):
+    marker = str(tmp_path / "pwned")
+    d = make_demos()
+    arrays = {name: getattr(d, name) for name in data.ARRAY_FIELDS}
+    arrays["states"] = np.array([Hostile(marker)], dtype=object)
+    arrays["vocab"] = np.array(d.vocab)
+    arrays["meta"] = np.array('{"format_version": 1}')
+    path = tmp_path / "hostile.npz"
+    np.savez(path, **arrays)                              # pickles the object array
+    with pytest.raises(DataError, match="not a readable"):
+        data.load(path)
+    assert not os.path.exists(marker), "data.load ran a pickle"
+    # the file really is hostile: unpickling it would have run os.mkdir
+    with np.load(path, allow_pickle=True) as z:
+        z["states"]
+    assert os.path.isdir(marker)
+
+
+def test_load_rejects_meta_that_is_not_an_object(tmp_path):
+    d = make_demos()
+    arrays = {name: getattr(d, name) for name in data.ARRAY_FIELDS}
+    np.savez(tmp_path / "m.npz", vocab=np.array(d.vocab), meta=np.array("[1, 2]"), **arrays)
+    with pytest.raises(DataError, match="meta"):
+        data.load(tmp_path / "m.npz")
+
+
+def test_load_validates_the_contents(tmp_path):
+    d = make_demos()
+    arrays = {name: getattr(d, name) for name in data.ARRAY_FIELDS}
+    arrays["sketch"] = np.full_like(d.sketch, 7)          # ids beyond the vocabulary
+    np.savez(tmp_path / "bad.npz", vocab=np.array(d.vocab), meta=np.array("{}"), **arrays)
+    with pytest.raises(DataError, match="^sketch: "):
+        data.load(tmp_path / "bad.npz")
+
+
+# ----------------------------------------------------------------------------------------------
+# (c) atomic_write
+# ----------------------------------------------------------------------------------------------
+
+def test_atomic_write_keeps_the_old_file_when_the_writer_fails(tmp_path):
+    path = tmp_path / "file.bin"
+    path.write_bytes(b"old contents")
+
+    def writer(f):
+        f.write(b"new contents, half written")
+        raise RuntimeError("disk on fire")
+
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        data.atomic_write(path, writer)
+    assert path.read_bytes() == b"old contents"
+    assert os.listdir(tmp_path) == ["file.bin"]
+
+
+def test_atomic_write_replaces_the_file_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "sub" / "file.bin"                  # the directory is created
+    data.atomic_write(path, lambda f: f.write(b"first"))
+    data.atomic_write(path, lambda f: f.write(b"second"))
+    assert path.read_bytes() == b"second"
+    assert os.listdir(tmp_path / "sub") == ["file.bin"]
+
+
+def test_atomic_write_on_keyboard_interrupt_leaves_no_temporary(tmp_path):
+    path = tmp_path / "file.bin"
+
+    def writer(f):
+        f.write(b"partial")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        data.atomic_write(path, writer)
+    assert os.listdir(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# (b) split, minibatches, fingerprint
+# ----------------------------------------------------------------------------------------------
+
+def assert_trimmed(part):
+    """A subset is padded only to its own longest trajectory and sketch."""
+    if part.n:
+        assert part.states.shape[1] == part.traj_len.max() == part.labels.shape[1]
+        assert part.sketch.shape[1] == part.sketch_len.max()
+        part.validate()
+
+
+@given(N=st.integers(1, 12), fraction=st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.9]), seed=seeds)
+def test_split_covers_every_demonstration_once(N, fraction, seed):
+    demos = make_demos(seed=seed % 1000, N=N)
+    train, held = data.split(demos, fraction, np.random.default_rng(seed))
+    note(f"train {ids(train)} held {ids(held)}")
+    assert sorted(ids(train) + ids(held)) == list(range(N))
+    expected = int(round(fraction * N))
+    if fraction > 0 and N > 1:
+        expected = min(max(expected, 1), N - 1)
+    assert held.n == expected
+    assert ids(train) == sorted(ids(train)) and ids(held) == sorted(ids(held))   # original order
+    assert_trimmed(train)
+    assert_trimmed(held)
+    again = data.split(demos, fraction, np.random.default_rng(seed))
+    assert ids(again[0]) == ids(train) and ids(again[1]) == ids(held)
+
+
+@given(N=st.integers(1, 12), batch_size=st.integers(1, 5), seed=seeds)
+def test_minibatches_cover_every_demonstration_once(N, batch_size, seed):
+    demos = make_demos(seed=seed % 1000, N=N)
+    batches = list(data.minibatches(demos, batch_size, np.random.default_rng(seed)))
+    seen = [i for b in batches for i in ids(b)]
+    note(f"batches {[ids(b) for b in batches]}")
+    assert sorted(seen) == list(range(N))
+    assert len(batches) == -(-N // batch_size)
+    assert all(1 <= b.n <= batch_size for b in batches)
+    for b in batches:
+        assert_trimmed(b)
+        for i, n in enumerate(ids(b)):                    # rows carry their own data
+            np.testing.assert_array_equal(b.states[i, :b.traj_len[i]], demos.states[n, :demos.traj_len[n]])
+            np.testing.assert_array_equal(b.sketch[i, :b.sketch_len[i]],
+                                          demos.sketch[n, :demos.sketch_len[n]])
+    again = list(data.minibatches(demos, batch_size, np.random.default_rng(seed)))
+    assert [ids(b) for b in again] == [ids(b) for b in batches]
+
+
+def test_minibatch_order_depends_on_the_seed():
+    demos = make_demos(N=12)
+    orders = {tuple(i for b in data.minibatches(demos, 4, np.random.default_rng(s)) for i in ids(b))
+              for s in range(5)}
+    assert len(orders) > 1
+
+
+@pytest.mark.parametrize("name", data.ARRAY_FIELDS)
+def test_fingerprint_changes_when_any_array_changes(name):
+    demos = make_demos()
+    base = demos.fingerprint()
+    assert make_demos().fingerprint() == base              # same content, same fingerprint
+    arr = getattr(demos, name).copy()
+    idx = (arr.shape[0] - 1,) + tuple(s - 1 for s in arr.shape[1:])   # last entry, often padding
+    arr[idx] = arr[idx] + 1
+    assert dataclasses.replace(demos, **{name: arr}).fingerprint() != base
+    # a dtype change with equal values is a change too
+    assert dataclasses.replace(demos, **{name: getattr(demos, name).astype(
+        np.float32 if getattr(demos, name).dtype.kind == "f" else np.int32)}).fingerprint() != base
+
+
+def test_fingerprint_changes_with_the_vocabulary_but_not_meta():
+    demos = make_demos()
+    base = demos.fingerprint()
+    assert dataclasses.replace(demos, vocab=("sub0", "sub1", "other")).fingerprint() != base
+    assert dataclasses.replace(demos, meta={"domain": "else"}).fingerprint() == base

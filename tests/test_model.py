@@ -1,0 +1,295 @@
+"""Tests for taco_ref/model.py (format: spec/training.md section 7).
+
+(a) save/load round trip: every array bit for bit, the policy config, vocabulary, algorithm,
+    CTC kind, training config and info; for a plain and a CTC-BC model;
+(b) load refuses, with ModelError naming the file and the problem: a missing model.json or
+    weights.npz, corrupted JSON, another model's weights, truncated weights, a wrong format or
+    format_version, arrays that disagree with model.json or with the architecture, NaN weights,
+    and an object-array archive, which is never unpickled. Tampered weights get a consistent
+    SHA-256 written into model.json, so that the later checks are reached;
+(c) saving is atomic: no temporary file is left, and a second save replaces the first.
+"""
+import hashlib
+import io
+import json
+import os
+
+import numpy as np
+import pytest
+
+from taco_ref import model as model_mod
+from taco_ref import objectives, policy
+from taco_ref.model import Model, ModelError
+from taco_ref.policy import PolicyConfig
+
+
+def make_model(seed=0, ctc_kind=None):
+    cfg = PolicyConfig(state_dim=3, n_subtasks=2, action_dim=2, act_hidden=[4], stop_hidden=[5, 3])
+    rng = np.random.default_rng(seed)
+    params = policy.init_params(cfg, rng)
+    params["norm.mean"] = rng.normal(size=3)
+    params["norm.std"] = rng.uniform(0.5, 2.0, size=3)
+    if ctc_kind:
+        params.update(objectives.init_ctc_params(rng, ctc_kind, 5, [4], 2))
+    algo = {"mlp": "ctcbc-mlp", "gru": "ctcbc-gru"}.get(ctc_kind, "taco")
+    return Model(params, cfg, ("left", "right"), algo, ctc_kind,
+                 config={"algo": algo, "lr": 0.005, "act_hidden": [4]},
+                 info={"history": [{"epoch": 1, "held_out_loss": 2.5}], "train_size": 9})
+
+
+def saved(tmp_path, m=None):
+    directory = tmp_path / "model"
+    model_mod.save(m or make_model(), directory)
+    return directory
+
+
+def read_meta(directory):
+    return json.loads((directory / model_mod.META).read_text())
+
+
+def write_meta(directory, meta):
+    (directory / model_mod.META).write_text(json.dumps(meta))
+
+
+def write_weights(directory, arrays):
+    """Replace weights.npz by `arrays` and record its SHA-256 in model.json (a consistent forgery)."""
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    write_blob(directory, buf.getvalue())
+
+
+def write_blob(directory, blob):
+    (directory / model_mod.WEIGHTS).write_bytes(blob)
+    meta = read_meta(directory)
+    meta["weights_sha256"] = hashlib.sha256(blob).hexdigest()
+    write_meta(directory, meta)
+
+
+def load_arrays(directory):
+    with np.load(directory / model_mod.WEIGHTS) as z:
+        return {k: z[k] for k in z.files}
+
+
+# ----------------------------------------------------------------------------------------------
+# (a) Round trip
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ctc_kind", [None, "mlp", "gru"])
+def test_save_load_round_trip_is_bit_identical(tmp_path, ctc_kind):
+    m = make_model(1, ctc_kind)
+    directory = saved(tmp_path, m)
+    loaded = model_mod.load(directory)
+    assert set(loaded.params) == set(m.params)
+    for name, arr in m.params.items():
+        assert loaded.params[name].dtype == np.float64 and loaded.params[name].shape == arr.shape
+        assert loaded.params[name].tobytes() == arr.tobytes(), name
+    assert loaded.policy == m.policy
+    assert loaded.vocab == m.vocab and isinstance(loaded.vocab, tuple)
+    assert (loaded.algo, loaded.ctc_kind) == (m.algo, m.ctc_kind)
+    assert loaded.config == m.config and loaded.info == m.info
+
+
+def test_loaded_model_acts_like_the_saved_one(tmp_path):
+    m = make_model(2)
+    loaded = model_mod.load(saved(tmp_path, m))
+    state = np.array([0.3, -1.2, 2.0])
+    for k in range(2):
+        a, b = policy.act(m.params, m.policy, k, state), policy.act(loaded.params, loaded.policy, k, state)
+        assert a[0] == b[0]
+        np.testing.assert_array_equal(a[1], b[1])
+
+
+# ----------------------------------------------------------------------------------------------
+# (b) Refusals
+# ----------------------------------------------------------------------------------------------
+
+def test_missing_model_json(tmp_path):
+    directory = saved(tmp_path)
+    os.remove(directory / model_mod.META)
+    with pytest.raises(ModelError, match=r"not a taco_ref model directory \(.*model\.json is missing\)"):
+        model_mod.load(directory)
+
+
+def test_missing_weights(tmp_path):
+    directory = saved(tmp_path)
+    os.remove(directory / model_mod.WEIGHTS)
+    with pytest.raises(ModelError, match=r"weights\.npz is missing"):
+        model_mod.load(directory)
+
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(ModelError, match="not a taco_ref model directory"):
+        model_mod.load(tmp_path / "nothing")
+
+
+@pytest.mark.parametrize("text", [b'{"format": "taco_ref model", "weig', b"\xff\xfe not utf-8", b""])
+def test_corrupted_json(tmp_path, text):
+    directory = saved(tmp_path)
+    (directory / model_mod.META).write_bytes(text)
+    with pytest.raises(ModelError, match=r"model\.json: unreadable model metadata"):
+        model_mod.load(directory)
+
+
+def test_json_that_is_not_a_model(tmp_path):
+    directory = saved(tmp_path)
+    for meta in ([1, 2], {"format": "something else"}):
+        write_meta(directory, meta)
+        with pytest.raises(ModelError, match=r"model\.json: not a taco_ref model"):
+            model_mod.load(directory)
+
+
+def test_weights_replaced_by_another_models_weights(tmp_path):
+    directory = saved(tmp_path, make_model(3))
+    other = saved(tmp_path / "other", make_model(4))
+    (directory / model_mod.WEIGHTS).write_bytes((other / model_mod.WEIGHTS).read_bytes())
+    with pytest.raises(ModelError, match=r"weights\.npz: contents do not match the SHA-256"):
+        model_mod.load(directory)
+
+
+def test_truncated_weights(tmp_path):
+    directory = saved(tmp_path)
+    blob = (directory / model_mod.WEIGHTS).read_bytes()
+    (directory / model_mod.WEIGHTS).write_bytes(blob[:-100])
+    with pytest.raises(ModelError, match=r"weights\.npz: contents do not match the SHA-256"):
+        model_mod.load(directory)
+
+
+def test_truncated_weights_with_a_consistent_hash(tmp_path):
+    directory = saved(tmp_path)
+    blob = (directory / model_mod.WEIGHTS).read_bytes()
+    write_blob(directory, blob[: len(blob) // 2])
+    with pytest.raises(ModelError, match=r"weights\.npz: unreadable weights"):
+        model_mod.load(directory)
+
+
+def test_wrong_format_version(tmp_path):
+    directory = saved(tmp_path)
+    meta = read_meta(directory)
+    meta["format_version"] = model_mod.FORMAT_VERSION + 1
+    write_meta(directory, meta)
+    with pytest.raises(ModelError, match=r"model\.json: format_version 2, this code reads 1"):
+        model_mod.load(directory)
+
+
+def test_array_shape_inconsistent_with_the_architecture(tmp_path):
+    """weights.npz and its 'arrays' record agree with each other (and the hash is right), but the
+    policy in model.json needs act.W0 of shape (K, D, H) = (2, 3, 4)."""
+    directory = saved(tmp_path)
+    arrays = load_arrays(directory)
+    arrays["act.W0"] = np.zeros((2, 3, 6))
+    arrays["act.b0"] = np.zeros((2, 6))
+    meta = read_meta(directory)
+    meta["arrays"]["act.W0"], meta["arrays"]["act.b0"] = [2, 3, 6], [2, 6]
+    write_meta(directory, meta)
+    write_weights(directory, arrays)
+    with pytest.raises(ModelError, match=r"weights\.npz: act\.W0 is \(2, 3, 6\), the architecture in "
+                                         r"model\.json needs \(2, 3, 4\)"):
+        model_mod.load(directory)
+
+
+def test_missing_architecture_array(tmp_path):
+    directory = saved(tmp_path)
+    arrays = load_arrays(directory)
+    del arrays["stop.b1"]
+    meta = read_meta(directory)
+    del meta["arrays"]["stop.b1"]
+    write_meta(directory, meta)
+    write_weights(directory, arrays)
+    with pytest.raises(ModelError, match=r"stop\.b1 is missing, the architecture"):
+        model_mod.load(directory)
+
+
+def test_arrays_disagreeing_with_model_json(tmp_path):
+    directory = saved(tmp_path)
+    arrays = load_arrays(directory)
+    arrays["extra"] = np.zeros(3)
+    write_weights(directory, arrays)
+    with pytest.raises(ModelError, match=r"arrays \['extra'\] differ from model\.json"):
+        model_mod.load(directory)
+    arrays = load_arrays(directory)
+    del arrays["extra"]
+    arrays["act.W0"] = arrays["act.W0"][:, :, :2]            # recorded as (2, 3, 4)
+    write_weights(directory, arrays)
+    with pytest.raises(ModelError, match=r"act\.W0 is float64 \(2, 3, 2\), expected float64 \(2, 3, 4\)"):
+        model_mod.load(directory)
+
+
+def test_non_float64_weights(tmp_path):
+    directory = saved(tmp_path)
+    arrays = load_arrays(directory)
+    arrays["norm.std"] = arrays["norm.std"].astype(np.float32)
+    write_weights(directory, arrays)
+    with pytest.raises(ModelError, match=r"norm\.std is float32"):
+        model_mod.load(directory)
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_non_finite_weights(tmp_path, value):
+    directory = saved(tmp_path)
+    arrays = load_arrays(directory)
+    arrays["stop.W1"][1, 0, 0] = value
+    write_weights(directory, arrays)
+    with pytest.raises(ModelError, match=r"weights\.npz: stop\.W1 holds non-finite values"):
+        model_mod.load(directory)
+
+
+class Hostile:
+    """Unpickling this object creates the directory `marker`: proof that a pickle was run."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.mkdir, (self.marker,)
+
+
+def test_object_array_weights_are_never_unpickled(tmp_path):
+    directory = saved(tmp_path)
+    marker = str(tmp_path / "pwned")
+    arrays = load_arrays(directory)
+    arrays["act.W0"] = np.array([Hostile(marker)], dtype=object)
+    write_weights(directory, arrays)
+    with pytest.raises(ModelError, match=r"weights\.npz: unreadable weights"):
+        model_mod.load(directory)
+    assert not os.path.exists(marker), "model.load ran a pickle"
+    with np.load(directory / model_mod.WEIGHTS, allow_pickle=True) as z:   # it really is hostile
+        z["act.W0"]
+    assert os.path.isdir(marker)
+
+
+def test_bad_policy_description(tmp_path):
+    directory = saved(tmp_path)
+    meta = read_meta(directory)
+    meta["policy"]["activation"] = "gelu"
+    write_meta(directory, meta)
+    with pytest.raises(ModelError, match=r"model\.json: bad model description \(activation"):
+        model_mod.load(directory)
+
+
+def test_vocab_length_must_match_the_subtasks(tmp_path):
+    directory = saved(tmp_path)
+    meta = read_meta(directory)
+    meta["vocab"] = ["only one"]
+    write_meta(directory, meta)
+    with pytest.raises(ModelError, match=r"model\.json: vocab has 1 names, the policy 2 sub-tasks"):
+        model_mod.load(directory)
+
+
+# ----------------------------------------------------------------------------------------------
+# (c) Atomic saving
+# ----------------------------------------------------------------------------------------------
+
+def test_save_leaves_no_temporary_files_and_replaces_an_old_model(tmp_path):
+    directory = saved(tmp_path, make_model(5))
+    assert sorted(os.listdir(directory)) == sorted([model_mod.META, model_mod.WEIGHTS])
+    model_mod.save(make_model(6), directory)
+    assert sorted(os.listdir(directory)) == sorted([model_mod.META, model_mod.WEIGHTS])
+    loaded = model_mod.load(directory)
+    assert loaded.params["act.W0"].tobytes() == make_model(6).params["act.W0"].tobytes()
+
+
+def test_policy_shapes_match_init_params():
+    cfg = make_model().policy
+    shapes = model_mod.policy_shapes(cfg)
+    assert shapes["act.W0"] == (2, 3, 4) and shapes["stop.W2"] == (2, 3, 1)
+    assert shapes["norm.mean"] == (3,)

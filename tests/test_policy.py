@@ -1,0 +1,400 @@
+"""Tests for taco_ref/policy.py.
+
+Layered as STYLE.md "Tests in three layers", plus bad input:
+(a) the sub-policy scores written plainly with autograd.numpy here (for each scored (b, t, l):
+    normalise the state, run the MLPs of sub-task sketch[b, l], Gaussian or categorical
+    log-likelihood, log-sigmoid pair for STOP / GO; terminal STOP at final states) and
+    differentiated by autograd on a random linear functional of the scores, against
+    policy.evaluate + policy.backward, for every trainable parameter;
+(b) hypothesis over small shapes (B, T, L, K, D, A, hidden sizes, activations, mask patterns,
+    sub-tasks repeated across and within rows), continuous and discrete actions;
+(c) dropout: rate > 0 in training changes STOP scores only, its backward matches central
+    differences of the same-seed forward, evaluation is deterministic; policy.act's types and
+    its STOP decision against the STOP probability;
+(d) PolicyConfig rejects bad values with a message that starts with the field name.
+
+Symbols: B batch, T time, L sketch length, K sub-tasks, D state dim, A action dim (or number of
+discrete actions), n scored entries.
+"""
+import autograd.numpy as anp
+import numpy as np
+import pytest
+from autograd import grad
+from hypothesis import given, note
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from taco_ref import policy
+from taco_ref.policy import PolicyConfig
+
+seeds = st.integers(0, 2 ** 32 - 1)
+SCORE_NAMES = ("log_act", "log_stop", "log_go")
+
+
+# ----------------------------------------------------------------------------------------------
+# Plain reference (autograd.numpy)
+# ----------------------------------------------------------------------------------------------
+
+def ref_mlp(params, head, ks, x, activation):
+    """Row i runs the `head` net of sub-task ks[i] on x[i]: (n, D) -> (n, O)."""
+    n_layers = sum(1 for name in params if name.startswith(f"{head}.W"))
+    h = x
+    for i in range(n_layers):
+        W = params[f"{head}.W{i}"][ks]                    # (n, in, out)
+        b = params[f"{head}.b{i}"][ks]                    # (n, out)
+        h = anp.einsum("ni,nio->no", h, W) + b
+        if i < n_layers - 1:
+            h = anp.where(h > 0, h, 0.0) if activation == "relu" else anp.tanh(h)
+    return h
+
+
+def ref_log_softmax(x):
+    m = anp.max(x, axis=-1, keepdims=True)
+    return x - m - anp.log(anp.sum(anp.exp(x - m), axis=-1, keepdims=True))
+
+
+def ref_scores(tparams, norm, cfg, case):
+    """{name: (n,) scores at the nonzero entries of mask, in np.nonzero order}, and the terminal
+    STOP scores at the nonzero entries of final_mask (when given)."""
+    b, t, l = np.nonzero(case["mask"])
+    ks = case["sketch"][b, l]
+    x = (case["states"][b, t] - norm["mean"]) / norm["std"]                  # (n, D)
+    head = ref_mlp(tparams, "act", ks, x, cfg.activation)                    # (n, A)
+    if cfg.discrete:
+        a = case["actions"][b, t]                                            # (n,)
+        log_act = ref_log_softmax(head)[np.arange(len(a)), a]
+    else:
+        diff = case["actions"][b, t] - head                                  # (n, A)
+        A = cfg.action_dim
+        log_act = (-0.5 * anp.sum(diff ** 2, axis=1) / cfg.sigma ** 2
+                   - A * np.log(cfg.sigma) - 0.5 * A * np.log(2 * np.pi))
+    g = ref_mlp(tparams, "stop", ks, x, cfg.activation)[:, 0]                # (n,)
+    out = {"log_act": log_act, "log_stop": -anp.logaddexp(0.0, -g), "log_go": -anp.logaddexp(0.0, g)}
+    if case["final_mask"] is not None:
+        fb, fl = np.nonzero(case["final_mask"])
+        xf = (case["final_states"][fb] - norm["mean"]) / norm["std"]         # (nf, D)
+        gf = ref_mlp(tparams, "stop", case["sketch"][fb, fl], xf, cfg.activation)[:, 0]
+        out["log_final_stop"] = -anp.logaddexp(0.0, -gf)
+    return out
+
+
+def ref_functional(tparams, norm, cfg, case, R):
+    """sum over scored entries of R * score (entries outside the mask contribute 0)."""
+    s = ref_scores(tparams, norm, cfg, case)
+    b, t, l = np.nonzero(case["mask"])
+    total = sum(anp.sum(R[name][b, t, l] * s[name]) for name in SCORE_NAMES)
+    if case["final_mask"] is not None:
+        fb, fl = np.nonzero(case["final_mask"])
+        total = total + anp.sum(R["log_final_stop"][fb, fl] * s["log_final_stop"])
+    return total
+
+
+# ----------------------------------------------------------------------------------------------
+# Strategies and helpers
+# ----------------------------------------------------------------------------------------------
+
+def make_params(cfg, rng):
+    """init_params with random biases and a non-trivial normalisation (so every input matters)."""
+    params = policy.init_params(cfg, rng)
+    for name in params:
+        if ".b" in name:
+            params[name] = rng.normal(scale=0.5, size=params[name].shape)
+    params["norm.mean"] = rng.normal(size=cfg.state_dim)
+    params["norm.std"] = rng.uniform(0.5, 2.0, size=cfg.state_dim)
+    return params
+
+
+def random_actions(cfg, rng, shape):
+    if cfg.discrete:
+        return rng.integers(0, cfg.action_dim, size=shape)
+    return rng.normal(size=shape + (cfg.action_dim,))
+
+
+@st.composite
+def policy_cases(draw, discrete=None):
+    """A PolicyConfig, parameters, a scored mask over (B, T, L), optional terminal STOP mask,
+    and upstream gradients R for every score array."""
+    B, T, L, K = (draw(st.integers(1, 3)) for _ in range(4))
+    D, A = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    cfg = PolicyConfig(
+        state_dim=D, n_subtasks=K, action_dim=A,
+        discrete=draw(st.booleans()) if discrete is None else discrete,
+        act_hidden=draw(st.lists(st.integers(1, 4), max_size=2)),
+        stop_hidden=draw(st.lists(st.integers(1, 4), max_size=2)),
+        sigma=draw(st.sampled_from([0.6, 1.0, 1.7])),
+        activation=draw(st.sampled_from(["relu", "tanh"])))
+    # few sub-tasks and several rows: ids repeat across rows (and within rows)
+    sketch = draw(hnp.arrays(np.int64, (B, L), elements=st.integers(0, K - 1)))
+    mask = draw(hnp.arrays(np.bool_, (B, T, L)))
+    terminal = draw(st.booleans())
+    final_mask = draw(hnp.arrays(np.bool_, (B, L))) if terminal else None
+    rng = np.random.default_rng(draw(seeds))
+    params = make_params(cfg, rng)
+    case = dict(sketch=sketch, mask=mask, final_mask=final_mask,
+                states=rng.normal(scale=2.0, size=(B, T, D)),
+                actions=random_actions(cfg, rng, (B, T)),
+                final_states=rng.normal(scale=2.0, size=(B, D)) if terminal else None)
+    R = {name: rng.normal(size=(B, T, L)) for name in SCORE_NAMES}
+    if terminal:
+        R["log_final_stop"] = rng.normal(size=(B, L))
+    note(f"cfg={cfg}\nsketch={sketch.tolist()}\nmask={mask.astype(int).tolist()}\n"
+         f"final_mask={None if final_mask is None else final_mask.astype(int).tolist()}")
+    return cfg, params, case, R
+
+
+def run_evaluate(params, cfg, case, **kw):
+    return policy.evaluate(params, cfg, case["states"], case["actions"], case["sketch"], case["mask"],
+                           case["final_states"], case["final_mask"], **kw)
+
+
+def split_params(params):
+    tparams = {k: params[k] for k in policy.trainable(params)}
+    return tparams, {"mean": params["norm.mean"], "std": params["norm.std"]}
+
+
+# ----------------------------------------------------------------------------------------------
+# (a) + (b): scores and gradients against the autograd reference
+# ----------------------------------------------------------------------------------------------
+
+def check_against_reference(cfg, params, case, R):
+    out, cache = run_evaluate(params, cfg, case)
+    tparams, norm = split_params(params)
+    ref = ref_scores(tparams, norm, cfg, case)
+    mask = case["mask"]
+    b, t, l = np.nonzero(mask)
+    for name in SCORE_NAMES:
+        assert out[name].shape == mask.shape
+        np.testing.assert_allclose(out[name][b, t, l], ref[name], rtol=1e-10, atol=1e-12, err_msg=name)
+        assert (out[name][~mask] == 0).all(), f"{name} is not 0 outside the mask"
+    if case["final_mask"] is not None:
+        fm = case["final_mask"]
+        assert out["log_final_stop"].shape == fm.shape
+        np.testing.assert_allclose(out["log_final_stop"][fm], ref["log_final_stop"], rtol=1e-10,
+                                   atol=1e-12, err_msg="log_final_stop")
+        assert (out["log_final_stop"][~fm] == 0).all(), "log_final_stop is not 0 outside final_mask"
+    else:
+        assert "log_final_stop" not in out
+
+    grads = policy.backward(R, cache)
+    expected = grad(ref_functional)(tparams, norm, cfg, case, R)
+    assert set(grads) == set(policy.trainable(params)) == set(expected)
+    for name in grads:
+        assert grads[name].shape == params[name].shape
+        np.testing.assert_allclose(grads[name], expected[name], rtol=1e-8, atol=1e-10, err_msg=name)
+
+
+@given(case=policy_cases(discrete=False))
+def test_continuous_scores_and_gradients_match_autograd(case):
+    check_against_reference(*case)
+
+
+@given(case=policy_cases(discrete=True))
+def test_discrete_scores_and_gradients_match_autograd(case):
+    check_against_reference(*case)
+
+
+def test_repeated_subtask_example_gradient_matches_autograd():
+    """A hand-picked case: every row uses sub-task 1 at a different sketch position, two hidden
+    layers, terminal STOP at every sketch step, the mask all True."""
+    cfg = PolicyConfig(state_dim=3, n_subtasks=3, action_dim=2, act_hidden=[5, 4], stop_hidden=[3, 2])
+    rng = np.random.default_rng(7)
+    B, T, L = 3, 5, 3
+    case = dict(sketch=np.array([[1, 0, 2], [0, 1, 1], [2, 2, 1]]), mask=np.ones((B, T, L), bool),
+                final_mask=np.ones((B, L), bool), states=rng.normal(size=(B, T, 3)),
+                actions=rng.normal(size=(B, T, 2)), final_states=rng.normal(size=(B, 3)))
+    R = {name: rng.normal(size=(B, T, L)) for name in SCORE_NAMES}
+    R["log_final_stop"] = rng.normal(size=(B, L))
+    check_against_reference(cfg, make_params(cfg, rng), case, R)
+
+
+def test_empty_mask_gives_zero_scores_and_gradients():
+    cfg = PolicyConfig(state_dim=2, n_subtasks=2, action_dim=2, act_hidden=[3], stop_hidden=[3])
+    params = make_params(cfg, np.random.default_rng(0))
+    B, T, L = 2, 3, 2
+    mask = np.zeros((B, T, L), bool)
+    out, cache = policy.evaluate(params, cfg, np.ones((B, T, 2)), np.ones((B, T, 2)),
+                                 np.zeros((B, L), np.int64), mask)
+    assert all((out[name] == 0).all() for name in SCORE_NAMES)
+    grads = policy.backward({name: np.ones((B, T, L)) for name in SCORE_NAMES}, cache)
+    assert set(grads) == set(policy.trainable(params))
+    assert all((g == 0).all() for g in grads.values())
+
+
+def test_padding_values_are_never_read():
+    """NaN states/actions and out-of-range sketch ids outside the mask do not reach the scores."""
+    cfg = PolicyConfig(state_dim=2, n_subtasks=2, action_dim=2, act_hidden=[4], stop_hidden=[4])
+    rng = np.random.default_rng(1)
+    params = make_params(cfg, rng)
+    B, T, L = 2, 4, 3
+    mask = np.zeros((B, T, L), bool)
+    mask[0, :2, :2] = mask[1, :3, :1] = True
+    states, actions = rng.normal(size=(B, T, 2)), rng.normal(size=(B, T, 2))
+    sketch = np.array([[0, 1, -1], [1, -1, -1]])
+    clean, _ = policy.evaluate(params, cfg, states, actions, sketch, mask)
+    states[0, 2:], actions[0, 2:], states[1, 3:], actions[1, 3:] = np.nan, np.nan, np.nan, np.nan
+    dirty, _ = policy.evaluate(params, cfg, states, actions, sketch, mask)
+    for name in SCORE_NAMES:
+        np.testing.assert_array_equal(dirty[name], clean[name])
+        assert np.isfinite(dirty[name]).all()
+
+
+def test_trainable_excludes_normalisation():
+    cfg = PolicyConfig(state_dim=2, n_subtasks=2, action_dim=1, act_hidden=[3, 3], stop_hidden=[])
+    params = policy.init_params(cfg, np.random.default_rng(0))
+    names = policy.trainable(params)
+    assert "norm.mean" not in names and "norm.std" not in names
+    assert sorted(names) == sorted(["act.W0", "act.b0", "act.W1", "act.b1", "act.W2", "act.b2",
+                                    "stop.W0", "stop.b0"])
+    assert params["act.W0"].shape == (2, 2, 3) and params["stop.W0"].shape == (2, 2, 1)
+    np.testing.assert_array_equal(params["norm.mean"], 0.0)
+    np.testing.assert_array_equal(params["norm.std"], 1.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# (c) Dropout on the STOP nets
+# ----------------------------------------------------------------------------------------------
+
+def dropout_case(discrete=False):
+    cfg = PolicyConfig(state_dim=3, n_subtasks=2, action_dim=3, discrete=discrete,
+                       act_hidden=[6], stop_hidden=[8, 6], activation="tanh")
+    rng = np.random.default_rng(3)
+    B, T, L = 2, 4, 2
+    mask = np.ones((B, T, L), bool)
+    mask[1, 3] = False
+    case = dict(sketch=np.array([[0, 1], [1, 1]]), mask=mask, final_mask=np.ones((B, L), bool),
+                states=rng.normal(size=(B, T, 3)), actions=random_actions(cfg, rng, (B, T)),
+                final_states=rng.normal(size=(B, 3)))
+    return cfg, make_params(cfg, rng), case
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_dropout_in_training_changes_stop_scores_only(discrete):
+    cfg, params, case = dropout_case(discrete)
+    plain, _ = run_evaluate(params, cfg, case)
+    mask = case["mask"]
+    for seed in range(3):
+        dropped, _ = run_evaluate(params, cfg, case, stop_dropout=0.5,
+                                  rng=np.random.default_rng(seed), train=True)
+        np.testing.assert_array_equal(dropped["log_act"], plain["log_act"])
+        for name in ("log_stop", "log_go"):
+            assert not np.allclose(dropped[name][mask], plain[name][mask]), name
+            assert (dropped[name][~mask] == 0).all()
+        # still a probability pair: sigma(g) + sigma(-g) = 1 at every scored entry
+        np.testing.assert_allclose(np.exp(dropped["log_stop"][mask]) + np.exp(dropped["log_go"][mask]), 1.0)
+
+
+def test_dropout_same_seed_same_scores():
+    cfg, params, case = dropout_case()
+    a, _ = run_evaluate(params, cfg, case, stop_dropout=0.4, rng=np.random.default_rng(11), train=True)
+    b, _ = run_evaluate(params, cfg, case, stop_dropout=0.4, rng=np.random.default_rng(11), train=True)
+    for name in SCORE_NAMES + ("log_final_stop",):
+        np.testing.assert_array_equal(a[name], b[name])
+
+
+def test_evaluation_mode_is_deterministic_and_ignores_the_rate():
+    cfg, params, case = dropout_case()
+    ref, _ = run_evaluate(params, cfg, case)
+    for seed in range(3):
+        out, _ = run_evaluate(params, cfg, case, stop_dropout=0.5, rng=np.random.default_rng(seed),
+                              train=False)
+        for name in SCORE_NAMES + ("log_final_stop",):
+            np.testing.assert_array_equal(out[name], ref[name])
+
+
+def test_dropout_backward_matches_central_differences():
+    """With the rng reseeded for every call the dropout masks are fixed, so the forward is a
+    smooth function of the parameters (tanh) and backward must match central differences."""
+    cfg, params, case = dropout_case()
+    rng = np.random.default_rng(5)
+    B, T, L = case["mask"].shape
+    R = {name: rng.normal(size=(B, T, L)) for name in SCORE_NAMES}
+    R["log_final_stop"] = rng.normal(size=(B, L))
+
+    def f(p):
+        out, cache = run_evaluate(p, cfg, case, stop_dropout=0.5, rng=np.random.default_rng(99),
+                                  train=True)
+        return sum((R[name] * out[name]).sum() for name in R), cache
+
+    _, cache = f(params)
+    grads = policy.backward(R, cache)
+    eps = 1e-6
+    for name in ("stop.W0", "stop.b1", "stop.W2", "act.W0"):
+        for _ in range(3):
+            idx = tuple(rng.integers(0, s) for s in params[name].shape)
+            plus = {k: v.copy() for k, v in params.items()}
+            minus = {k: v.copy() for k, v in params.items()}
+            plus[name][idx] += eps
+            minus[name][idx] -= eps
+            fd = (f(plus)[0] - f(minus)[0]) / (2 * eps)
+            np.testing.assert_allclose(grads[name][idx], fd, rtol=1e-5, atol=1e-8, err_msg=f"{name}{idx}")
+
+
+# ----------------------------------------------------------------------------------------------
+# (c) Acting
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_act_types_action_and_stop_decision(discrete):
+    cfg = PolicyConfig(state_dim=4, n_subtasks=3, action_dim=3, discrete=discrete,
+                       act_hidden=[5], stop_hidden=[5])
+    rng = np.random.default_rng(2)
+    params = make_params(cfg, rng)
+    for k in range(cfg.n_subtasks):
+        for _ in range(5):
+            state = rng.normal(scale=2.0, size=4)
+            stop, action = policy.act(params, cfg, k, state)
+            assert type(stop) is bool
+            # the STOP probability the lattice uses at the same state
+            probe_actions = (np.arange(cfg.action_dim)[None] if discrete
+                             else np.zeros((1, 1, cfg.action_dim)))
+            states = np.repeat(state[None, None], probe_actions.shape[1], axis=1)   # (1, T, D)
+            mask = np.ones((1, states.shape[1], 1), bool)
+            out, _ = policy.evaluate(params, cfg, states, probe_actions, np.array([[k]]), mask)
+            p_stop = float(np.exp(out["log_stop"][0, 0, 0]))
+            assert stop == (p_stop > 0.5)
+            assert policy.act(params, cfg, k, state, stop_threshold=p_stop * (1 - 1e-9))[0] is True
+            assert policy.act(params, cfg, k, state, stop_threshold=p_stop * (1 + 1e-9))[0] is False
+            if discrete:
+                assert type(action) is int and 0 <= action < cfg.action_dim
+                assert action == int(np.argmax(out["log_act"][0, :, 0]))   # most probable action
+            else:
+                assert isinstance(action, np.ndarray) and action.shape == (cfg.action_dim,)
+                assert action.dtype == np.float64
+                # the mean: its log-density is the Gaussian's maximum, -A log sigma - A/2 log 2 pi
+                out, _ = policy.evaluate(params, cfg, state[None, None], action[None, None],
+                                         np.array([[k]]), np.ones((1, 1, 1), bool))
+                peak = -cfg.action_dim * np.log(cfg.sigma) - 0.5 * cfg.action_dim * np.log(2 * np.pi)
+                np.testing.assert_allclose(out["log_act"][0, 0, 0], peak, rtol=1e-12)
+
+
+def test_act_accepts_a_list_state_and_is_deterministic():
+    cfg = PolicyConfig(state_dim=2, n_subtasks=1, action_dim=2, act_hidden=[3], stop_hidden=[3])
+    params = make_params(cfg, np.random.default_rng(4))
+    a = policy.act(params, cfg, 0, [0.3, -1.0])
+    b = policy.act(params, cfg, 0, np.array([0.3, -1.0]))
+    assert a[0] == b[0]
+    np.testing.assert_array_equal(a[1], b[1])
+
+
+# ----------------------------------------------------------------------------------------------
+# (d) PolicyConfig validation
+# ----------------------------------------------------------------------------------------------
+
+GOOD = dict(state_dim=2, n_subtasks=3, action_dim=2)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("state_dim", 0), ("state_dim", 2.0), ("n_subtasks", -1), ("action_dim", "2"),
+    ("act_hidden", [0]), ("act_hidden", [4, 2.5]), ("stop_hidden", [-3]), ("stop_hidden", ["8"]),
+    ("sigma", 0.0), ("sigma", -1.0), ("activation", "gelu"),
+])
+def test_policy_config_rejects_bad_values_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=f"^{field} "):
+        PolicyConfig(**dict(GOOD, **{field: value}))
+
+
+def test_policy_config_round_trips_through_to_dict():
+    cfg = PolicyConfig(state_dim=2, n_subtasks=3, action_dim=4, discrete=True, act_hidden=(7, 5),
+                       stop_hidden=[3], sigma=0.6, activation="tanh")
+    assert cfg.act_hidden == [7, 5]                       # stored as a list
+    assert PolicyConfig(**cfg.to_dict()) == cfg
