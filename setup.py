@@ -13,6 +13,8 @@ setup(
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "autograd>=1.7"],
         "plot": ["matplotlib>=3.8"],
+        # ROS 2 from PyPI wheels (real rclpy with Fast DDS), for the ros2_ws bridge
+        "ros": ["ros-rclpy", "ros-std-msgs", "ros-sensor-msgs", "ros-rmw-fastrtps-cpp"],
     },
     entry_points={"console_scripts": ["taco=taco_ref.cli:main"]},
 )

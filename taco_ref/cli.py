@@ -117,8 +117,7 @@ def cmd_experiment(args):
     cells = [dict(domain=args.domain, algo=a, size=n, seed=s, train_sketch_len=3,
                   n_tasks=args.n_tasks, n_align=100, config=base)
              for n in args.sizes for s in args.seeds for a in args.algos]
-    results = experiment.run_all(cells, workers=args.workers, progress=_progress("cells"))
-    experiment.save(results, args.out)
+    results = experiment.run_all(cells, workers=args.workers, progress=_progress("cells"), out_dir=args.out)
     print(experiment.table(results))
     try:
         experiment.plot(results, os.path.join(args.out, "accuracy.png"))

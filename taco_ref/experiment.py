@@ -7,7 +7,7 @@ Cells run in parallel worker processes (one per core), each single-threaded.
 """
 import json
 import os
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 
 import numpy as np
 
@@ -47,23 +47,26 @@ def run(cell):
                 epochs=len(epochs), seconds=model.info["seconds"])
 
 
-def run_all(cells, workers=2, progress=None):
-    """Run cells in parallel processes; results in the order given."""
-    if workers <= 1:
-        results = []
-        for i, c in enumerate(cells):
-            results.append(run(c))
-            if progress:
-                progress(i + 1, len(cells), results[-1])
-        return results
+def run_all(cells, workers=2, progress=None, out_dir=None):
+    """Run cells in parallel processes; results in the order given. With out_dir, the results
+    finished so far are saved after every cell, so a long run that is stopped loses nothing."""
     results = [None] * len(cells)
+
+    def finished(i, result, n):
+        results[i] = result
+        if out_dir is not None:
+            save([r for r in results if r is not None], out_dir)
+        if progress:
+            progress(n, len(cells), result)
+
+    if workers <= 1:
+        for i, c in enumerate(cells):
+            finished(i, run(c), i + 1)
+        return results
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(run, c): i for i, c in enumerate(cells)}
-        from concurrent.futures import as_completed
         for n, fut in enumerate(as_completed(futures), 1):
-            results[futures[fut]] = fut.result()
-            if progress:
-                progress(n, len(cells), results[futures[fut]])
+            finished(futures[fut], fut.result(), n)
     return results
 
 
