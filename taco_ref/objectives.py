@@ -212,7 +212,7 @@ def ctc_backward(d_log_p, cache, params):
     d_logits = nn.log_softmax_backward(d_log_p, sm_cache)
     grads = {}
     if kind == "mlp":
-        _, layer_grads = nn.mlp_backward(d_logits, net_cache)
+        _, layer_grads = nn.mlp_backward(d_logits, net_cache, input_grad=False)
         for i, (dW, db) in enumerate(layer_grads):
             grads[f"ctc.W{i}"], grads[f"ctc.b{i}"] = dW, db
     else:

@@ -171,7 +171,7 @@ def backward(grads_in, cache):
         # action net: d logp -> d head -> layer gradients
         d_head = (nn.categorical_logp_backward if cfg.discrete else nn.gaussian_logpdf_backward)(
             grads_in["log_act"][b, t, l], dist_cache)
-        _, layer_grads = nn.mlp_backward(d_head, act_cache)
+        _, layer_grads = nn.mlp_backward(d_head, act_cache, input_grad=False)
         _accumulate(grads, "act", k, layer_grads)
         # STOP net: d log sigma(g)/dg = sigma(-g), d log sigma(-g)/dg = -sigma(g)
         d_stop = grads_in["log_stop"][b, t, l]
@@ -181,7 +181,7 @@ def backward(grads_in, cache):
             d_go = np.concatenate([d_go, np.zeros(fb.size)])
         p_stop = nn.sigmoid(logit)                                           # (n + nf,)
         d_logit = d_stop * (1.0 - p_stop) - d_go * p_stop
-        _, layer_grads = nn.mlp_backward(d_logit[:, None], stop_cache)
+        _, layer_grads = nn.mlp_backward(d_logit[:, None], stop_cache, input_grad=False)
         _accumulate(grads, "stop", k, layer_grads)
     return grads
 

@@ -454,3 +454,17 @@ def test_other_bad_inputs_name_the_argument():
     for a in (np.array([0, 3]), np.array([-1, 0]), np.array([0.0, 1.0]), np.array([0])):
         with pytest.raises(ValueError, match="a_int"):
             nn.categorical_logp_forward(np.zeros((2, 3)), a)
+
+
+def test_mlp_backward_without_input_gradient_gives_the_same_parameter_gradients():
+    rng = np.random.default_rng(0)
+    layers = nn.mlp_init(rng, [5, 7, 3])
+    x = rng.normal(size=(4, 5))
+    out, cache = nn.mlp_forward(layers, x)
+    dout = rng.normal(size=out.shape)
+    dx, grads = nn.mlp_backward(dout, cache)
+    dx_skipped, grads_skipped = nn.mlp_backward(dout, cache, input_grad=False)
+    assert dx is not None and dx.shape == x.shape and dx_skipped is None
+    for (dW, db), (dW2, db2) in zip(grads, grads_skipped):
+        np.testing.assert_array_equal(dW, dW2)
+        np.testing.assert_array_equal(db, db2)
