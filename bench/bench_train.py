@@ -1,0 +1,660 @@
+"""Benchmark of one TACO training step: taco_ref against the same model in PyTorch, same run.
+
+One step is what the trainer (taco_ref/train.py) does per minibatch: the sub-policies'
+forward pass, the TACO alignment forward-backward, the backward pass through the
+sub-policies, and an Adam update with the gradients divided by the number of valid steps.
+
+Problem: B = 32 demonstrations, T = 200 (padded), L = 4 sketch steps of distinct sub-tasks drawn
+from K = 10, D = 39 state dims, A = 9 continuous action dims, Gaussian actions with sigma = 1;
+every sub-task has an action net and a STOP net, both [300, 200, 100] relu. Two batches:
+"random T_b" (traj_len uniform in [150, 200]) and "full T_b" (traj_len = 200 everywhere).
+
+What is timed (CPU; median wall time of N interleaved rounds after a warm-up round; the
+median process CPU time of the same calls is printed beside it, as a figure that a busy,
+shared machine disturbs less):
+
+- taco_ref  ``objectives.taco(params, cfg, batch)`` + ``optim.Adam.step`` on grads / steps,
+            float64 (taco_ref's only precision). A second, phased copy of the same step
+            (policy.evaluate | align.taco_forward_backward | policy.backward | Adam) gives
+            the breakdown; its loss is checked equal to objectives.taco's.
+- torch     the same model in eager PyTorch with autograd, float64 and float32, two ways:
+            "grouped": K separate nn.Sequential action/STOP nets (nn.ModuleList), each run once
+              on the (b, t, l) entries of its sub-task gathered across the batch, exactly the
+              grouping taco_ref uses (no padded rows are computed);
+            "bmm":     stacked (K, in, out) weights gathered per (b, l) sketch step and applied
+              with torch.baddbmm to all T steps of the trajectory (padded rows computed, then
+              masked out by the recursion).
+            Then the Gaussian log-density, F.logsigmoid for STOP/GO, the TACO forward recursion
+            in log space (a loop over t, torch.logaddexp on (B, L), padding steps kept by
+            torch.where), loss = -loglik.sum() / steps, loss.backward(), and
+            torch.optim.Adam(fused=True) (the fastest of default / foreach / fused here).
+            The ratio is taken against the faster of the two variants, per dtype.
+
+Before timing, each float64 torch variant gets taco_ref's initial weights and must reproduce
+taco_ref's loss (rtol 1e-10), every parameter gradient (allclose) and the parameters after one
+Adam step; the float32 variants must match the loss to 1e-4 relative. Targets: taco_ref / torch
+<= 1.0 for float32 and float64 torch, at 1 thread (other thread counts are reported, not judged).
+
+Threads: BLAS/OpenMP and torch run with 1 thread (the environment variables are overwritten,
+not defaulted, so both sides always get the same count). --threads N also repeats the whole
+measurement with N threads on both sides, in a child process (BLAS fixes its thread count
+when numpy is imported).
+
+Usage::
+
+    python bench/bench_train.py            # full set
+    python bench/bench_train.py --quick    # fewer repeats, for smoke testing
+    python bench/bench_train.py --threads 2 --json out.json
+
+The exit code is 0 whether or not the targets are met; the last line says which.
+"""
+import os
+import sys
+
+
+def _worker_threads(argv):
+    """The thread count of this process: --worker-threads N (set by the parent), else 1."""
+    if "--worker-threads" in argv:
+        return int(argv[argv.index("--worker-threads") + 1])
+    return 1
+
+
+# Same thread count for numpy's BLAS and torch: must be set before numpy (or torch) is imported.
+THREADS = _worker_threads(sys.argv)
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = str(THREADS)
+
+import argparse  # noqa: E402
+import gc  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from taco_ref import align, data, objectives, optim, policy  # noqa: E402
+
+try:
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(THREADS)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set, or parallel work has started
+        pass
+    TORCH_SKIP_REASON = None
+except ImportError as exc:
+    torch = None
+    TORCH_SKIP_REASON = f"import torch failed: {exc}"
+
+B, T, L, K, D, A = 32, 200, 4, 10, 39, 9
+HIDDEN = [300, 200, 100]  # action and STOP nets alike
+SIGMA = 1.0
+LR = 1e-3
+TRAJ_LEN_RANGE = (150, 200)  # inclusive, for the "random T_b" batch
+CASES = ("random T_b", "full T_b")
+SEED = 0
+RATIO_TARGET = 1.0  # taco_ref step / torch step <= this
+NEG = -1e30  # finite log 0 in the torch recursion: logaddexp's backward is NaN at -inf, -inf
+
+
+# ---------------------------------------------------------------------------------------------
+# setup report
+
+def blas_summary():
+    """One line on numpy's BLAS, torch's BLAS and the thread settings."""
+    parts = []
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        parts.append(f"numpy BLAS {blas.get('name')} {blas.get('version')}")
+    except Exception:  # older numpy: no dict mode
+        parts.append("numpy BLAS unknown")
+    parts.append(" ".join(f"{v}={os.environ[v]}" for v in
+                          ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")))
+    if torch is not None:
+        blas = "MKL" if torch.backends.mkl.is_available() else "non-MKL"
+        parts.append(f"torch BLAS {blas}, threads {torch.get_num_threads()}/"
+                     f"{torch.get_num_interop_threads()} (intra/inter-op)")
+    return " | ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs
+
+def make_batch(case, rng):
+    """A validated taco_ref Demos batch: random states and actions, zero beyond traj_len;
+    sketches of L distinct sub-tasks out of K; labels an even split (unused by TACO)."""
+    if case == "random T_b":
+        traj_len = rng.integers(TRAJ_LEN_RANGE[0], TRAJ_LEN_RANGE[1] + 1, size=B)  # (B,)
+    else:
+        traj_len = np.full(B, T)                                                 # (B,)
+    pad = np.arange(T)[None, :] >= traj_len[:, None]                             # (B, T)
+    states = rng.standard_normal((B, T, D))                                      # (B, T, D)
+    actions = rng.standard_normal((B, T, A))                                     # (B, T, A)
+    states[pad] = 0.0
+    actions[pad] = 0.0
+    sketch = np.stack([rng.choice(K, size=L, replace=False) for _ in range(B)])  # (B, L)
+    labels = np.minimum(np.arange(T)[None, :] * L // traj_len[:, None], L - 1)   # (B, T)
+    labels[pad] = -1
+    return data.Demos(states=states, actions=actions, traj_len=traj_len, sketch=sketch,
+                      sketch_len=np.full(B, L), labels=labels,
+                      final_state=rng.standard_normal((B, D)),
+                      vocab=tuple(f"subtask{k}" for k in range(K))).validate()
+
+
+def policy_config():
+    return policy.PolicyConfig(state_dim=D, n_subtasks=K, action_dim=A, discrete=False,
+                               act_hidden=list(HIDDEN), stop_hidden=list(HIDDEN), sigma=SIGMA,
+                               activation="relu")
+
+
+def net_gflop(batch):
+    """Useful floating-point work of the nets in one step (GFLOP): 2 n in out per layer forward,
+    the same for dW and for dx (but no dx into the states) backward; n = scored (b, t, l)."""
+    n = int((batch.traj_len * batch.sketch_len).sum())
+    sizes = [D] + HIDDEN
+    flops = 0
+    for out in (A, 1):  # action head, STOP head
+        layers = list(zip(sizes, sizes[1:] + [out]))
+        fwd = sum(2 * n * i * o for i, o in layers)
+        flops += fwd + fwd + sum(2 * n * i * o for i, o in layers[1:])
+    return flops / 1e9
+
+
+# ---------------------------------------------------------------------------------------------
+# taco_ref
+
+def make_taco_ref_step(params, cfg, batch):
+    """One training step as taco_ref/train.py takes it; returns (run, adam). run() -> loss/steps."""
+    names = policy.trainable(params)
+    adam = optim.Adam(names, [params[n].shape for n in names], LR)
+
+    def run():
+        steps = int(batch.traj_len.sum())
+        loss, grads = objectives.taco(params, cfg, batch)
+        adam.step(params, {n: g / steps for n, g in grads.items()})
+        return loss / steps
+
+    return run, adam
+
+
+def taco_ref_phased_step(params, cfg, batch, adam):
+    """The body of objectives.taco (terminal_stop off, as in the trainer's default) and the Adam
+    step, with a perf_counter stamp between phases. Returns (loss / steps, {phase: seconds})."""
+    t0 = time.perf_counter()
+    steps = int(batch.traj_len.sum())
+    scores, cache = policy.evaluate(params, cfg, batch.states, batch.actions, batch.sketch,
+                                    objectives.valid_mask(batch))
+    t1 = time.perf_counter()
+    res = align.taco_forward_backward(scores["log_act"], scores["log_stop"], scores["log_go"],
+                                      batch.traj_len, batch.sketch_len)
+    d = {"log_act": -res.d_act, "log_stop": -res.d_stop, "log_go": -res.d_go}
+    t2 = time.perf_counter()
+    grads = policy.backward(d, cache)
+    t3 = time.perf_counter()
+    adam.step(params, {n: g / steps for n, g in grads.items()})
+    t4 = time.perf_counter()
+    phases = {"policy forward": t1 - t0, "align fwd-bwd": t2 - t1, "policy backward": t3 - t2,
+              "Adam (incl. g / steps)": t4 - t3}
+    return -res.loglik.sum() / steps, phases
+
+
+# ---------------------------------------------------------------------------------------------
+# torch: the same model, two implementations of the sub-policies
+
+def torch_batch(batch, dtype):
+    return dict(states=torch.tensor(batch.states, dtype=dtype),              # (B, T, D)
+                actions=torch.tensor(batch.actions, dtype=dtype),            # (B, T, A)
+                traj_len=torch.tensor(batch.traj_len),                       # (B,)
+                sketch=torch.tensor(batch.sketch),                           # (B, L)
+                sketch_len=torch.tensor(batch.sketch_len))                   # (B,)
+
+
+def torch_taco_loglik(log_act, log_stop, log_go, traj_len, sketch_len):
+    """log p(tau, a | s) per row (B,): spec/align.md eq. (3)-(5) in log space, autograd-able.
+
+    alpha_t(l) = act[t,l] + logaddexp(alpha_{t-1}(l-1) + stop[t,l-1], alpha_{t-1}(l) + go[t,l]);
+    for t >= T_b the row keeps alpha (padding is transparent), and the result is alpha(L_b - 1).
+    """
+    Bn, Tn, _ = log_act.shape
+    act, stop, go = log_act.unbind(1), log_stop[:, :, :-1].unbind(1), log_go.unbind(1)  # (B, L)
+    live = (torch.arange(Tn)[None, :] < traj_len[:, None]).unbind(1)                     # (B,)
+    alpha = F.pad(act[0][:, :1], (0, L - 1), value=NEG)                                  # (B, L)
+    for t in range(1, Tn):
+        moved = F.pad(alpha[:, :-1] + stop[t], (1, 0), value=NEG)    # from (t-1, l-1): STOP
+        stayed = alpha + go[t]                                       # from (t-1, l): GO
+        new = torch.logaddexp(moved, stayed) + act[t]                # (B, L)
+        alpha = torch.where(live[t][:, None], new, alpha)            # (B, L)
+    return alpha.gather(1, (sketch_len - 1)[:, None])[:, 0]          # (B,)
+
+
+def gaussian_logpdf(mu, a):
+    """log N(a; mu, sigma^2 I) over the last axis."""
+    return (-0.5 * ((a - mu) ** 2).sum(-1) / SIGMA ** 2
+            - A * np.log(SIGMA) - 0.5 * A * np.log(2.0 * np.pi))
+
+
+def _normalise(params_np, states):
+    mean = torch.tensor(params_np["norm.mean"], dtype=states.dtype)
+    std = torch.tensor(params_np["norm.std"], dtype=states.dtype)
+    return lambda: (states - mean) / std                                 # (B, T, D)
+
+
+def _mlp(layers_np, dtype):
+    """nn.Sequential of Linear/ReLU with the weights of taco_ref's [(W (in, out), b), ...]."""
+    mods = []
+    for i, (W, b) in enumerate(layers_np):
+        lin = torch.nn.Linear(W.shape[0], W.shape[1], dtype=dtype)
+        with torch.no_grad():
+            lin.weight.copy_(torch.tensor(W.T))
+            lin.bias.copy_(torch.tensor(b))
+        mods += [lin] if i == len(layers_np) - 1 else [lin, torch.nn.ReLU()]
+    return torch.nn.Sequential(*mods)
+
+
+class TorchGrouped:
+    """K separate sub-policies (nn.ModuleList); each runs once on its sub-task's scored entries
+    gathered across the batch, as taco_ref.policy.evaluate does."""
+
+    name = "grouped"
+
+    def __init__(self, params_np, batch, dtype):
+        def layers(head, k):
+            return [(params_np[f"{head}.W{i}"][k], params_np[f"{head}.b{i}"][k])
+                    for i in range(len(HIDDEN) + 1)]
+
+        self.act = torch.nn.ModuleList([_mlp(layers("act", k), dtype) for k in range(K)])
+        self.stop = torch.nn.ModuleList([_mlp(layers("stop", k), dtype) for k in range(K)])
+        self.x = torch_batch(batch, dtype)
+        self.normalised = _normalise(params_np, self.x["states"])
+        self.opt = torch.optim.Adam(list(self.act.parameters()) + list(self.stop.parameters()),
+                                    lr=LR, fused=True)
+
+    def loss(self):
+        x = self.x
+        s = self.normalised()                                                # (B, T, D)
+        valid = ((torch.arange(T)[None, :, None] < x["traj_len"][:, None, None])
+                 & (torch.arange(L)[None, None, :] < x["sketch_len"][:, None, None]))  # (B, T, L)
+        idx, vals_act, vals_stop, vals_go = [], [], [], []
+        for k in torch.unique(x["sketch"][valid.any(dim=1)]).tolist():
+            b, t, l = torch.nonzero(valid & (x["sketch"] == k)[:, None, :], as_tuple=True)  # (n,)
+            xs = s[b, t]                                                     # (n, D)
+            vals_act.append(gaussian_logpdf(self.act[k](xs), x["actions"][b, t]))  # (n,)
+            g = self.stop[k](xs)[:, 0]                                       # (n,)
+            vals_stop.append(F.logsigmoid(g))
+            vals_go.append(F.logsigmoid(-g))
+            idx.append((b * T + t) * L + l)
+        idx = (torch.cat(idx),)
+        zeros = torch.zeros(B * T * L, dtype=s.dtype)
+        log_act, log_stop, log_go = (zeros.index_put(idx, torch.cat(v)).view(B, T, L)
+                                     for v in (vals_act, vals_stop, vals_go))  # (B, T, L)
+        loglik = torch_taco_loglik(log_act, log_stop, log_go, x["traj_len"], x["sketch_len"])
+        return -loglik.sum() / x["traj_len"].sum()
+
+    def _stacked(self, read):
+        """{"act.W0": (K, in, out), "act.b0": (K, out), ...} of read(tensor) (taco_ref's layout)."""
+        out = {}
+        for head, nets in (("act", self.act), ("stop", self.stop)):
+            lins = [[m for m in net if isinstance(m, torch.nn.Linear)] for net in nets]
+            for i in range(len(lins[0])):
+                out[f"{head}.W{i}"] = np.stack([read(ls[i].weight).T for ls in lins])
+                out[f"{head}.b{i}"] = np.stack([read(ls[i].bias) for ls in lins])
+        return out
+
+    def stacked_grads(self):
+        return self._stacked(_grad)
+
+    def stacked_params(self):
+        return self._stacked(_value)
+
+
+def _grad(p):
+    """p.grad as float64 numpy; zeros for a sub-task absent from the batch (grad None)."""
+    return np.zeros(tuple(p.shape)) if p.grad is None else p.grad.numpy().astype(np.float64)
+
+
+def _value(p):
+    return p.detach().numpy().astype(np.float64)
+
+
+class TorchBmm:
+    """Stacked (K, in, out) weights gathered per (b, l) sketch step, applied with baddbmm to all
+    T steps of each trajectory; the recursion masks the padded steps out."""
+
+    name = "bmm"
+
+    def __init__(self, params_np, batch, dtype):
+        self.params = {n: torch.tensor(params_np[n], dtype=dtype, requires_grad=True)
+                       for n in policy.trainable(params_np)}
+        self.x = torch_batch(batch, dtype)
+        self.normalised = _normalise(params_np, self.x["states"])
+        self.opt = torch.optim.Adam(list(self.params.values()), lr=LR, fused=True)
+
+    def _net(self, head, h):
+        """h (B*L, T, in) -> (B*L, T, out) through the gathered nets of head."""
+        n_layers = len(HIDDEN) + 1
+        sk = self.x["sketch"].clamp(min=0).reshape(-1)                      # (B*L,) padding -> 0
+        for i in range(n_layers):
+            W = self.params[f"{head}.W{i}"][sk]                              # (B*L, in, out)
+            b = self.params[f"{head}.b{i}"][sk][:, None, :]                  # (B*L, 1, out)
+            h = torch.baddbmm(b, h, W)                                       # (B*L, T, out)
+            if i < n_layers - 1:
+                h = torch.relu(h)
+        return h
+
+    def loss(self):
+        x = self.x
+        s = self.normalised()                                                # (B, T, D)
+        h0 = s[:, None].expand(B, L, T, D).reshape(B * L, T, D)              # (B*L, T, D)
+        mu = self._net("act", h0).view(B, L, T, A)                           # (B, L, T, A)
+        log_act = gaussian_logpdf(mu, x["actions"][:, None]).transpose(1, 2)  # (B, T, L)
+        g = self._net("stop", h0).view(B, L, T).transpose(1, 2)              # (B, T, L)
+        loglik = torch_taco_loglik(log_act, F.logsigmoid(g), F.logsigmoid(-g), x["traj_len"],
+                                   x["sketch_len"])
+        return -loglik.sum() / x["traj_len"].sum()
+
+    def stacked_grads(self):
+        return {n: _grad(p) for n, p in self.params.items()}
+
+    def stacked_params(self):
+        return {n: _value(p) for n, p in self.params.items()}
+
+
+def make_torch_step(model):
+    def run():
+        loss = model.loss()
+        loss.backward()
+        model.opt.step()
+        model.opt.zero_grad(set_to_none=True)
+        return loss
+
+    return run
+
+
+def taco_ref_reference(params, cfg, batch):
+    """taco_ref's loss / steps, grads / steps and parameters after one Adam step, from params
+    (left untouched): what every torch model is checked against."""
+    after = {n: v.copy() for n, v in params.items()}
+    steps = int(batch.traj_len.sum())
+    loss, grads = objectives.taco(after, cfg, batch)
+    grads = {n: g / steps for n, g in grads.items()}
+    names = policy.trainable(after)
+    optim.Adam(names, [after[n].shape for n in names], LR).step(after, grads)
+    return dict(loss=loss / steps, grads=grads, after=after)
+
+
+def check_torch_agrees(model, ref, dtype):
+    """The torch model computes what taco_ref computes, at taco_ref's weights: loss, gradients,
+    and (float64) the parameters after one Adam step. Leaves the model one step further."""
+    loss = model.loss()
+    loss.backward()
+    got = model.stacked_grads()
+    if dtype == torch.float64:
+        np.testing.assert_allclose(loss.item(), ref["loss"], rtol=1e-10,
+                                   err_msg=f"torch {model.name} float64 loss vs taco_ref")
+        for n, g in ref["grads"].items():
+            np.testing.assert_allclose(got[n], g, rtol=1e-7, atol=1e-12,
+                                       err_msg=f"torch {model.name} float64 d {n} vs taco_ref")
+    else:
+        np.testing.assert_allclose(loss.item(), ref["loss"], rtol=1e-4,
+                                   err_msg=f"torch {model.name} float32 loss vs taco_ref")
+    grad_err = max(float(np.abs(got[n] - g).max() / np.abs(g).max())
+                   for n, g in ref["grads"].items())
+    model.opt.step()
+    model.opt.zero_grad(set_to_none=True)
+    if dtype == torch.float64:
+        after = model.stacked_params()
+        for n in ref["grads"]:
+            np.testing.assert_allclose(after[n], ref["after"][n], rtol=1e-9, atol=1e-9 * LR,
+                                       err_msg=f"torch {model.name} params after Adam")
+    return dict(loss_rel_err=abs(loss.item() - ref["loss"]) / abs(ref["loss"]),
+                grad_rel_err=grad_err)
+
+
+# ---------------------------------------------------------------------------------------------
+# timing
+
+def interleaved_medians(fns, repeats, warmup=1):
+    """Median wall time (s) of each fn over `repeats` rounds, after `warmup` rounds, and the
+    median process CPU time (s, all threads) of the same calls.
+
+    One round calls every fn once, in an order that rotates from round to round, so that a
+    slow spell of the machine (shared CPUs) hits all sides of a ratio alike. gc is off while
+    timing, as in timeit. CPU time does not count time spent descheduled, so on a busy
+    machine it is the steadier of the two figures (the targets use wall time).
+    """
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    gc.collect()
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    wall, cpu = [[] for _ in fns], [[] for _ in fns]
+    try:
+        for r in range(repeats):
+            for i in np.roll(np.arange(len(fns)), r):
+                start, start_cpu = time.perf_counter(), time.process_time()
+                fns[i]()
+                wall[i].append(time.perf_counter() - start)
+                cpu[i].append(time.process_time() - start_cpu)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return [float(np.median(t)) for t in wall], [float(np.median(t)) for t in cpu]
+
+
+def phase_medians(params, cfg, batch, adam, repeats):
+    """Median seconds of each taco_ref phase over `repeats` phased steps (after one warm-up)."""
+    taco_ref_phased_step(params, cfg, batch, adam)
+    gc.collect()
+    gc.disable()
+    try:
+        runs = [taco_ref_phased_step(params, cfg, batch, adam)[1] for _ in range(repeats)]
+    finally:
+        gc.enable()
+    return {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
+
+
+def bench_case(case, cfg_run, rng):
+    """Rows for one batch: taco_ref, then every torch variant and dtype; and the breakdown."""
+    cfg = policy_config()
+    batch = make_batch(case, rng)
+    params = policy.init_params(cfg, rng)
+    gflop = net_gflop(batch)
+    ref = taco_ref_reference(params, cfg, batch)
+    phased_params = {n: v.copy() for n, v in params.items()}
+    names = policy.trainable(params)
+    phased_loss, _ = taco_ref_phased_step(phased_params, cfg, batch,
+                                          optim.Adam(names, [params[n].shape for n in names], LR))
+    np.testing.assert_allclose(phased_loss, ref["loss"], rtol=1e-12,
+                               err_msg="phased taco_ref step vs objectives.taco")
+    rows, checks = [], []
+    fns, labels = [], []
+    if torch is not None:
+        for dtype in (torch.float64, torch.float32):
+            for variant in (TorchGrouped, TorchBmm):
+                model = variant(params, batch, dtype)
+                err = check_torch_agrees(model, ref, dtype)
+                dname = str(dtype).replace("torch.", "")
+                checks.append(f"{case}: torch {model.name} {dname}: loss rel err "
+                              f"{err['loss_rel_err']:.1e}, max grad err / max |grad| "
+                              f"{err['grad_rel_err']:.1e}")
+                fns.append(make_torch_step(model))
+                labels.append((f"torch {model.name}", dname))
+    taco_step, adam = make_taco_ref_step(params, cfg, batch)
+    times, cpu = interleaved_medians([taco_step] + fns, cfg_run["repeats"])
+    t_ref, c_ref = times[0], cpu[0]
+    base = dict(threads=THREADS, case=case, steps=int(batch.traj_len.sum()), gflop=gflop,
+                repeats=cfg_run["repeats"])
+    rows.append(dict(base, side="taco_ref", dtype="float64", ms=1e3 * t_ref, cpu_ms=1e3 * c_ref,
+                     ratio=None, cpu_ratio=None, gflops=gflop / t_ref))
+    for (side, dname), t, c in zip(labels, times[1:], cpu[1:]):
+        rows.append(dict(base, side=side, dtype=dname, ms=1e3 * t, cpu_ms=1e3 * c,
+                         ratio=t_ref / t, cpu_ratio=c_ref / c, gflops=gflop / t))
+    phases = phase_medians(params, cfg, batch, adam, cfg_run["phase_repeats"])
+    return rows, checks, dict(base, total_ms=1e3 * t_ref,
+                              phases_ms={k: 1e3 * v for k, v in phases.items()})
+
+
+def verdicts(rows):
+    """Per (threads, case, torch dtype): taco_ref / the faster torch variant, against the target.
+
+    Only the 1-thread ratios are judged (met True/False); other thread counts are information
+    (met None): on a shared machine, oversubscribed BLAS/OpenMP threads wait on each other, and
+    which side suffers more says little about either implementation.
+    """
+    out = []
+    keys = {(r["threads"], r["case"], r["dtype"]) for r in rows if r["side"] != "taco_ref"}
+    for key in sorted(keys, key=lambda k: (k[0], CASES.index(k[1]), k[2] != "float32")):
+        peers = [r for r in rows if (r["threads"], r["case"], r["dtype"]) == key
+                 and r["side"] != "taco_ref"]
+        best = min(peers, key=lambda r: r["ms"])
+        met = best["ratio"] <= RATIO_TARGET if key[0] == 1 else None
+        out.append(dict(threads=key[0], case=key[1], dtype=key[2], peer=best["side"],
+                        ratio=best["ratio"], met=met))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+def print_table(rows):
+    header = (f"{'thr':>3}  {'batch':<11} {'steps':>5}  {'side':<14} {'dtype':<8} "
+              f"{'ms/step':>8} {'reps':>4}  {'GFLOP/s':>7}  {'taco_ref / side':>15}  "
+              f"{'CPU ms':>7} {'CPU ratio':>9}")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        cpu_ratio = "" if r["cpu_ratio"] is None else f"{r['cpu_ratio']:.2f}"
+        print(f"{r['threads']:>3}  {r['case']:<11} {r['steps']:>5}  {r['side']:<14} "
+              f"{r['dtype']:<8} {r['ms']:8.1f} {r['repeats']:>4}  {r['gflops']:7.1f}  "
+              f"{ratio:>15}  {r['cpu_ms']:7.1f} {cpu_ratio:>9}")
+    print("ms/step: median wall time (the targets use it); GFLOP/s: the nets' useful work "
+          "(net_gflop) / ms/step, one numerator for all sides; CPU ms: median process CPU time "
+          "of the same calls, CPU ratio = taco_ref / side on it")
+
+
+def print_breakdowns(breakdowns, phase_repeats):
+    print(f"taco_ref step breakdown: median ms of each phase over {phase_repeats} phased steps "
+          "(% of their sum); whole step = the timed objectives.taco + Adam median")
+    names = list(breakdowns[0]["phases_ms"])
+    header = (f"{'thr':>3}  {'batch':<11} " + " ".join(f"{n:>24}" for n in names)
+              + f" {'sum':>7} {'whole step':>10}")
+    print(header)
+    print("-" * len(header))
+    for bd in breakdowns:
+        total = sum(bd["phases_ms"].values())
+        cells = " ".join(f"{f'{v:.1f} ({100 * v / total:.1f}%)':>24}"
+                         for v in bd["phases_ms"].values())
+        print(f"{bd['threads']:>3}  {bd['case']:<11} {cells} {total:7.1f} {bd['total_ms']:10.1f}")
+
+
+def run_child(threads, quick):
+    """The same measurement with `threads` threads on both sides, in a fresh process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "child.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker-threads", str(threads),
+               "--json", str(out)] + (["--quick"] if quick else [])
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0 or not out.exists():
+            raise RuntimeError(f"--threads {threads} child failed:\n{proc.stdout}\n{proc.stderr}")
+        result = json.loads(out.read_text())
+    thread_line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("threads:")), "")
+    return result, thread_line
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke test)")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures to this JSON file")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="also measure both sides with N threads (in a child process)")
+    parser.add_argument("--worker-threads", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    cfg_run = (dict(repeats=3, phase_repeats=2) if args.quick
+               else dict(repeats=11, phase_repeats=5))
+
+    machine = dict(processor=platform.processor() or platform.machine(), cpu_count=os.cpu_count(),
+                   python=platform.python_version(), numpy=np.__version__,
+                   torch=torch.__version__ if torch is not None else None,
+                   load_avg_start=os.getloadavg()[0])
+    print(f"machine: {machine['processor']}, {machine['cpu_count']} CPUs | python "
+          f"{machine['python']} | numpy {machine['numpy']} | torch "
+          f"{machine['torch'] or 'not available'} | 1-min load average at start "
+          f"{machine['load_avg_start']:.2f}")
+    print(f"threads: {blas_summary()}")
+    print(f"mode: {'quick' if args.quick else 'full'}; seed {SEED}; median wall time of one "
+          f"training step; all sides interleaved, reps rounds after one warm-up round")
+    print(f"problem: B={B} T={T} L={L} K={K} D={D} A={A}; action and STOP nets {HIDDEN} relu, "
+          f"Gaussian sigma {SIGMA:g}; Adam lr {LR:g}; batches: random T_b in "
+          f"[{TRAJ_LEN_RANGE[0]}, {TRAJ_LEN_RANGE[1]}], full T_b = {T}")
+    if torch is None:
+        print(f"torch sides skipped: {TORCH_SKIP_REASON}")
+    else:
+        print("torch: eager autograd; 'grouped' = K nn.Sequential nets on gathered entries per "
+              "sub-task, 'bmm' = stacked weights gathered per (b, l) + baddbmm over all T; "
+              "Adam(fused=True)")
+
+    rng = np.random.default_rng(SEED)
+    rows, checks, breakdowns = [], [], []
+    for case in CASES:
+        case_rows, case_checks, breakdown = bench_case(case, cfg_run, rng)
+        rows += case_rows
+        checks += case_checks
+        breakdowns.append(breakdown)
+    if checks:
+        print("checks passed (float64: loss rtol 1e-10, grads allclose rtol 1e-7, params after one "
+              "Adam step; float32: loss rtol 1e-4):")
+        for line in checks:
+            print(f"  {line}")
+    if args.threads and args.threads != THREADS:
+        child, thread_line = run_child(args.threads, args.quick)
+        print(f"--threads {args.threads}: {thread_line}")
+        rows += child["rows"]
+        breakdowns += child["breakdowns"]
+    print()
+    print_table(rows)
+    print()
+    print_breakdowns(breakdowns, cfg_run["phase_repeats"])
+    machine["load_avg_end"] = os.getloadavg()[0]
+    print(f"1-min load average: {machine['load_avg_start']:.2f} at start, "
+          f"{machine['load_avg_end']:.2f} at end (this run adds about its thread count)")
+    if machine["load_avg_start"] > 0.5:
+        print(f"note: other processes were using the CPUs ({machine['load_avg_start']:.2f} on "
+              f"{machine['cpu_count']} CPUs before the first step): absolute times are inflated; "
+              "interleaving keeps the 1-thread ratios fair, multi-thread figures are unreliable")
+
+    ratios = verdicts(rows)
+    judged = [v for v in ratios if v["met"] is not None]
+    print()
+    for v in ratios:
+        verdict = ("info (not judged)" if v["met"] is None
+                   else f"target <= {RATIO_TARGET:g}  {'ok' if v['met'] else 'MISS'}")
+        print(f"  {v['threads']} thr, {v['case']:<11} taco_ref / torch {v['dtype']:<7} "
+              f"(faster variant: {v['peer']:<13}) = {v['ratio']:5.2f}  {verdict}")
+    missed = [f"{v['threads']} thr {v['case']} vs torch {v['dtype']} = {v['ratio']:.2f}"
+              for v in judged if not v["met"]]
+    print()
+    if torch is None:
+        print(f"PASS vs targets (0/0 met; torch not available: {TORCH_SKIP_REASON})")
+    elif missed:
+        print(f"FAIL vs targets ({len(judged) - len(missed)}/{len(judged)} met; "
+              f"taco_ref / torch <= {RATIO_TARGET:g}): " + "; ".join(missed))
+    else:
+        print(f"PASS vs targets ({len(judged)}/{len(judged)} met)")
+
+    if args.json:
+        report = dict(machine=machine, mode="quick" if args.quick else "full", rows=rows,
+                      breakdowns=breakdowns, verdicts=ratios, checks=checks)
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
