@@ -101,13 +101,6 @@ def normalise(params, states):
     return (states - params["norm.mean"]) / params["norm.std"]
 
 
-class Scores(dict):
-    """log_act, log_stop, log_go (B, T, L) and, if asked for, log_final_stop (B, L).
-
-    Entries outside the mask are 0 (they are padding for the alignment core).
-    """
-
-
 def evaluate(params, cfg, states, actions, sketch, mask, final_states=None, final_mask=None,
              stop_dropout=0.0, rng=None, train=False):
     """Score sub-policies on the (b, t, l) entries of mask; spec/policy.md eq. (1)-(3).
@@ -119,14 +112,16 @@ def evaluate(params, cfg, states, actions, sketch, mask, final_states=None, fina
     mask         | (B, T, L) bool     | which entries to score
     final_states | (B, D)             | optional: states at which the terminal STOP is scored
     final_mask   | (B, L) bool        | which sketch steps get a terminal STOP score
-    returns      | (Scores, cache)    | the cache feeds `backward`
+    returns      | (scores, cache)    | scores: {log_act, log_stop, log_go: (B, T, L),
+                 |                    | log_final_stop: (B, L) if asked}, 0 outside the
+                 |                    | mask; the cache feeds `backward`
 
     STOP nets use inverted dropout at rate stop_dropout when train is True (paper appendix A;
     spec/policy.md eq. (4)).
     """
     B, T, L = mask.shape
     x_all = normalise(params, states)                                        # (B, T, D)
-    out = Scores(log_act=np.zeros((B, T, L)), log_stop=np.zeros((B, T, L)), log_go=np.zeros((B, T, L)))
+    out = {name: np.zeros((B, T, L)) for name in ("log_act", "log_stop", "log_go")}
     if final_states is not None:
         out["log_final_stop"] = np.zeros((B, L))
         x_final = normalise(params, final_states)                            # (B, D)
