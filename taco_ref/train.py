@@ -58,6 +58,11 @@ class TrainConfig:
     """The STOP-net dropout rate is stop_dropout * dropout_decay ** epoch."""
     terminal_stop: bool = False
     """Train a STOP of the last sub-policy at the final state (spec/align.md eq. (8))."""
+    stop_prior: bool = False
+    """Initialise the STOP nets' output bias to the data's switch rate (spec/training.md eq. (6))
+    instead of 0, i.e. P(STOP) = 1/2 at every step before training. Off by default: the committed
+    results were made without it; in a first check (Nav-World, 200 demonstrations) it raised
+    TACO's alignment from 72.8 % to 84.2 % on one seed and left another at 81 %."""
     normalise_states: bool = True
     """Standardise states with the training set's mean and std (stored in the model)."""
     ctc_hidden: list = field(default_factory=lambda: [100])
@@ -152,6 +157,11 @@ class _Job:
             discrete=self.discrete, act_hidden=list(cfg.act_hidden), stop_hidden=list(cfg.stop_hidden),
             sigma=cfg.sigma, activation=cfg.activation)
         self.params = policy.init_params(self.policy_cfg, rng)
+        if cfg.stop_prior:
+            # STOP nets start at the data's switch rate instead of sigma(0) = 1/2 per step,
+            # spec/training.md eq. (6)
+            last = len(self.policy_cfg.stop_hidden)
+            self.params[f"stop.b{last}"][:] = stop_prior_logit(demos)
         if cfg.normalise_states:
             mean, std = state_statistics(demos)
             self.params["norm.mean"], self.params["norm.std"] = mean, std
@@ -186,6 +196,15 @@ class _Job:
     def model(self, info):
         return model_mod.Model(self.params, self.policy_cfg, None, self.cfg.algo,
                                self.cfg.ctc_kind, asdict(self.cfg), info)
+
+
+def stop_prior_logit(demos):
+    """logit of the empirical STOP rate: sum_n (L_n - 1) switches over sum_n (T_n - 1) steps
+    that could switch (clipped to [1e-3, 0.5]); spec/training.md eq. (6)."""
+    switches = float((demos.sketch_len - 1).sum())
+    chances = float((demos.traj_len - 1).sum())
+    rate = min(max(switches / max(chances, 1.0), 1e-3), 0.5)
+    return float(np.log(rate) - np.log1p(-rate))
 
 
 def state_statistics(demos):

@@ -337,3 +337,15 @@ def test_adam_state_round_trip():
         a2.step(p2, g)
     assert a2.step_count == a1.step_count == 6
     assert_same_params(p1, p2)
+
+
+def test_stop_prior_sets_the_stop_bias_to_the_switch_rate():
+    demos = navworld.collect(20, 3, seed=5)
+    rate = (demos.sketch_len - 1).sum() / (demos.traj_len - 1).sum()
+    logit = train.stop_prior_logit(demos)
+    assert np.isclose(1.0 / (1.0 + np.exp(-logit)), rate)
+    cfg = train.TrainConfig(stop_prior=True, stop_hidden=[8], act_hidden=[8])
+    job = train._Job(cfg, demos, np.random.default_rng(0))
+    assert np.all(job.params["stop.b1"] == logit)
+    off = train._Job(train.TrainConfig(stop_hidden=[8], act_hidden=[8]), demos, np.random.default_rng(0))
+    assert np.all(off.params["stop.b1"] == 0.0)
