@@ -480,3 +480,11 @@ def ctc_align_viterbi(log_p, sketch, traj_len=None, sketch_len=None, return_scor
     """CTC alignment: the single most probable path, eq. (23)-(24) on the CTC lattice."""
     path, score = _viterbi(_ctc_lattice(log_p, sketch, traj_len, sketch_len)[0])
     return (path, score) if return_score else path
+
+
+DECODERS = {"forward_argmax": align_forward_argmax, "posterior_argmax": align_posterior_argmax,
+            "viterbi": align_viterbi}
+"""The three TACO decoders by name (spec/align.md §7)."""
+CTC_DECODERS = {"forward_argmax": ctc_align_forward_argmax,
+                "posterior_argmax": ctc_align_posterior_argmax, "viterbi": ctc_align_viterbi}
+"""The three CTC decoders by name."""

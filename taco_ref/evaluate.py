@@ -15,7 +15,7 @@ import numpy as np
 from taco_ref import align, objectives, policy
 from taco_ref.objectives import valid_mask
 
-DECODERS = ("forward_argmax", "posterior_argmax", "viterbi")
+DECODERS = tuple(align.DECODERS)
 
 
 def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5):
@@ -62,20 +62,21 @@ def scores(model, demos):
     return out["log_act"], out["log_stop"], out["log_go"]
 
 
+def ctc_log_probs(model, demos):
+    """A CTC-BC model's classifier output log p(k | s_t, a_t) on demos, (B, T, K)."""
+    feats = objectives.ctc_features(model.params, demos, demos.discrete, model.policy.action_dim)
+    return objectives.ctc_log_p(model.params, model.ctc_kind, feats, demos.traj_len)[0]
+
+
 def alignments(model, demos, decoders=DECODERS):
     """{decoder: (N, T) sketch positions} for demos. TACO and GT-BC models align with the TACO
     lattice of their sub-policies; CTC-BC models with their CTC classifier (as in the paper)."""
     lengths = (demos.traj_len, demos.sketch_len)
     if model.ctc_kind:
-        feats = objectives.ctc_features(model.params, demos, demos.discrete, model.policy.action_dim)
-        log_p, _ = objectives.ctc_log_p(model.params, model.ctc_kind, feats, demos.traj_len)
-        fns = {"forward_argmax": align.ctc_align_forward_argmax,
-               "posterior_argmax": align.ctc_align_posterior_argmax, "viterbi": align.ctc_align_viterbi}
-        return {d: fns[d](log_p, demos.sketch, *lengths) for d in decoders}
+        log_p = ctc_log_probs(model, demos)
+        return {d: align.CTC_DECODERS[d](log_p, demos.sketch, *lengths) for d in decoders}
     lattice = scores(model, demos)
-    fns = {"forward_argmax": align.align_forward_argmax,
-           "posterior_argmax": align.align_posterior_argmax, "viterbi": align.align_viterbi}
-    return {d: fns[d](*lattice, *lengths) for d in decoders}
+    return {d: align.DECODERS[d](*lattice, *lengths) for d in decoders}
 
 
 def alignment_accuracy(model, demos, decoders=DECODERS, batch_size=128):

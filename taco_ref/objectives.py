@@ -238,7 +238,5 @@ def ctc_alignment(params, kind, batch, discrete, n_actions, decoder="forward_arg
     of the forward variables), and the normalised forward-variable weights p_t(l) (B, T, L)."""
     log_p, _ = ctc_log_p(params, kind, ctc_features(params, batch, discrete, n_actions), batch.traj_len)
     args = (log_p, batch.sketch, batch.traj_len, batch.sketch_len)
-    labels = {"forward_argmax": align.ctc_align_forward_argmax,
-              "posterior_argmax": align.ctc_align_posterior_argmax,
-              "viterbi": align.ctc_align_viterbi}[decoder](*args)
+    labels = align.CTC_DECODERS[decoder](*args)
     return labels, align.ctc_forward_probabilities(*args)

@@ -6,7 +6,7 @@ picture of the paper's figure 3b.
 """
 import numpy as np
 
-from taco_ref import align, evaluate, objectives
+from taco_ref import align, evaluate
 
 
 def alignment(model, demos, index, path):
@@ -19,8 +19,7 @@ def alignment(model, demos, index, path):
     one = demos.subset([index])
     T, L = int(one.traj_len[0]), int(one.sketch_len[0])
     if model.ctc_kind:
-        feats = objectives.ctc_features(model.params, one, one.discrete, model.policy.action_dim)
-        log_p, _ = objectives.ctc_log_p(model.params, model.ctc_kind, feats, one.traj_len)
+        log_p = evaluate.ctc_log_probs(model, one)
         forward = align.ctc_forward_probabilities(log_p, one.sketch, one.traj_len, one.sketch_len)
         posterior = align.ctc_forward_backward(log_p, one.sketch, one.traj_len, one.sketch_len).posterior
         source = f"CTC-BC ({model.ctc_kind}) classifier"
