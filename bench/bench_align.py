@@ -28,7 +28,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse
-import gc
 import json
 import platform
 import sys
@@ -42,6 +41,7 @@ from autograd import grad
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from taco_ref import align  # noqa: E402
+from _timing import interleaved_medians, numpy_blas_parts  # noqa: E402
 
 try:
     import torch
@@ -68,14 +68,7 @@ NEG = -1e30  # finite stand-in for log 0 in the autograd peer (see autograd_logl
 
 def blas_summary():
     """One line on numpy's BLAS and the thread settings."""
-    parts = []
-    try:
-        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-        parts.append(f"numpy BLAS {blas.get('name')} {blas.get('version')}")
-    except Exception:  # older numpy: no dict mode
-        parts.append("numpy BLAS unknown")
-    parts.append(" ".join(f"{v}={os.environ[v]}" for v in
-                          ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")))
+    parts = numpy_blas_parts()
     try:
         from threadpoolctl import threadpool_info
         pools = [f"{p['internal_api']}:{p['num_threads']}" for p in threadpool_info()]
@@ -182,32 +175,6 @@ def make_torch_ctc_peer(log_p, sketch):
 # ---------------------------------------------------------------------------------------------
 # timing
 
-def interleaved_medians(fns, repeats, warmup=1):
-    """Median wall time (s) of each fn over `repeats` rounds, after `warmup` rounds.
-
-    One round calls every fn once, in an order that rotates from round to round, so that a
-    slow spell of the machine (shared CPUs) hits all sides of a ratio alike. gc is off while
-    timing, as in timeit.
-    """
-    for _ in range(warmup):
-        for fn in fns:
-            fn()
-    gc.collect()
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    times = [[] for _ in fns]
-    try:
-        for r in range(repeats):
-            for i in np.roll(np.arange(len(fns)), r):
-                start = time.perf_counter()
-                fns[i]()
-                times[i].append(time.perf_counter() - start)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return [float(np.median(t)) for t in times]
-
-
 def autograd_repeats(one_run_s, max_repeats, budget_s):
     """Fewer rounds when autograd is slow (at least 3, so the median means something)."""
     return int(max(3, min(max_repeats, budget_s // max(one_run_s, 1e-9))))
@@ -223,7 +190,7 @@ def bench_shape(B, T, L, cfg, rng):
     start = time.perf_counter()
     check_autograd_agrees(inputs)  # also serves as autograd's warm-up
     n_ag = autograd_repeats(time.perf_counter() - start, n, cfg["autograd_budget_s"])
-    t_taco, t_ag = interleaved_medians([taco, lambda: autograd_grads(*inputs)], n_ag)
+    (t_taco, t_ag), _ = interleaved_medians([taco, lambda: autograd_grads(*inputs)], n_ag)
     rows.append(dict(shape=shape, peer="autograd (grad check passed)", ours="taco_ref TACO fwd+bwd",
                      ours_ms=1e3 * t_taco, peer_ms=1e3 * t_ag, repeats=n_ag,
                      ratio_name="speed-up = autograd / taco_ref", ratio=t_ag / t_taco,
@@ -234,7 +201,7 @@ def bench_shape(B, T, L, cfg, rng):
     log_p, sketch = make_ctc_inputs(B, T, L, rng)
     torch_ctc = make_torch_ctc_peer(log_p, sketch)
     ctc = lambda: align.ctc_forward_backward(log_p, sketch)  # noqa: E731
-    t_taco, t_ctc, t_torch = interleaved_medians([taco, ctc, torch_ctc], n)
+    (t_taco, t_ctc, t_torch), _ = interleaved_medians([taco, ctc, torch_ctc], n)
     rows.append(dict(shape=shape, peer="torch ctc_loss fwd+bwd", ours="taco_ref TACO fwd+bwd",
                      ours_ms=1e3 * t_taco, peer_ms=1e3 * t_torch, repeats=n,
                      ratio_name="taco_ref TACO / torch CTC", ratio=t_taco / t_torch,

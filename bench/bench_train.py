@@ -78,6 +78,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from taco_ref import align, data, objectives, optim, policy  # noqa: E402
+from _timing import interleaved_medians, numpy_blas_parts  # noqa: E402
 
 try:
     import torch
@@ -108,14 +109,7 @@ NEG = -1e30  # finite log 0 in the torch recursion: logaddexp's backward is NaN 
 
 def blas_summary():
     """One line on numpy's BLAS, torch's BLAS and the thread settings."""
-    parts = []
-    try:
-        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-        parts.append(f"numpy BLAS {blas.get('name')} {blas.get('version')}")
-    except Exception:  # older numpy: no dict mode
-        parts.append("numpy BLAS unknown")
-    parts.append(" ".join(f"{v}={os.environ[v]}" for v in
-                          ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")))
+    parts = numpy_blas_parts()
     if torch is not None:
         blas = "MKL" if torch.backends.mkl.is_available() else "non-MKL"
         parts.append(f"torch BLAS {blas}, threads {torch.get_num_threads()}/"
@@ -418,35 +412,6 @@ def check_torch_agrees(model, ref, dtype):
 
 # ---------------------------------------------------------------------------------------------
 # timing
-
-def interleaved_medians(fns, repeats, warmup=1):
-    """Median wall time (s) of each fn over `repeats` rounds, after `warmup` rounds, and the
-    median process CPU time (s, all threads) of the same calls.
-
-    One round calls every fn once, in an order that rotates from round to round, so that a
-    slow spell of the machine (shared CPUs) hits all sides of a ratio alike. gc is off while
-    timing, as in timeit. CPU time does not count time spent descheduled, so on a busy
-    machine it is the steadier of the two figures (the targets use wall time).
-    """
-    for _ in range(warmup):
-        for fn in fns:
-            fn()
-    gc.collect()
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    wall, cpu = [[] for _ in fns], [[] for _ in fns]
-    try:
-        for r in range(repeats):
-            for i in np.roll(np.arange(len(fns)), r):
-                start, start_cpu = time.perf_counter(), time.process_time()
-                fns[i]()
-                wall[i].append(time.perf_counter() - start)
-                cpu[i].append(time.process_time() - start_cpu)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return [float(np.median(t)) for t in wall], [float(np.median(t)) for t in cpu]
-
 
 def phase_medians(params, cfg, batch, adam, repeats):
     """Median seconds of each taco_ref phase over `repeats` phased steps (after one warm-up)."""

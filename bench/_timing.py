@@ -1,0 +1,47 @@
+"""Shared by the benchmarks: interleaved timing and a line on numpy's BLAS threads."""
+import gc
+import os
+import time
+
+import numpy as np
+
+
+def numpy_blas_parts():
+    """numpy's BLAS and the thread variables, as parts of a setup line."""
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        parts = [f"numpy BLAS {blas.get('name')} {blas.get('version')}"]
+    except Exception:  # older numpy: no dict mode
+        parts = ["numpy BLAS unknown"]
+    parts.append(" ".join(f"{v}={os.environ.get(v)}" for v in
+                          ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")))
+    return parts
+
+
+def interleaved_medians(fns, repeats, warmup=1):
+    """Median wall time (s) of each fn over `repeats` rounds, after `warmup` rounds, and the
+    median process CPU time (s, all threads) of the same calls.
+
+    One round calls every fn once, in an order that rotates from round to round, so that a
+    slow spell of the machine (shared CPUs) hits all sides of a ratio alike. gc is off while
+    timing, as in timeit. CPU time does not count time spent descheduled, so on a busy
+    machine it is the steadier of the two figures (the targets use wall time).
+    """
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    gc.collect()
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    wall, cpu = [[] for _ in fns], [[] for _ in fns]
+    try:
+        for r in range(repeats):
+            for i in np.roll(np.arange(len(fns)), r):
+                start, start_cpu = time.perf_counter(), time.process_time()
+                fns[i]()
+                wall[i].append(time.perf_counter() - start)
+                cpu[i].append(time.process_time() - start_cpu)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return [float(np.median(t)) for t in wall], [float(np.median(t)) for t in cpu]
