@@ -150,6 +150,7 @@ class _Job:
 
     def __init__(self, cfg, demos, rng):
         self.cfg = cfg
+        self.vocab = demos.vocab
         self.discrete = demos.discrete
         A = demos.meta["n_actions"] if self.discrete else demos.actions.shape[2]
         self.policy_cfg = policy.PolicyConfig(
@@ -194,7 +195,7 @@ class _Job:
         return objectives.bc(p, self.policy_cfg, batch, labels, cfg.terminal_stop, **common)
 
     def model(self, info):
-        return model_mod.Model(self.params, self.policy_cfg, None, self.cfg.algo,
+        return model_mod.Model(self.params, self.policy_cfg, self.vocab, self.cfg.algo,
                                self.cfg.ctc_kind, asdict(self.cfg), info)
 
 
@@ -293,10 +294,11 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
     best = {k: v.copy() for k, v in job.params.items()}
     names = job.names(job.stages[0])
     adam = optim.Adam(names, [job.params[n].shape for n in names], cfg.lr if job.stages[0] == "policy" else cfg.ctc_lr)
+    fingerprint = demos.fingerprint() if out_dir is not None else None
     if resume:
         if out_dir is None or not os.path.exists(os.path.join(out_dir, CHECKPOINT_META)):
             raise FileNotFoundError(f"--resume: no checkpoint in {out_dir}")
-        meta, arrays, best = _load_checkpoint(out_dir, job, demos.fingerprint())
+        meta, arrays, best = _load_checkpoint(out_dir, job, fingerprint)
         state = {k: meta[k] for k in state}
         if state["stage"] < len(job.stages):  # else the run had finished: nothing to continue
             stage = job.stages[state["stage"]]
@@ -305,7 +307,6 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
                               cfg.lr if stage == "policy" else cfg.ctc_lr)
             adam.load_state(arrays, meta["adam"])
         rng.bit_generator.state = meta["rng"]
-    fingerprint = demos.fingerprint() if out_dir is not None else None
     t0 = time.time()
     epochs_this_call = 0
     while state["stage"] < len(job.stages):
@@ -353,7 +354,6 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
                                                 data_sha256=fingerprint), adam, best)
     model = job.model({"history": state["history"], "train_size": train_set.n,
                        "held_out_size": held_out.n, "data": demos.meta, "seconds": time.time() - t0})
-    model.vocab = demos.vocab
     if out_dir is not None:
         model_mod.save(model, os.path.join(out_dir, "model"))
     return model
