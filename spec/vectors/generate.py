@@ -190,6 +190,15 @@ def expected_outputs(refs, T, L, family, K=None, decoders=True):
     return exp
 
 
+def draw_until_untied(name, decoders, attempt):
+    """Call attempt() until no decoder has a near-tie (its last item: [(ref, gap), ...])."""
+    for _ in range(MAX_DRAWS):
+        out = attempt()
+        if not decoders or min(gap for _, gap in out[-1]) >= TIE_GAP:
+            return out
+    raise RuntimeError(f"{name}: decoders still tied after {MAX_DRAWS} draws")
+
+
 def taco_case(name, seed, B, T, L, draw, description, traj_len=None, sketch_len=None,
               pad="random", final_stop=None, decoders=True):
     """Build one TACO case.
@@ -201,14 +210,13 @@ def taco_case(name, seed, B, T, L, draw, description, traj_len=None, sketch_len=
     rng = random.Random(seed)
     Tb = traj_len if traj_len is not None else [T] * B
     Lb = sketch_len if sketch_len is not None else [L] * B
-    for _ in range(MAX_DRAWS):
+    def attempt():
         rows = [draw(rng, b, Tb[b], Lb[b]) for b in range(B)]
         fs_rows = None if final_stop is None else [final_stop(rng, b, Lb[b]) for b in range(B)]
-        results = [taco_row(*rows[b], None if fs_rows is None else fs_rows[b]) for b in range(B)]
-        if not decoders or min(gap for _, gap in results) >= TIE_GAP:
-            break
-    else:
-        raise RuntimeError(f"{name}: decoders still tied after {MAX_DRAWS} draws")
+        return rows, fs_rows, [taco_row(*rows[b], None if fs_rows is None else fs_rows[b])
+                               for b in range(B)]
+
+    rows, fs_rows, results = draw_until_untied(name, decoders, attempt)
     refs = [ref for ref, _ in results]
     padder = pad_source(rng, pad)
     valid = lambda b, idx: idx[0] < Tb[b] and idx[1] < Lb[b]          # noqa: E731
@@ -228,13 +236,11 @@ def ctc_case(name, seed, B, T, L, K, draw, description, traj_len=None, sketch_le
     rng = random.Random(seed)
     Tb = traj_len if traj_len is not None else [T] * B
     Lb = sketch_len if sketch_len is not None else [L] * B
-    for _ in range(MAX_DRAWS):
+    def attempt():
         rows = [draw(rng, b, Tb[b], Lb[b]) for b in range(B)]
-        results = [ctc_row(log_p, sketch) for log_p, sketch in rows]
-        if not decoders or min(gap for _, gap in results) >= TIE_GAP:
-            break
-    else:
-        raise RuntimeError(f"{name}: decoders still tied after {MAX_DRAWS} draws")
+        return rows, [ctc_row(log_p, sketch) for log_p, sketch in rows]
+
+    rows, results = draw_until_untied(name, decoders, attempt)
     refs = [ref for ref, _ in results]
     padder = pad_source(rng, pad)
     log_p = batch([r[0] for r in rows], (B, T, K), lambda b, idx: idx[0] < Tb[b], padder)
