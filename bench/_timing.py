@@ -6,6 +6,20 @@ import time
 import numpy as np
 
 
+def import_torch(threads):
+    """(torch, None) with `threads` intra-op threads and 1 inter-op thread, or (None, reason)."""
+    try:
+        import torch
+    except ImportError as exc:
+        return None, f"import torch failed: {exc}"
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set, or parallel work has started
+        pass
+    return torch, None
+
+
 def numpy_blas_parts():
     """numpy's BLAS and the thread variables, as parts of a setup line."""
     try:

@@ -41,19 +41,9 @@ from autograd import grad
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from taco_ref import align  # noqa: E402
-from _timing import interleaved_medians, numpy_blas_parts  # noqa: E402
+from _timing import import_torch, interleaved_medians, numpy_blas_parts  # noqa: E402
 
-try:
-    import torch
-    torch.set_num_threads(1)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:  # already set, or parallel work has started
-        pass
-    TORCH_SKIP_REASON = None
-except ImportError as exc:
-    torch = None
-    TORCH_SKIP_REASON = f"import torch failed: {exc}"
+torch, TORCH_SKIP_REASON = import_torch(1)
 
 SHAPES = [(32, 200, 4), (64, 1000, 10)]  # (B, T, L)
 N_ACTIONS = 5  # A: actions the per-step log-probabilities are drawn over

@@ -78,20 +78,10 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from taco_ref import align, data, objectives, optim, policy  # noqa: E402
-from _timing import interleaved_medians, numpy_blas_parts  # noqa: E402
+from _timing import import_torch, interleaved_medians, numpy_blas_parts  # noqa: E402
 
-try:
-    import torch
-    import torch.nn.functional as F
-    torch.set_num_threads(THREADS)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:  # already set, or parallel work has started
-        pass
-    TORCH_SKIP_REASON = None
-except ImportError as exc:
-    torch = None
-    TORCH_SKIP_REASON = f"import torch failed: {exc}"
+torch, TORCH_SKIP_REASON = import_torch(THREADS)
+F = torch.nn.functional if torch is not None else None
 
 B, T, L, K, D, A = 32, 200, 4, 10, 39, 9
 HIDDEN = [300, 200, 100]  # action and STOP nets alike
