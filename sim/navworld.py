@@ -41,6 +41,10 @@ from taco_ref.data import Demos
 VOCAB = ("black", "green", "yellow", "red")
 """Sub-task names; sub-task k = "go to destination VOCAB[k]"."""
 K = len(VOCAB)
+TRAIN_SKETCH_LEN = 3
+"""L of the training data (paper Sec. 5.1)."""
+TEST_SKETCH_LEN = K
+"""L_test of the zero-shot test sketches: every destination once (:func:`zero_shot_sketches`)."""
 STATE_DIM = 2 * K
 ACTION_DIM = 2
 
@@ -239,6 +243,11 @@ class NavWorld:
         if not self.done and np.linalg.norm(self.dests[self.target] - self.agent) <= RADIUS:
             self.progress += 1
         return self.obs
+
+
+def task_env():
+    """A fresh NavWorld: the task environment taco_ref.experiment evaluates policies in."""
+    return NavWorld()
 
 
 def expert_action(env):

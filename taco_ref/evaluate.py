@@ -3,7 +3,8 @@
 Execution (paper Sec. 4): the active sub-policy acts until it emits STOP; the next one then
 acts in the same state. A sub-policy acts at least once before it may stop (every sketch step
 covers at least one time step in the data). The episode ends when the last sub-policy stops,
-when the environment reports every sub-task done, or when the step budget runs out.
+when the environment reports every sub-task done, when it reports the task failed (an env with
+a `failed` attribute, e.g. a wrong digit on the dial pad), or when the step budget runs out.
 
 Metrics (paper Sec. 5): task accuracy = share of sketches whose sub-tasks were all completed,
 in order; sub-task accuracy = completed sub-tasks / attempted; alignment accuracy = share of
@@ -18,13 +19,16 @@ from taco_ref.objectives import valid_mask
 DECODERS = tuple(align.DECODERS)
 
 
-def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5):
+def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5, observer=None):
     """Run one sketch (a sequence of sub-task ids) in env; returns a dict with
-    success, progress (sub-tasks the env counted), steps, stop_times (step of each STOP)."""
+    success, progress (sub-tasks the env counted), steps, stop_times (step of each STOP).
+    observer(env, active), if given, is called after the reset and after every step."""
     obs = env.reset(sketch, seed=seed)
     budget = env.budget(len(sketch)) if budget is None else budget
     active, acted, stop_times, steps = 0, 0, [], 0
-    while steps < budget and not env.done:
+    if observer:
+        observer(env, active)
+    while steps < budget and not env.done and not getattr(env, "failed", False):
         stop, action = policy.act(model.params, model.policy, sketch[active], obs, stop_threshold)
         if stop and acted > 0:
             stop_times.append(steps)
@@ -35,6 +39,8 @@ def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5):
         obs = env.step(action)
         acted += 1
         steps += 1
+        if observer:
+            observer(env, active)
     return {"success": bool(env.done), "progress": int(env.progress), "steps": steps,
             "stop_times": stop_times}
 

@@ -1,50 +1,108 @@
 """Experiments: train every algorithm on a domain and compare them (paper Sec. 5).
 
-`run` is one cell of a results table: collect (or reuse) data, train one algorithm, and measure
-zero-shot task accuracy, sub-task accuracy and alignment accuracy on held-out demonstrations.
-`table` formats many cells; `plot` draws accuracy against dataset size when matplotlib exists.
-Cells run in parallel worker processes (one per core), each single-threaded.
+`run` is one cell of a results table: collect (or load) data, train one algorithm, and measure
+zero-shot task accuracy, sub-task accuracy and alignment accuracy on held-out demonstrations
+(and, when asked, task accuracy against the test sketch length, paper figure 8).
+`prepare_data` collects each cell's data once, into files the cells share; `table` formats many
+cells; `plot` draws accuracy against dataset size when matplotlib exists. Cells run in parallel
+worker processes (one per core), each single-threaded.
+
+A domain is a module taco_sim.<name> with: VOCAB; TRAIN_SKETCH_LEN and TEST_SKETCH_LEN (the
+paper's L and L_test); collect(n, sketch_len, seed, progress=None, ...) -> Demos;
+sample_sketches(n, sketch_len, rng); zero_shot_sketches(n, rng) (the test sketches); and
+task_env() -> an environment with reset(sketch, seed), step(action), done, progress, budget(L).
 """
+import importlib
+import inspect
 import json
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 import numpy as np
 
-from taco_ref import evaluate, train
+from taco_ref import data as data_mod, evaluate, train
 
 ALGOS = ("taco", "gtbc", "ctcbc-mlp", "ctcbc-gru")
 LABELS = {"taco": "TACO", "gtbc": "GT-BC", "ctcbc-mlp": "CTC-BC (MLP)", "ctcbc-gru": "CTC-BC (GRU)"}
 
 
+DOMAINS = ("navworld", "dial")
+
+
 def domain(name):
-    """The domain module (taco_sim.<name>): VOCAB, collect, NavWorld-like env class, sketches."""
-    if name == "navworld":
-        from taco_sim import navworld
-        return navworld
-    raise ValueError(f"domain must be one of ('navworld',), got {name!r}")
+    """The domain module taco_sim.<name> (see the module docstring for what it provides)."""
+    if name not in DOMAINS:
+        raise ValueError(f"domain must be one of {DOMAINS}, got {name!r}")
+    return importlib.import_module(f"taco_sim.{name}")
 
 
-def make_env(name):
-    mod = domain(name)
-    return mod.NavWorld()
+def collect(mod, n, sketch_len, seed, workers=1, progress=None):
+    """mod.collect, passing workers only to domains whose collector runs in parallel."""
+    extra = {"workers": workers} if "workers" in inspect.signature(mod.collect).parameters else {}
+    return mod.collect(n, sketch_len, seed=seed, progress=progress, **extra)
+
+
+def _data_seeds(cell):
+    return 10_000 + cell["seed"], 20_000 + cell["seed"]
+
+
+def _data_paths(cell, out_dir):
+    name = f"{cell['domain']}-L{cell['train_sketch_len']}-seed{cell['seed']}"
+    return (os.path.join(out_dir, "data", f"{name}-train{cell['size']}.npz"),
+            os.path.join(out_dir, "data", f"{name}-test{cell['n_align']}.npz"))
+
+
+def prepare_data(cells, out_dir, workers=1, progress=None):
+    """Collect each distinct training and held-out set of cells once into out_dir/data (reused
+    when the file exists) and point the cells at the files; returns the updated cells."""
+    out = []
+    for cell in cells:
+        paths = _data_paths(cell, out_dir)
+        mod = domain(cell["domain"])
+        for path, n, seed in zip(paths, (cell["size"], cell["n_align"]), _data_seeds(cell)):
+            if not os.path.exists(path):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                label = f"collect {os.path.basename(path)}"
+                demos = collect(mod, n, cell["train_sketch_len"], seed, workers,
+                                progress(label) if progress else None)
+                data_mod.save(demos, path)
+        out.append(dict(cell, data=paths[0], test_data=paths[1]))
+    return out
 
 
 def run(cell):
-    """One (domain, algo, size, seed) cell; returns a dict of measured figures."""
+    """One (domain, algo, size, seed) cell; returns a dict of measured figures.
+
+    cell: domain, algo, size, seed, train_sketch_len, n_tasks, n_align, config, and optionally
+    data / test_data (files from prepare_data; collected here otherwise) and test_lengths (task
+    accuracy for each of these sketch lengths, on top of the domain's zero-shot test sketches).
+    """
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     mod = domain(cell["domain"])
     seed, size = cell["seed"], cell["size"]
-    demos = mod.collect(size, cell["train_sketch_len"], seed=10_000 + seed)
-    test_demos = mod.collect(cell["n_align"], cell["train_sketch_len"], seed=20_000 + seed)
+    train_seed, test_seed = _data_seeds(cell)
+    if cell.get("data"):
+        demos, test_demos = data_mod.load(cell["data"]), data_mod.load(cell["test_data"])
+    else:
+        demos = collect(mod, size, cell["train_sketch_len"], train_seed)
+        test_demos = collect(mod, cell["n_align"], cell["train_sketch_len"], test_seed)
     cfg = train.TrainConfig.from_dict(dict(cell["config"], algo=cell["algo"], seed=seed))
     model = train.train(demos, cfg, progress=False)
     sketches = mod.zero_shot_sketches(cell["n_tasks"], np.random.default_rng(30_000 + seed))
-    acc = evaluate.task_accuracy(model, mod.NavWorld, sketches, seed=40_000 + seed)
+    acc = evaluate.task_accuracy(model, mod.task_env, sketches, seed=40_000 + seed)
+    by_length = {}
+    for L in cell.get("test_lengths") or ():
+        rng = np.random.default_rng([30_000 + seed, L])
+        by_length[str(L)] = evaluate.task_accuracy(
+            model, mod.task_env, mod.sample_sketches(cell["n_tasks"], L, rng),
+            seed=40_000 + seed)["task_accuracy"]
     align_acc = evaluate.alignment_accuracy(model, test_demos)
     epochs = [h["epoch"] for h in model.info["history"]]
-    return dict(cell, config=None, **acc, **{f"align_{k}": v for k, v in align_acc.items()},
-                epochs=len(epochs), seconds=model.info["seconds"])
+    out = dict(cell, config=None, **acc, **{f"align_{k}": v for k, v in align_acc.items()},
+               epochs=len(epochs), seconds=model.info["seconds"])
+    if by_length:
+        out["task_accuracy_by_length"] = by_length
+    return out
 
 
 def run_all(cells, workers=2, progress=None, out_dir=None):
@@ -121,6 +179,33 @@ def plot(results, path):
         ax.set_ylim(-2, 102)
         ax.grid(alpha=0.3)
     axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_lengths(results, path):
+    """Task accuracy against the test sketch length L_test, one line per algorithm and dataset
+    size, mean ± std over seeds (paper figure 8; PNG)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for algo in ALGOS:
+        for size in sorted({r["size"] for r in results}):
+            rows = [r["task_accuracy_by_length"] for r in results
+                    if r["algo"] == algo and r["size"] == size and r.get("task_accuracy_by_length")]
+            if not rows:
+                continue
+            lengths = sorted(rows[0], key=int)
+            acc = 100 * np.array([[row[L] for L in lengths] for row in rows])
+            ax.errorbar([int(L) for L in lengths], acc.mean(0), yerr=acc.std(0), marker="o",
+                        capsize=3, label=f"{LABELS[algo]} ({size})")
+    ax.set_xlabel("test sketch length L_test")
+    ax.set_ylabel("task accuracy (%)")
+    ax.set_ylim(-2, 102)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -3,6 +3,8 @@
 alignment: one demonstration's normalised forward variables p_t(l) and posterior gamma_t(l) as
 heat maps over (sketch step, time), with the ground-truth segmentation drawn on top — the
 picture of the paper's figure 3b.
+rollout: one sketch executed by a model in a domain that renders (the Dial pad), as a contact
+sheet PNG (and optionally an animated GIF), each frame titled with the active sub-task.
 """
 import numpy as np
 
@@ -43,3 +45,43 @@ def alignment(model, demos, index, path):
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def rollout(model, env, sketch, seed, path, every=10, gif=None):
+    """Execute sketch (sub-task ids) in env with model's sub-policies, rendering every step;
+    writes a contact sheet of every `every`-th frame (and the last) to path, and every frame
+    to the GIF gif if given. Returns evaluate.execute's dict."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if every < 1:
+        raise ValueError(f"every must be a positive number of steps, got {every}")
+    frames, captions = [], []
+
+    def observe(env, active):
+        frames.append(env.render())
+        name = model.vocab[sketch[active]] if active < len(sketch) else "-"
+        captions.append(f"t={len(frames) - 1} {name} ({env.progress}/{len(sketch)})")
+
+    out = evaluate.execute(model, env, list(sketch), seed, observer=observe)
+    picks = sorted(set(range(0, len(frames), every)) | {len(frames) - 1})
+    cols = min(8, len(picks))
+    rows = -(-len(picks) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(1.6 * cols, 1.75 * rows), squeeze=False)
+    for ax in axes.ravel():
+        ax.axis("off")
+    for ax, i in zip(axes.ravel(), picks):
+        ax.imshow(frames[i])
+        ax.set_title(captions[i], fontsize=6)
+    names = " ".join(model.vocab[k] for k in sketch)
+    fig.suptitle(f"{model.algo}: sketch {names} — {'done' if out['success'] else 'not done'} "
+                 f"after {out['steps']} steps", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    if gif:
+        from PIL import Image   # matplotlib depends on Pillow
+        images = [Image.fromarray(f) for f in frames]
+        images[0].save(gif, save_all=True, append_images=images[1:], duration=40, loop=0)
+    return out

@@ -1,5 +1,6 @@
 """taco_ref.experiment: one real (tiny) cell end to end, incremental saving, the results table."""
 import json
+import os
 
 import pytest
 
@@ -46,3 +47,20 @@ def test_results_are_saved_after_every_cell(tmp_path, monkeypatch):
 def test_unknown_domain_is_named():
     with pytest.raises(ValueError, match="domain"):
         experiment.domain("atari")
+
+
+def test_prepare_data_collects_each_set_once_and_cells_load_it(tmp_path):
+    cells = [cell(a, size=12) for a in ("taco", "gtbc")]
+    ready = experiment.prepare_data(cells, tmp_path)
+    assert ready[0]["data"] == ready[1]["data"] and ready[0]["test_data"] == ready[1]["test_data"]
+    stamp = [os.stat(p).st_mtime_ns for p in (ready[0]["data"], ready[0]["test_data"])]
+    again = experiment.prepare_data(cells, tmp_path)              # reused, not collected again
+    assert [os.stat(p).st_mtime_ns for p in (again[0]["data"], again[0]["test_data"])] == stamp
+    from taco_ref import data
+    demos = data.load(ready[0]["data"])
+    assert demos.n == 12 and demos.meta["seed"] == 10_000         # the seed run() would use
+    loaded = experiment.run(dict(ready[1], test_lengths=[2]))
+    collected = experiment.run(dict(cells[1], test_lengths=[2]))
+    for key in ("task_accuracy", "align_forward_argmax", "task_accuracy_by_length"):
+        assert loaded[key] == collected[key], key
+    assert set(loaded["task_accuracy_by_length"]) == {"2"}
