@@ -7,9 +7,10 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["taco_ref", "taco_ref.*"]) + ["taco_sim"],
+    packages=find_packages(include=["taco_ref", "taco_ref.*"]) + ["taco_sim", "taco_sim.dial"],
     package_dir={"taco_sim": "sim"},
-    install_requires=["numpy>=1.26", "scipy>=1.11", "pyyaml>=6"],
+    package_data={"taco_sim.dial": ["*.xml"]},
+    install_requires=["numpy>=1.26", "scipy>=1.11", "pyyaml>=6", "mujoco>=3.2"],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "autograd>=1.7"],
         "plot": ["matplotlib>=3.8"],

@@ -1,0 +1,18 @@
+"""The Dial domain (paper Sec. 5.3): a MuJoCo JACO2 arm dials PINs on a 4 x 3 keypad.
+
+``env`` holds the model (``jaco_dial.xml`` beside it), observation and physics (DialEnv);
+``expert`` the state-based expert, the task interface (DialTask) and DART collection.
+"""
+from taco_sim.dial.env import (ACTION_DIM, CONTROL_DT, DIGIT_SLOTS, HOME, JOINTS, K, MODEL_PATH,
+                               PHYSICS_DT, SLOT_LABELS, SLOTS, STANDARD_LAYOUT, STATE_DIM, SUBSAMPLE,
+                               TORQUE_LIMITS, VOCAB, DialEnv, key_positions, observation_from_joints,
+                               observe, sample_layout)
+from taco_sim.dial.expert import (DART_SIGMA, TEST_SKETCH_LEN, TRAIN_SKETCH_LEN, DialTask, budget,
+                                  collect, expert_torque, expert_torque_from_obs, sample_sketches,
+                                  task_env, zero_shot_sketches)
+
+__all__ = ["ACTION_DIM", "CONTROL_DT", "DART_SIGMA", "DIGIT_SLOTS", "HOME", "JOINTS", "K", "MODEL_PATH",
+           "PHYSICS_DT", "SLOT_LABELS", "SLOTS", "STANDARD_LAYOUT", "STATE_DIM", "SUBSAMPLE",
+           "TEST_SKETCH_LEN", "TORQUE_LIMITS", "TRAIN_SKETCH_LEN", "VOCAB", "DialEnv", "DialTask", "budget", "collect", "expert_torque",
+           "expert_torque_from_obs", "key_positions", "observation_from_joints", "observe",
+           "sample_layout", "sample_sketches", "task_env", "zero_shot_sketches"]

@@ -1,0 +1,322 @@
+"""The Dial domain's expert, task interface and demonstration collection (paper Sec. 5.3, appendix).
+
+The expert is a joint-space P controller with gravity compensation towards a set-point that is a
+function of the state only, evaluated once per control step and held for SUBSAMPLE physics steps
+(exactly how a learned sub-policy acts). For target digit d with slot s = layout[d]:
+
+  1. fingertip horizontally within ``PRESS_RADIUS`` of key s      -> set-point PRESS[s] (descend)
+  2. else, fingertip below the key tops + ``CLEARANCE``          -> HOVER[nearest slot] (lift straight up)
+  3. else                                                         -> HOVER[s] (travel at hover height)
+
+  torque = KP * c (q* - q) + g(q), c = min(1, min_j MAX_ERROR_j / |q*_j - q_j|)   (arm)
+  torque = KP_FINGER * (FINGERS_CLOSED - q_f) + g_f(q)           (fingers: a closed, pointing hand)
+
+g(q) is qfrc_bias at zero velocity (gravity only: a function of q). There is no integral term and
+no velocity term: the MJCF's joint damping and armature (the harmonic drives) damp the motion, with
+KP chosen so the closed loop's natural frequency (about 7 rad/s) is far below the 25 Hz control
+rate. Bounding the joint error (scaled as a vector, so its direction is kept) bounds the torque
+and hence the joint speed (damping-limited, about KP * MAX_ERROR / damping), which does the job
+minimum-jerk set-points would do — slow, smooth motion that does not dip onto neighbouring keys — while keeping the torque a Markov function of
+(observation, target digit): the policy, which sees joint angles and key offsets only, can
+represent it exactly. HOVER and PRESS (joint poses for every slot) come from ``solve_ik`` once per
+process, seeded from HOME, so all lie in one elbow-up branch.
+
+A press ends the sub-task: the label of step t is the progress at s_t (Nav-World convention), so
+after a press the next digit's rule 2 lifts the finger, which releases (re-arms) the key.
+
+Symbol | Shape | Meaning
+N      |       | demonstrations
+T      |       | control steps; budget(L) at most
+L      |       | sketch (PIN) length
+K      |       | digits = 10
+D, A   |       | state 39, action 9
+"""
+import multiprocessing
+
+import numpy as np
+
+from taco_ref.data import Demos
+from taco_sim.dial.env import (ACTION_DIM, FINGERS_CLOSED, HOME, K, PHYSICS_DT, SLOTS,
+                               STATE_DIM, SUBSAMPLE, TORQUE_LIMITS, VOCAB, DialEnv, check_layout,
+                               kinematics, sample_layout)
+
+HOVER_HEIGHT = 0.07
+"""Fingertip height above the key tops at the hover poses (m)."""
+PRESS_HEIGHT = -0.015
+"""Fingertip height relative to the key tops at the press poses (m): beyond the 12 mm travel."""
+PRESS_RADIUS = 0.012
+"""Descend when the fingertip is horizontally within this of the target key (m)."""
+CLEARANCE = 0.03
+"""Below key tops + CLEARANCE and away from the target, the expert first lifts (m)."""
+KP = np.array([60.0, 60.0, 60.0, 8.0, 8.0, 8.0])
+"""(6,) arm P gains (N m / rad)."""
+MAX_ERROR = np.array([0.08, 0.08, 0.08, 0.12, 0.12, 0.12])
+"""(6,) per-joint bound on the set-point error (rad); a larger error is scaled down as a whole,
+which keeps its direction (straight lines in joint space, no dip between hover poses)."""
+KP_FINGER = 2.0
+"""Finger P gain (N m / rad)."""
+IK_TOLERANCE = 1e-4
+"""Hover and press poses must reach their targets within this residual (m, rad)."""
+
+DART_SIGMA = 0.05
+"""Default DART noise level: a demonstration draws level ~ U(0, dart_sigma) and adds
+N(0, (level * TORQUE_LIMITS)^2) to each executed torque."""
+STEPS_PER_DIGIT = 100
+"""budget(L) = STEPS_PER_DIGIT * L control steps (the expert needs about half)."""
+CHUNK = 4
+"""collect hands out demonstrations in chunks of this size (progress is per chunk)."""
+MAX_ATTEMPTS = 50
+"""collect gives up (RuntimeError) if one demonstration fails this many times in a row."""
+
+_POSES = None
+
+
+def poses():
+    """(HOVER (S, 6), PRESS (S, 6)) arm poses per slot, solved once per process by IK from HOME."""
+    global _POSES
+    if _POSES is None:
+        kin = kinematics()
+        hover, press = np.zeros((SLOTS, 6)), np.zeros((SLOTS, 6))
+        for s in range(SLOTS):
+            hover[s], e1 = kin.solve_ik(HOME, kin.slot_pos[s] + [0.0, 0.0, HOVER_HEIGHT])
+            press[s], e2 = kin.solve_ik(hover[s], kin.slot_pos[s] + [0.0, 0.0, PRESS_HEIGHT])
+            if max(e1, e2) > IK_TOLERANCE:
+                raise RuntimeError(f"IK for slot {s} did not converge (residuals {e1:.2g}, {e2:.2g})")
+        _POSES = hover, press
+    return _POSES
+
+
+TRAIN_SKETCH_LEN = 4
+"""L of the training data (paper Sec. 5.3.1)."""
+TEST_SKETCH_LEN = 5
+"""L_test of the test PINs (paper figure 7), dialled on the standard layout."""
+
+
+def task_env():
+    """A DialTask on the standard layout: the task environment taco_ref.experiment evaluates in."""
+    return DialTask(layout="standard")
+
+
+def budget(sketch_len):
+    """Control-step budget for a PIN of length sketch_len (see STEPS_PER_DIGIT)."""
+    return STEPS_PER_DIGIT * int(sketch_len)
+
+
+def set_point(q9, fingertip, key_pos, digit):
+    """Arm set-point (6,) for target digit at joint angles q9 (9,), fingertip (3,), key_pos (K, 3)."""
+    hover, press = poses()
+    slot_pos = kinematics().slot_pos                                                  # (S, 3)
+    target = key_pos[digit]                                                           # (3,)
+    slot = int(np.argmin(np.linalg.norm(slot_pos - target, axis=1)))
+    if np.linalg.norm(fingertip[:2] - target[:2]) < PRESS_RADIUS:
+        return press[slot]
+    if fingertip[2] < target[2] + CLEARANCE:
+        nearest = int(np.argmin(np.linalg.norm(slot_pos[:, :2] - fingertip[:2], axis=1)))
+        return hover[nearest]
+    return hover[slot]
+
+
+def expert_torque_from_obs(obs, digit):
+    """Clean expert torque (A,) from the observation (D,) alone and the target digit."""
+    obs = np.asarray(obs, dtype=np.float64)
+    q9 = obs[:9]
+    kin = kinematics()
+    tip = kin.fingertip(q9)
+    key_pos = obs[9:].reshape(K, 3) + tip                                              # (K, 3)
+    g = kin.gravity(q9)                                                                # (A,)
+    torque = np.empty(ACTION_DIM)
+    err = set_point(q9, tip, key_pos, digit) - q9[:6]                                  # (6,)
+    err *= min(1.0, float(np.min(MAX_ERROR / np.maximum(np.abs(err), 1e-12))))        # keep direction
+    torque[:6] = KP * err + g[:6]
+    torque[6:] = KP_FINGER * (FINGERS_CLOSED - q9[6:]) + g[6:]
+    return np.clip(torque, -TORQUE_LIMITS, TORQUE_LIMITS)
+
+
+def expert_torque(env, digit):
+    """Clean expert torque (A,) for env's current state and target digit (a function of env.obs)."""
+    return expert_torque_from_obs(env.obs, digit)
+
+
+def _check_sketches(sketches, sketch_len=None):
+    """sketches as (n, L) int64 digits with no digit equal to its predecessor; ValueError otherwise."""
+    arr = np.asarray(sketches)
+    if arr.ndim == 1:
+        arr = arr[None]
+    if arr.ndim != 2 or arr.shape[1] < 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise ValueError(f"sketch: expected integer digits of shape (L,) or (n, L), got {arr.shape}")
+    arr = arr.astype(np.int64)
+    if sketch_len is not None and arr.shape[1] != sketch_len:
+        raise ValueError(f"sketches: expected length sketch_len = {sketch_len}, got {arr.shape[1]}")
+    if ((arr < 0) | (arr >= K)).any():
+        raise ValueError(f"sketch: digits must be in [0, {K}), got {arr.tolist()}")
+    bad = (arr[:, 1:] == arr[:, :-1]).any(axis=1)
+    if bad.any():
+        raise ValueError(f"sketch: consecutive digits must differ, got {arr[bad][0].tolist()}")
+    return arr
+
+
+def sample_sketches(n, sketch_len, rng, exclude=()):
+    """n PINs (n, L) int64: uniform over digit sequences whose consecutive digits differ (repeats
+    further apart are allowed: the finger lifts and re-arms the key in between), never one of exclude."""
+    if sketch_len < 1:
+        raise ValueError(f"sketch_len: expected >= 1, got {sketch_len}")
+    excluded = {tuple(int(i) for i in s) for s in exclude}
+    out = np.empty((n, sketch_len), dtype=np.int64)
+    for i in range(n):
+        for _ in range(10000):
+            pin = [int(rng.integers(K))]
+            for _ in range(sketch_len - 1):
+                pin.append(int((pin[-1] + 1 + rng.integers(K - 1)) % K))
+            if tuple(pin) not in excluded:
+                break
+        else:
+            raise ValueError(f"sample_sketches: could not draw a PIN of length {sketch_len} outside exclude")
+        out[i] = pin
+    return out
+
+
+def zero_shot_sketches(n, rng):
+    """n test PINs (n, 5): L_test = 5, longer than the L = 4 training PINs."""
+    return sample_sketches(n, 5, rng)
+
+
+class DialTask:
+    """One PIN-dialling episode on a DialEnv; the duck type of taco_sim.navworld.NavWorld.
+
+    Attribute | Shape | Meaning
+    env       |       | the DialEnv
+    sketch    | (L,)  | the PIN's digits
+    progress  |       | leading digits pressed correctly
+    done      |       | all digits pressed in order
+    failed    |       | a wrong digit was pressed (a real PIN pad rejects it: the episode is over)
+    t         |       | control steps since reset
+    """
+
+    vocab = VOCAB
+    state_dim = STATE_DIM
+    action_dim = ACTION_DIM
+
+    def __init__(self, layout="standard"):
+        self.layout = check_layout(layout)
+        self.env = DialEnv()
+        self.sketch = None
+        self.progress = 0
+        self.failed = False
+
+    def reset(self, sketch, seed=None):
+        """Start dialling sketch (digits) from a home pose drawn from seed; returns obs (D,)."""
+        self.sketch = _check_sketches(sketch)[0]
+        self.progress = 0
+        self.failed = False
+        return self.env.reset(seed=seed, layout=self.layout)
+
+    @property
+    def t(self):
+        return self.env.t
+
+    @property
+    def done(self):
+        return self.progress == len(self.sketch)
+
+    @property
+    def target(self):
+        """Digit to press next, or None when done or failed."""
+        return None if self.done or self.failed else int(self.sketch[self.progress])
+
+    def budget(self, sketch_len):
+        return budget(sketch_len)
+
+    def _count(self):
+        for digit in self.env.new_presses():
+            if self.done or self.failed:
+                break
+            if digit == self.sketch[self.progress]:
+                self.progress += 1
+            else:
+                self.failed = True
+
+    def step(self, action):
+        """One control step with torque action (A,); updates progress / failed. Returns obs (D,)."""
+        obs = self.env.step(action)
+        self._count()
+        return obs
+
+
+def _demo(args):
+    """One DART demonstration: (states (T, D), actions (T, A), labels (T,), final (D,), discarded)."""
+    sketch, seed, dart_sigma = args
+    rng = np.random.default_rng(seed)
+    task = DialTask(layout="standard")
+    L = len(sketch)
+    for attempt in range(MAX_ATTEMPTS):
+        task.layout = sample_layout(rng)
+        obs = task.reset(sketch, seed=int(rng.integers(2 ** 31)))
+        scale = rng.uniform(0.0, dart_sigma) * TORQUE_LIMITS                          # (A,)
+        states, actions, labels = [], [], []
+        while not task.done and not task.failed and task.t < budget(L):
+            clean = expert_torque_from_obs(obs, task.target)
+            states.append(obs)
+            actions.append(clean)
+            labels.append(task.progress)
+            obs = task.step(clean + scale * rng.standard_normal(ACTION_DIM))
+        if task.done:
+            return np.array(states), np.array(actions), np.array(labels), obs, attempt
+    raise RuntimeError(f"collect: a demonstration failed {MAX_ATTEMPTS} times; dart_sigma = {dart_sigma} too large?")
+
+
+def _chunk(jobs):
+    return [_demo(j) for j in jobs]
+
+
+def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=None, workers=1):
+    """n expert demonstrations with DART noise on random (never standard) layouts, as a validated Demos.
+
+    Same contract as taco_sim.navworld.collect: states (N, T, D) at control steps, actions the
+    clean expert torque at each visited state, labels the progress at s_t, final_state the state
+    after the last press. Demonstration i runs from its own seed (derived from seed and i), so the
+    result does not depend on workers; a failed attempt (wrong press or over budget) is redrawn
+    with a new layout and counted in meta["discarded"]. workers > 1 uses a fork pool;
+    progress(done, total) is called as chunks of CHUNK finish (in order).
+    """
+    if n < 1:
+        raise ValueError(f"n: expected at least 1 demonstration, got {n}")
+    if not dart_sigma >= 0:
+        raise ValueError(f"dart_sigma: expected >= 0, got {dart_sigma}")
+    rng = np.random.default_rng(seed)
+    if sketches is None:
+        sketches = sample_sketches(n, sketch_len, rng)
+    sketches = _check_sketches(sketches, sketch_len)
+    if len(sketches) != n:
+        raise ValueError(f"sketches: expected {n} rows (n), got {len(sketches)}")
+    seeds = np.random.SeedSequence(rng.integers(2 ** 63)).spawn(n)
+    jobs = [(sketches[i], seeds[i], float(dart_sigma)) for i in range(n)]
+    chunks = [jobs[i:i + CHUNK] for i in range(0, n, CHUNK)]
+    poses()                                                  # solve IK before forking
+    results = []
+    if workers > 1:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            for out in pool.imap(_chunk, chunks):
+                results.extend(out)
+                if progress is not None:
+                    progress(len(results), n)
+    else:
+        for c in chunks:
+            results.extend(_chunk(c))
+            if progress is not None:
+                progress(len(results), n)
+    traj_len = np.array([len(r[0]) for r in results], dtype=np.int64)
+    T = int(traj_len.max())
+    states = np.zeros((n, T, STATE_DIM))
+    actions = np.zeros((n, T, ACTION_DIM))
+    labels = np.full((n, T), -1, dtype=np.int64)
+    for i, r in enumerate(results):
+        states[i, :traj_len[i]], actions[i, :traj_len[i]], labels[i, :traj_len[i]] = r[0], r[1], r[2]
+    final_state = np.array([r[3] for r in results])
+    meta = {"domain": "dial", "action_type": "continuous", "sketch_len": int(sketch_len),
+            "dart_sigma": float(dart_sigma),
+            "seed": int(seed) if isinstance(seed, (int, np.integer)) else None,
+            "discarded": int(sum(r[4] for r in results)), "subsample": SUBSAMPLE,
+            "physics_dt": PHYSICS_DT}
+    return Demos(states, actions, traj_len, sketches, np.full(n, sketch_len, dtype=np.int64),
+                 labels, final_state, VOCAB, meta).validate()
+

@@ -1,0 +1,299 @@
+"""Tests for sim/dial (taco_sim.dial): the MuJoCo JACO Dial domain of paper Sec. 5.3.
+
+Layered as STYLE.md "Tests in three layers":
+(a) plain references: names resolve in the MJCF; IK poses checked by forward kinematics; the
+    observation rebuilt from qpos, fingertip and key positions; recorded actions recomputed;
+(b) hypothesis properties: sketches and layouts are valid for any seed;
+(c) smoke runs and determinism: one press counts once, the expert dials PINs, same seed => same
+    trajectory, collect identical for workers 1 and 2, rendering.
+Symbols: N demonstrations, T control steps, L PIN length, K = 10 digits, D = 39, A = 9. 0-based.
+"""
+import os
+
+os.environ.setdefault("MUJOCO_GL", "egl")          # before mujoco creates a GL context
+
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import given, note  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from taco_sim import dial  # noqa: E402
+from taco_sim.dial import env as dial_env  # noqa: E402
+from taco_sim.dial import expert  # noqa: E402
+
+K = dial.K
+
+
+def drive(env, q_arm, steps):
+    """Hold a P + gravity controller on arm set-point q_arm (6,) for steps control steps."""
+    kin = dial_env.kinematics()
+    for _ in range(steps):
+        q9 = env.qpos
+        err = np.clip(q_arm - q9[:6], -expert.MAX_ERROR, expert.MAX_ERROR)
+        torque = kin.gravity(q9)
+        torque[:6] += expert.KP * err
+        torque[6:] += expert.KP_FINGER * (dial_env.FINGERS_CLOSED - q9[6:])
+        env.step(torque)
+
+
+def run_expert(task, sketch, seed, noise=0.0):
+    """Run the clean (or noisy) expert on task until done, failed or budget; returns obs (T + 1, D)."""
+    obs = [task.reset(sketch, seed=seed)]
+    rng = np.random.default_rng(seed)
+    while not task.done and not task.failed and task.t < task.budget(len(sketch)):
+        torque = dial.expert_torque(task.env, task.target)
+        obs.append(task.step(torque + noise * dial.TORQUE_LIMITS * rng.standard_normal(9)))
+    return np.array(obs)
+
+
+# ----------------------------------------------------------------------------------------------
+# The model
+# ----------------------------------------------------------------------------------------------
+
+def test_model_compiles_and_names_resolve():
+    model = mujoco.MjModel.from_xml_path(dial.MODEL_PATH)
+    assert model.opt.timestep == dial.PHYSICS_DT and dial.CONTROL_DT == pytest.approx(0.04)
+    assert len(dial.JOINTS) == 9 and dial.JOINTS[0] == "j2n6s300_joint_1"
+    assert dial.JOINTS[6:] == tuple(f"j2n6s300_joint_finger_{i}" for i in range(1, 4))
+    for name, limit in zip(dial.JOINTS, dial.TORQUE_LIMITS):
+        assert model.joint(name).type == mujoco.mjtJoint.mjJNT_HINGE
+        act = model.actuator(name)
+        assert model.actuator_trntype[act.id] == mujoco.mjtTrn.mjTRN_JOINT
+        assert act.trnid[0] == model.joint(name).id and act.gear[0] == 1.0
+        np.testing.assert_allclose(act.ctrlrange, [-limit, limit])
+    assert model.nu == 9 and model.site("fingertip").id >= 0 and model.camera("front").id >= 0
+    for s in range(dial.SLOTS):
+        assert model.site(f"slot_{s}").id >= 0 and model.sensor(f"key_{s}").dim[0] == 1
+    assert model.opt.gravity[2] < 0 and (model.dof_damping[:6] > 0).all()
+
+
+def test_layouts_and_key_positions():
+    np.testing.assert_array_equal(dial.STANDARD_LAYOUT, [10, 0, 1, 2, 3, 4, 5, 6, 7, 8])
+    assert [dial_env.SLOT_LABELS[s] for s in dial.STANDARD_LAYOUT] == list(dial.VOCAB)
+    slots = dial_env.slot_positions()                                           # (S, 3)
+    pitch = np.linalg.norm(slots[1] - slots[0])
+    assert 0.06 <= pitch <= 0.08 and np.ptp(slots[:, 2]) == 0
+    np.testing.assert_allclose(slots[3] - slots[0], slots[4] - slots[1])       # a regular grid
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        layout = dial.sample_layout(rng)
+        assert not np.array_equal(layout, dial.STANDARD_LAYOUT)
+        np.testing.assert_array_equal(np.sort(layout), dial.DIGIT_SLOTS)
+        np.testing.assert_array_equal(dial.key_positions(layout), slots[layout])
+    with pytest.raises(ValueError):
+        dial.key_positions(np.arange(10))                                      # slot 9 is "*"
+
+
+def test_every_slot_reachable_by_ik():
+    hover, press = expert.poses()                                              # (S, 6) each
+    kin = dial_env.kinematics()
+    for s in range(dial.SLOTS):
+        for q, height in ((hover[s], expert.HOVER_HEIGHT), (press[s], expert.PRESS_HEIGHT)):
+            q9 = np.concatenate([q, dial_env.FINGERS_CLOSED])
+            tip = kin.fingertip(q9)
+            np.testing.assert_allclose(tip, kin.slot_pos[s] + [0, 0, height], atol=2e-3)
+            approach = -kin.data.site_xmat[kin.names.tip].reshape(3, 3)[:, 2]
+            assert approach[2] < -0.999                                        # pointing down
+        assert np.abs(press[s] - hover[s]).max() < 0.5                         # same IK branch
+    model = kin.model
+    for name in dial.JOINTS[1:3]:                                              # limited joints
+        lo, hi = model.jnt_range[model.joint(name).id]
+        j = dial.JOINTS.index(name)
+        assert (lo < hover[:, j]).all() and (hover[:, j] < hi).all()
+
+
+# ----------------------------------------------------------------------------------------------
+# The environment
+# ----------------------------------------------------------------------------------------------
+
+def test_observation_layout_and_fk():
+    env = dial.DialEnv()
+    obs = env.reset(seed=4)
+    assert obs.shape == (dial.STATE_DIM,) == (39,) and np.isfinite(obs).all()
+    drive(env, expert.poses()[0][3], 5)
+    obs = env.obs
+    np.testing.assert_array_equal(obs[:9], env.qpos)
+    np.testing.assert_array_equal(obs[:9], env.data.qpos[[env.model.joint(n).qposadr[0] for n in dial.JOINTS]])
+    tip = env.data.site("fingertip").xpos
+    np.testing.assert_allclose(obs[9:].reshape(K, 3), env.key_pos - tip)
+    np.testing.assert_allclose(dial.observation_from_joints(obs[:9], env.key_pos), obs, atol=1e-12)
+    np.testing.assert_array_equal(dial.observe(env.qpos, tip, env.key_pos), obs)
+    o = env.observation()
+    assert o["qvel"].shape == (9,) and o["pressed"].shape == (K,) and not o["pressed"].any()
+    np.testing.assert_array_equal(o["key_offset"], env.key_pos - o["fingertip"])
+    names, pos, vel, eff = env.joint_state()
+    assert names == dial.JOINTS and pos.shape == vel.shape == eff.shape == (9,)
+
+
+def test_torques_are_clipped():
+    env = dial.DialEnv()
+    env.reset(seed=0, layout="standard")
+    env.step(np.full(9, 1e3))
+    np.testing.assert_array_equal(env.data.ctrl[[env.model.actuator(n).id for n in dial.JOINTS]],
+                                  dial.TORQUE_LIMITS)
+    np.testing.assert_allclose(env.joint_state()[3], dial.TORQUE_LIMITS)
+    env.step(-np.full(9, 1e3))
+    np.testing.assert_allclose(env.joint_state()[3], -dial.TORQUE_LIMITS)
+    assert env.t == 2 and env.time == pytest.approx(2 * dial.CONTROL_DT)
+    with pytest.raises(ValueError):
+        env.step(np.full(9, np.nan))
+
+
+def test_one_press_counts_once_and_rearms_after_release():
+    hover, press = expert.poses()
+    env = dial.DialEnv()
+    env.reset(seed=1, layout="standard")
+    slot = dial.STANDARD_LAYOUT[5]
+    drive(env, hover[slot], 50)
+    assert env.presses == [] and env.new_presses() == []
+    drive(env, press[slot], 40)                                                 # press and hold
+    assert env.observation()["pressed"][5]
+    assert env.presses == [5] and env.new_presses() == [5] and env.new_presses() == []
+    drive(env, press[slot], 25)                                                 # still held
+    assert env.presses == [5]
+    drive(env, hover[slot], 30)                                                 # release
+    assert env.key_travel()[slot] > dial_env.RELEASE_DEPTH and env.presses == [5]
+    drive(env, press[slot], 40)                                                 # press again
+    assert env.presses == [5, 5] and env.new_presses() == [5]
+
+
+def test_same_seed_same_trajectory():
+    def trajectory(seed):
+        task = dial.DialTask(layout=dial.sample_layout(np.random.default_rng(seed)))
+        return run_expert(task, [3, 7], seed, noise=0.05), task.env.layout
+    (a, la), (b, lb), (c, _) = trajectory(5), trajectory(5), trajectory(6)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(la, lb)
+    assert a.shape != c.shape or not np.array_equal(a, c)
+    env = dial.DialEnv()
+    o1, l1 = env.reset(seed=9), env.layout
+    o2, l2 = env.reset(seed=9), env.layout
+    np.testing.assert_array_equal(o1, o2)
+    np.testing.assert_array_equal(l1, l2)
+
+
+# ----------------------------------------------------------------------------------------------
+# The expert and the task
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("layout_seed, sketch", [(None, (0, 5, 1, 6)), (None, (9, 8, 7)),
+                                                 (None, (2, 0, 2, 4, 1)), (3, (1, 0, 4, 8)),
+                                                 (11, (6, 2, 9, 3, 5))])
+def test_expert_dials_pins(layout_seed, sketch):
+    layout = "standard" if layout_seed is None else dial.sample_layout(np.random.default_rng(layout_seed))
+    task = dial.DialTask(layout=layout)
+    run_expert(task, sketch, seed=len(sketch))
+    assert task.done and not task.failed and task.progress == len(sketch)
+    assert task.env.presses == list(sketch)
+    assert task.t <= 0.7 * dial.budget(len(sketch))                           # budget ~ 2x expert mean
+
+
+def test_expert_torque_is_a_function_of_the_observation():
+    task = dial.DialTask(layout=dial.sample_layout(np.random.default_rng(2)))
+    obs = run_expert(task, [4, 1], seed=3)
+    env = dial.DialEnv()
+    env.reset(seed=0, layout=task.env.layout)
+    for o in obs[::7]:
+        env.data.qpos[env.names.qpos] = o[:9]
+        env.data.qvel[:] = np.random.default_rng(0).standard_normal(env.model.nv)  # ignored
+        mujoco.mj_forward(env.model, env.data)
+        np.testing.assert_allclose(dial.expert_torque(env, 1), dial.expert_torque_from_obs(o, 1))
+        assert (np.abs(dial.expert_torque_from_obs(o, 1)) <= dial.TORQUE_LIMITS).all()
+
+
+def test_task_done_failed_progress():
+    task = dial.DialTask()
+    assert (task.vocab, task.state_dim, task.action_dim) == (dial.VOCAB, 39, 9)
+    task.reset([1, 2], seed=0)
+    assert task.progress == 0 and not task.done and not task.failed and task.target == 1
+    while task.progress == 0 and task.t < 100:                                  # press 1
+        task.step(dial.expert_torque(task.env, 1))
+    assert task.progress == 1 and task.target == 2 and not task.failed
+    while not task.failed and task.t < 200:                                     # then 3, not 2
+        task.step(dial.expert_torque(task.env, 3))
+    assert task.failed and task.progress == 1 and not task.done and task.target is None
+    task.reset([1, 2], seed=0)
+    assert not task.failed and task.progress == 0
+    run_expert(task, [1, 2], seed=0)
+    assert task.done and task.target is None
+
+
+@given(st.integers(0, 2 ** 32 - 1), st.integers(1, 6), st.integers(1, 20))
+def test_sketches_are_valid(seed, sketch_len, n):
+    rng = np.random.default_rng(seed)
+    s = dial.sample_sketches(n, sketch_len, rng)
+    note(f"sketches {s.tolist()}")
+    assert s.shape == (n, sketch_len) and s.dtype == np.int64
+    assert ((0 <= s) & (s < K)).all() and (s[:, 1:] != s[:, :-1]).all()
+    z = dial.zero_shot_sketches(n, rng)
+    assert z.shape == (n, 5) and (z[:, 1:] != z[:, :-1]).all()
+
+
+def test_sample_sketches_excludes():
+    rng = np.random.default_rng(0)
+    allowed = {(a, b) for a in range(K) for b in range(K) if a != b}
+    exclude = sorted(allowed)[:80]
+    s = dial.sample_sketches(500, 2, rng, exclude=exclude)
+    assert {tuple(r) for r in s.tolist()} == allowed - set(exclude)
+    with pytest.raises(ValueError):
+        expert._check_sketches([[1, 1, 2]])
+
+
+# ----------------------------------------------------------------------------------------------
+# Collection
+# ----------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def demos():
+    return dial.collect(6, 3, seed=7, workers=1)
+
+
+def test_collect_valid_demos(demos):
+    d = demos
+    assert d.states.shape[0] == 6 and d.states.shape[2] == 39 and d.actions.shape[2] == 9
+    assert d.vocab == dial.VOCAB and d.meta["domain"] == "dial" and d.meta["subsample"] == dial.SUBSAMPLE
+    assert d.meta["physics_dt"] == dial.PHYSICS_DT and d.meta["action_type"] == "continuous"
+    assert (d.traj_len <= dial.budget(3)).all() and (d.sketch[:, 1:] != d.sketch[:, :-1]).all()
+    d.validate()
+    for n in range(d.n):
+        T = d.traj_len[n]
+        offsets = np.concatenate([d.states[n, 1:T], d.final_state[n][None]])[:, 9:].reshape(-1, K, 3)
+        rises = np.nonzero(np.diff(np.append(d.labels[n, :T], 3)))[0]           # press during step t
+        assert len(rises) == 3
+        for l, t in enumerate(rises):                                            # key l pushed down
+            off = offsets[t, d.sketch[n, l]]                                     # key - fingertip
+            assert np.linalg.norm(off[:2]) < 0.02 and off[2] > 0.003
+        keys = dial.key_positions(dial.STANDARD_LAYOUT)
+        for t in range(0, T, 11):                                                # clean actions
+            np.testing.assert_allclose(d.actions[n, t],
+                                       dial.expert_torque_from_obs(d.states[n, t], d.sketch[n, d.labels[n, t]]))
+        assert not np.allclose(d.states[n, 0, 9:].reshape(K, 3) - d.states[n, 0, 9:].reshape(K, 3).mean(0),
+                               keys - keys.mean(0))                              # not the standard pad
+
+
+def test_collect_same_for_one_and_two_workers(demos):
+    calls = []
+    two = dial.collect(6, 3, seed=7, workers=2, progress=lambda i, n: calls.append((i, n)))
+    assert two.fingerprint() == demos.fingerprint()
+    assert calls[-1] == (6, 6) and [c[0] for c in calls] == sorted(c[0] for c in calls)
+    other = dial.collect(2, 3, seed=8)
+    assert other.fingerprint() != demos.subset([0, 1]).fingerprint()
+
+
+# ----------------------------------------------------------------------------------------------
+# Rendering
+# ----------------------------------------------------------------------------------------------
+
+def test_render_front_camera():
+    env = dial.DialEnv(render_size=112)
+    env.reset(seed=0, layout="standard")
+    try:
+        image = env.render()
+    except Exception as exc:                                  # no GL backend on this machine
+        pytest.skip(f"no offscreen GL ({os.environ.get('MUJOCO_GL')}): {exc}")
+    assert image.shape == (112, 112, 3) and image.dtype == np.uint8
+    assert image.std() > 5.0
+    drive(env, expert.poses()[0][0], 10)
+    assert not np.array_equal(env.render(), image)                             # the arm moved
+    env.close()
