@@ -65,6 +65,11 @@ PRESS_DEPTH = -0.006
 """A key counts as pressed when its travel goes below this (m; full travel is -0.012)."""
 RELEASE_DEPTH = -0.003
 """A pressed key re-arms when its travel returns above this (m)."""
+SNAP = 0.75
+"""Tactile (snap-action) keys: while a key is down, this share of its spring force is relieved,
+so a key that passes PRESS_DEPTH snaps to the bottom of its travel and the finger with it. The
+press is then a large, sudden change of the fingertip height, not a 1-2 mm one, which is what
+lets a STOP net tell the state at a press from the states just before it."""
 
 FINGERS_CLOSED = np.array([1.2, 1.2, 1.2])
 """(3,) finger angles of the pointing hand (rad): closed, held by the expert's P term."""
@@ -109,6 +114,7 @@ class _Names:
         self.slot_site = np.array([model.site(f"slot_{s}").id for s in range(SLOTS)])  # (S,)
         self.key_sensor = np.array([model.sensor(f"key_{s}").adr[0] for s in range(SLOTS)])  # (S,)
         self.key_qpos = np.array([model.joint(f"key_{s}").qposadr[0] for s in range(SLOTS)])  # (S,)
+        self.key_dof = np.array([model.joint(f"key_{s}").dofadr[0] for s in range(SLOTS)])  # (S,)
         first = self.key_sensor[0]
         # the key sensors as a slice (a cheap view) when they are stored contiguously in slot order
         contiguous = np.array_equal(self.key_sensor, first + np.arange(SLOTS))
@@ -122,14 +128,13 @@ def load_model():
 
 
 class _Kinematics:
-    """A private model + data for forward kinematics, gravity torques and IK (one per process)."""
+    """A private model + data for forward kinematics and IK (one per process)."""
 
     def __init__(self):
         self.model, self.names = load_model()
         self.data = mujoco.MjData(self.model)
         mujoco.mj_kinematics(self.model, self.data)
         self.slot_pos = self.data.site_xpos[self.names.slot_site].copy()           # (S, 3) rest tops
-        self._bias = np.zeros(self.model.nv)
 
     def set_q(self, q9):
         self.data.qpos[self.names.qpos] = q9
@@ -139,14 +144,6 @@ class _Kinematics:
         """(3,) world fingertip position at joint angles q9 (9,)."""
         self.set_q(q9)
         return self.data.site_xpos[self.names.tip].copy()
-
-    def gravity(self, q9):
-        """(A,) joint torques that hold q9 still against gravity: qfrc_bias at zero velocity."""
-        self.set_q(q9)
-        mujoco.mj_comPos(self.model, self.data)
-        self.data.qvel[:] = 0.0
-        mujoco.mj_rne(self.model, self.data, 0, self._bias)
-        return self._bias[self.names.dof].copy()
 
     def solve_ik(self, q_seed, target, iters=300, tol=1e-5):
         """Arm angles (6,) putting the fingertip at target (3,) with the hand pointing straight down.
@@ -241,6 +238,9 @@ class DialEnv:
         self.data = mujoco.MjData(self.model)
         self.render_size = int(render_size)
         self._renderer = None
+        key_joints = [self.model.joint(f"key_{s}").id for s in range(SLOTS)]
+        self._key_stiffness = self.model.jnt_stiffness[key_joints].copy()           # (S,)
+        self._key_springref = self.model.qpos_spring[self.names.key_qpos].copy()      # (S,)
         self._slot_digit = np.full(SLOTS, -1)
         self.layout = STANDARD_LAYOUT.copy()
         self.key_pos = key_positions(self.layout)
@@ -300,7 +300,7 @@ class DialEnv:
         if torque.shape != (ACTION_DIM,) or not np.isfinite(torque).all():
             raise ValueError(f"torque: expected {ACTION_DIM} finite numbers, got {torque.tolist()}")
         self.data.ctrl[self.names.act] = np.clip(torque, -TORQUE_LIMITS, TORQUE_LIMITS)
-        m, d, sensor = self.model, self.data, self.names.key_span
+        m, d, sensor, key_dof = self.model, self.data, self.names.key_span, self.names.key_dof
         for _ in range(n):
             mujoco.mj_step(m, d)
             travel = d.sensordata[sensor]                                            # (S,)
@@ -314,6 +314,9 @@ class DialEnv:
                 self._armed &= ~down
             if not self._armed.all():
                 self._armed |= travel > RELEASE_DEPTH
+            # snap action: relieve SNAP of the spring force of every key that is down
+            spring = self._key_stiffness * (travel - self._key_springref)            # (S,)
+            d.qfrc_applied[key_dof] = np.where(self._armed, 0.0, SNAP * spring)
         mujoco.mj_kinematics(m, d)      # mj_step leaves poses of the pre-step qpos: refresh for obs
 
     def step(self, torque):

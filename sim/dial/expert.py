@@ -1,6 +1,7 @@
 """The Dial domain's expert, task interface and demonstration collection (paper Sec. 5.3, appendix).
 
-The expert is a joint-space P controller with gravity compensation towards a set-point that is a
+The expert is a joint-space P controller (on top of the arm's own gravity compensation, as in the
+JACO2's torque mode: the MJCF bodies carry gravcomp) towards a set-point that is a
 function of the state only, evaluated once per control step and held for SUBSAMPLE physics steps
 (exactly how a learned sub-policy acts). For target digit d with slot s = layout[d]:
 
@@ -8,10 +9,13 @@ function of the state only, evaluated once per control step and held for SUBSAMP
   2. else, fingertip below the key tops + ``CLEARANCE``          -> HOVER[nearest slot] (lift straight up)
   3. else                                                         -> HOVER[s] (travel at hover height)
 
-  torque = KP * c (q* - q) + g(q), c = min(1, min_j MAX_ERROR_j / |q*_j - q_j|)   (arm)
-  torque = KP_FINGER * (FINGERS_CLOSED - q_f) + g_f(q)           (fingers: a closed, pointing hand)
+  torque = KP * c (q* - q), c = min(1, min_j MAX_ERROR_j / |q*_j - q_j|)   (arm)
+  torque = KP_FINGER * (FINGERS_CLOSED - q_f)                      (fingers: a closed, pointing hand)
 
-g(q) is qfrc_bias at zero velocity (gravity only: a function of q). There is no integral term and
+Gravity is compensated by the arm itself, so the action is only the corrective torque: a small,
+smooth function of the state that a learned policy can fit to a useful accuracy (with the
+gravity torques in the action, tens of N m, the policies' fit errors of a few N m swamped the
+corrective part, at most KP * MAX_ERROR = 4.8 N m, and rollouts drifted). There is no integral term and
 no velocity term: the MJCF's joint damping and armature (the harmonic drives) damp the motion, with
 KP chosen so the closed loop's natural frequency (about 7 rad/s) is far below the 25 Hz control
 rate. Bounding the joint error (scaled as a vector, so its direction is kept) bounds the torque
@@ -42,7 +46,7 @@ from taco_sim.dial.env import (ACTION_DIM, FINGERS_CLOSED, HOME, K, PHYSICS_DT, 
 
 HOVER_HEIGHT = 0.07
 """Fingertip height above the key tops at the hover poses (m)."""
-PRESS_HEIGHT = -0.015
+PRESS_HEIGHT = -0.035
 """Fingertip height relative to the key tops at the press poses (m): beyond the 12 mm travel."""
 PRESS_RADIUS = 0.012
 """Descend when the fingertip is horizontally within this of the target key (m)."""
@@ -58,7 +62,7 @@ KP_FINGER = 2.0
 IK_TOLERANCE = 1e-4
 """Hover and press poses must reach their targets within this residual (m, rad)."""
 
-DART_SIGMA = 0.05
+DART_SIGMA = 0.1
 """Default DART noise level: a demonstration draws level ~ U(0, dart_sigma) and adds
 N(0, (level * TORQUE_LIMITS)^2) to each executed torque."""
 STEPS_PER_DIGIT = 100
@@ -123,12 +127,11 @@ def expert_torque_from_obs(obs, digit):
     kin = kinematics()
     tip = kin.fingertip(q9)
     key_pos = obs[9:].reshape(K, 3) + tip                                              # (K, 3)
-    g = kin.gravity(q9)                                                                # (A,)
     torque = np.empty(ACTION_DIM)
     err = set_point(q9, tip, key_pos, digit) - q9[:6]                                  # (6,)
     err *= min(1.0, float(np.min(MAX_ERROR / np.maximum(np.abs(err), 1e-12))))        # keep direction
-    torque[:6] = KP * err + g[:6]
-    torque[6:] = KP_FINGER * (FINGERS_CLOSED - q9[6:]) + g[6:]
+    torque[:6] = KP * err
+    torque[6:] = KP_FINGER * (FINGERS_CLOSED - q9[6:])
     return np.clip(torque, -TORQUE_LIMITS, TORQUE_LIMITS)
 
 
