@@ -6,8 +6,12 @@
     taco align --model runs/nav-taco/model --data data/nav-test.npz --plot alignment.png
     taco demo                                  # the whole journey on a small embedded default
     taco experiment navworld --sizes 50 400 1000 --seeds 0 1 2 --out results/navworld
+    taco collect dial --n 1200 --sketch-len 4 --workers 2 --out data/dial.npz
+    taco evaluate --model runs/dial-taco/model --domain dial --lengths 3 4 5 6 7
+    taco rollout --model runs/dial-taco/model --domain dial --sketch "0 5 1 6" --out dial.png
 """
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -15,7 +19,7 @@ import time
 
 import numpy as np
 
-from taco_ref import data, evaluate, experiment, model as model_mod, train
+from taco_ref import data, evaluate, experiment, model as model_mod, runner, train
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
@@ -37,12 +41,21 @@ def _default_config(domain_name):
 
 def cmd_collect(args):
     mod = experiment.domain(args.domain)
-    demos = mod.collect(args.n, args.sketch_len, seed=args.seed,
-                        **({"dart_sigma": args.dart_sigma} if args.dart_sigma is not None else {}),
-                        progress=_progress(f"collect {args.domain}"))
+    sketch_len = args.sketch_len or mod.TRAIN_SKETCH_LEN
+    kwargs = {"dart_sigma": args.dart_sigma} if args.dart_sigma is not None else {}
+    if args.workers != 1:
+        if "workers" not in inspect.signature(mod.collect).parameters:
+            raise ValueError(f"--workers: {args.domain} collects in one vectorised process; "
+                             "leave --workers at 1")
+        kwargs["workers"] = args.workers
+    t0 = time.time()
+    demos = mod.collect(args.n, sketch_len, seed=args.seed, progress=_progress(f"collect {args.domain}"),
+                        **kwargs)
+    seconds = time.time() - t0
     data.save(demos, args.out)
     print(f"wrote {demos.n} demonstrations to {args.out} (T <= {demos.states.shape[1]}, "
-          f"L = {args.sketch_len}, D = {demos.states.shape[2]})")
+          f"mean T {demos.traj_len.mean():.0f}, L = {sketch_len}, D = {demos.states.shape[2]}); "
+          f"{demos.n / seconds:.1f} demonstrations/s, {demos.meta.get('discarded', 0)} discarded")
     return 0
 
 
@@ -63,15 +76,26 @@ def cmd_train(args):
 def cmd_evaluate(args):
     model = model_mod.load(args.model)
     mod = experiment.domain(args.domain)
+    if tuple(model.vocab) != tuple(mod.VOCAB):
+        raise ValueError(f"--model: its vocabulary {list(model.vocab)} is not the {args.domain} "
+                         f"domain's {list(mod.VOCAB)}")
     result = {}
     if args.n_tasks:
         rng = np.random.default_rng(args.seed)
-        if args.sketch_len == 4 and hasattr(mod, "zero_shot_sketches"):
+        if args.sketch_len is None:
             sketches = mod.zero_shot_sketches(args.n_tasks, rng)
         else:
             sketches = mod.sample_sketches(args.n_tasks, args.sketch_len, rng)
-        result.update(evaluate.task_accuracy(model, mod.NavWorld, sketches, seed=args.seed,
+        result.update(evaluate.task_accuracy(model, mod.task_env, sketches, seed=args.seed,
                                              progress=_progress("evaluate")))
+        by_length = {}
+        for L in args.lengths or ():
+            sketches = mod.sample_sketches(args.n_tasks, L, np.random.default_rng([args.seed, L]))
+            by_length[str(L)] = evaluate.task_accuracy(
+                model, mod.task_env, sketches, seed=args.seed,
+                progress=_progress(f"evaluate L_test = {L}"))["task_accuracy"]
+        if by_length:
+            result["task_accuracy_by_length"] = by_length
     if args.data:
         demos = data.load(args.data)
         result.update({f"align_{k}": v for k, v in evaluate.alignment_accuracy(model, demos).items()})
@@ -113,17 +137,36 @@ def cmd_demo(args):
 
 
 def cmd_experiment(args):
+    mod = experiment.domain(args.domain)
     base = _yaml(args.config or _default_config(args.domain))
-    cells = [dict(domain=args.domain, algo=a, size=n, seed=s, train_sketch_len=3,
-                  n_tasks=args.n_tasks, n_align=100, config=base)
+    cells = [dict(domain=args.domain, algo=a, size=n, seed=s, train_sketch_len=mod.TRAIN_SKETCH_LEN,
+                  n_tasks=args.n_tasks, n_align=args.n_align, config=base,
+                  test_lengths=args.test_lengths)
              for n in args.sizes for s in args.seeds for a in args.algos]
+    cells = experiment.prepare_data(cells, args.out, workers=args.workers, progress=_progress)
     results = experiment.run_all(cells, workers=args.workers, progress=_progress("cells"), out_dir=args.out)
     print(experiment.table(results))
     try:
         experiment.plot(results, os.path.join(args.out, "accuracy.png"))
+        if args.test_lengths:
+            experiment.plot_lengths(results, os.path.join(args.out, "accuracy_by_length.png"))
     except ImportError:
         print("(no plot: matplotlib is not installed)", file=sys.stderr)
     return 0
+
+
+def cmd_rollout(args):
+    model = model_mod.load(args.model)
+    mod = experiment.domain(args.domain)
+    sketch = runner.parse_sketch(args.sketch, model.vocab)
+    env = mod.task_env()
+    if not hasattr(env, "render"):
+        raise ValueError(f"--domain: {args.domain} has no renderer")
+    from taco_ref import plots
+    out = plots.rollout(model, env, sketch, args.seed, args.out, every=args.every, gif=args.gif)
+    print(f"{'dialled' if out['success'] else 'did not finish'} {args.sketch!r} in {out['steps']} "
+          f"steps (STOP at {out['stop_times']}); wrote {args.out}" + (f" and {args.gif}" if args.gif else ""))
+    return 0 if out["success"] else 1
 
 
 def _yaml(path):
@@ -141,9 +184,10 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("collect", help="collect expert demonstrations with DART noise")
-    p.add_argument("domain", choices=["navworld"])
+    p.add_argument("domain", choices=experiment.DOMAINS)
     p.add_argument("--n", type=int, required=True, help="number of demonstrations")
-    p.add_argument("--sketch-len", type=int, default=3)
+    p.add_argument("--sketch-len", type=int, default=None, help="L (domain default: the paper's)")
+    p.add_argument("--workers", type=int, default=1, help="parallel processes (dial)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dart-sigma", type=float, default=None, help="DART noise (domain default)")
     p.add_argument("--out", required=True, help="output .npz")
@@ -164,9 +208,12 @@ def build_parser():
 
     p = sub.add_parser("evaluate", help="execute sketches; task, sub-task and alignment accuracy")
     p.add_argument("--model", required=True)
-    p.add_argument("--domain", default="navworld", choices=["navworld"])
+    p.add_argument("--domain", default="navworld", choices=experiment.DOMAINS)
     p.add_argument("--n-tasks", type=int, default=100)
-    p.add_argument("--sketch-len", type=int, default=4, help="4 = zero-shot sketches in Nav-World")
+    p.add_argument("--sketch-len", type=int, default=None,
+                   help="random sketches of this length (default: the domain's zero-shot test sketches)")
+    p.add_argument("--lengths", type=int, nargs="+", default=None, metavar="L",
+                   help="also task accuracy for each test sketch length (paper figure 8)")
     p.add_argument("--data", default=None, help="held-out demonstrations for alignment accuracy")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_evaluate)
@@ -186,20 +233,34 @@ def build_parser():
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("experiment", help="the paper's comparison across dataset sizes and seeds")
-    p.add_argument("domain", choices=["navworld"])
+    p.add_argument("domain", choices=experiment.DOMAINS)
     p.add_argument("--sizes", type=int, nargs="+", default=[50, 400, 1000])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--algos", nargs="+", default=list(experiment.ALGOS), choices=experiment.ALGOS)
     p.add_argument("--n-tasks", type=int, default=100)
+    p.add_argument("--n-align", type=int, default=100, help="held-out demonstrations for alignment")
+    p.add_argument("--test-lengths", type=int, nargs="+", default=None, metavar="L",
+                   help="also task accuracy for each test sketch length (paper figure 8)")
     p.add_argument("--config", default=None)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_experiment)
+
+    p = sub.add_parser("rollout", help="execute one sketch and draw it (contact sheet PNG, GIF)")
+    p.add_argument("--model", required=True)
+    p.add_argument("--domain", default="dial", choices=experiment.DOMAINS)
+    p.add_argument("--sketch", required=True, help='sub-task names, e.g. "0 5 1 6"')
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--every", type=int, default=10, help="one picture every N control steps")
+    p.add_argument("--out", required=True, help="contact sheet PNG")
+    p.add_argument("--gif", default=None, help="also an animated GIF of every step")
+    p.set_defaults(func=cmd_rollout)
     return parser
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    os.environ.setdefault("MUJOCO_GL", "egl")   # offscreen rendering (rollout) without a display;
+    args = build_parser().parse_args(argv)     # set before any domain imports mujoco
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError) as err:  # bad input: one clear line, no traceback

@@ -78,6 +78,28 @@ def test_evaluate_prints_task_and_alignment_accuracy(trained, files, capsys):
         assert 0.0 <= result[key] <= 1.0, key
 
 
+def test_evaluate_task_accuracy_against_sketch_length(trained, capsys):
+    assert cli.main(["evaluate", "--model", str(trained / "model"), "--n-tasks", "2",
+                     "--lengths", "1", "3"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert set(result["task_accuracy_by_length"]) == {"1", "3"}
+    assert all(0.0 <= v <= 1.0 for v in result["task_accuracy_by_length"].values())
+
+
+def test_evaluate_rejects_a_model_of_another_domain(trained, capsys, monkeypatch):
+    from taco_sim import navworld
+    monkeypatch.setattr(navworld, "VOCAB", ("a", "b", "c", "d"))
+    assert cli.main(["evaluate", "--model", str(trained / "model"), "--n-tasks", "1"]) == 2
+    assert "vocabulary" in one_line_error(capsys, "evaluate")
+
+
+def test_collect_workers_on_a_vectorised_domain_is_refused(files, capsys):
+    assert cli.main(["collect", "navworld", "--n", "3", "--workers", "2",
+                     "--out", str(files / "never.npz")]) == 2
+    assert "--workers" in one_line_error(capsys, "collect")
+    assert not (files / "never.npz").exists()
+
+
 def test_align_prints_accuracies(trained, files, capsys):
     assert cli.main(["align", "--model", str(trained / "model"), "--data", str(files / "test.npz")]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -162,3 +184,29 @@ def test_console_script_is_installed():
     assert res.returncode == 0, res.stderr
     for command in ("collect", "train", "evaluate", "align", "demo", "experiment"):
         assert command in res.stdout
+
+
+def test_dial_collect_in_parallel_then_rollout_draws_a_contact_sheet(tmp_path, capsys):
+    """The Dial journey on a tiny scale: collect with 2 workers, train for one epoch, draw a
+    rollout. An untrained model does not dial, so rollout exits 1 and says so; the sheet exists."""
+    pytest.importorskip("matplotlib")
+    demos = tmp_path / "dial.npz"
+    assert cli.main(["collect", "dial", "--n", "4", "--workers", "2", "--out", str(demos)]) == 0
+    out = capsys.readouterr().out
+    assert "wrote 4 demonstrations" in out and "demonstrations/s" in out
+    assert data.load(demos).meta["domain"] == "dial" and (data.load(demos).sketch_len == 4).all()
+    assert cli.main(["train", "--data", str(demos), "--out", str(tmp_path / "run"), "--set",
+                     "epochs=1", "--set", "act_hidden=[8]", "--set", "stop_hidden=[8]"]) == 0
+    capsys.readouterr()
+    png, gif = tmp_path / "rollout.png", tmp_path / "rollout.gif"
+    code = cli.main(["rollout", "--model", str(tmp_path / "run" / "model"), "--sketch", "1",
+                     "--every", "40", "--out", str(png), "--gif", str(gif)])
+    out = capsys.readouterr().out
+    assert (code == 1 and out.startswith("did not finish '1'")) or (code == 0 and out.startswith("dialled"))
+    assert png.stat().st_size > 0 and gif.stat().st_size > 0
+
+
+def test_rollout_rejects_an_unknown_sub_task(trained, tmp_path, capsys):
+    assert cli.main(["rollout", "--model", str(trained / "model"), "--domain", "navworld",
+                     "--sketch", "purple", "--out", str(tmp_path / "x.png")]) == 2
+    assert "purple" in one_line_error(capsys, "rollout")

@@ -238,6 +238,10 @@ class DialTask:
             else:
                 self.failed = True
 
+    def render(self, camera="front"):
+        """(H, W, 3) uint8 picture of the episode (DialEnv.render)."""
+        return self.env.render(camera)
+
     def step(self, action):
         """One control step with torque action (A,); updates progress / failed. Returns obs (D,)."""
         obs = self.env.step(action)
