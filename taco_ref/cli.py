@@ -259,8 +259,7 @@ def build_parser():
 
 
 def main(argv=None):
-    os.environ.setdefault("MUJOCO_GL", "egl")   # offscreen rendering (rollout) without a display;
-    args = build_parser().parse_args(argv)     # set before any domain imports mujoco
+    args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError) as err:  # bad input: one clear line, no traceback

@@ -1,11 +1,12 @@
 """Shared test set-up: hypothesis profiles chosen by HYPOTHESIS_PROFILE (dev, ci, intense)."""
 import os
 
-# MuJoCo picks its offscreen GL backend when it is first imported: EGL (Mesa's llvmpipe works
-# without a GPU; .ci/run installs it) for every test module that renders.
-os.environ.setdefault("MUJOCO_GL", "egl")
-
+import pytest
 from hypothesis import HealthCheck, settings
+
+# MuJoCo picks its offscreen GL backend when it is first imported; taco_sim.dial chooses EGL
+# when there is no display and libEGL exists (Mesa's llvmpipe needs no GPU; .ci/run installs it).
+import taco_sim.dial  # noqa: F401  (imported for its side effect)
 
 settings.register_profile("dev", max_examples=25, deadline=None)
 settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True,
@@ -13,3 +14,16 @@ settings.register_profile("ci", max_examples=100, deadline=None, derandomize=Tru
 settings.register_profile("intense", max_examples=2000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.fixture(scope="session")
+def offscreen_gl():
+    """Skip (with the reason) when MuJoCo cannot render offscreen here: EGL needs Debian's
+    libegl1 libegl-mesa0 libgl1-mesa-dri, which .ci/run installs."""
+    import mujoco
+    try:
+        model = mujoco.MjModel.from_xml_string("<mujoco><worldbody/></mujoco>")
+        with mujoco.Renderer(model, 8, 8):
+            pass
+    except Exception as exc:  # mujoco raises several types for a missing GL platform
+        pytest.skip(f"no offscreen GL for MUJOCO_GL={os.environ.get('MUJOCO_GL')}: {exc}")

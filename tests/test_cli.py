@@ -186,7 +186,7 @@ def test_console_script_is_installed():
         assert command in res.stdout
 
 
-def test_dial_collect_in_parallel_then_rollout_draws_a_contact_sheet(tmp_path, capsys):
+def test_dial_collect_in_parallel_then_rollout_draws_a_contact_sheet(tmp_path, capsys, offscreen_gl):
     """The Dial journey on a tiny scale: collect with 2 workers, train for one epoch, draw a
     rollout. An untrained model does not dial, so rollout exits 1 and says so; the sheet exists."""
     pytest.importorskip("matplotlib")

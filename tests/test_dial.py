@@ -8,19 +8,17 @@ Layered as STYLE.md "Tests in three layers":
     trajectory, collect identical for workers 1 and 2, rendering.
 Symbols: N demonstrations, T control steps, L PIN length, K = 10 digits, D = 39, A = 9. 0-based.
 """
-import os
 
-os.environ.setdefault("MUJOCO_GL", "egl")          # before mujoco creates a GL context
 
-import mujoco  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from hypothesis import given, note  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+import mujoco
+import numpy as np
+import pytest
+from hypothesis import given, note
+from hypothesis import strategies as st
 
-from taco_sim import dial  # noqa: E402
-from taco_sim.dial import env as dial_env  # noqa: E402
-from taco_sim.dial import expert  # noqa: E402
+from taco_sim import dial
+from taco_sim.dial import env as dial_env
+from taco_sim.dial import expert
 
 K = dial.K
 
@@ -295,13 +293,10 @@ def test_collect_same_for_one_and_two_workers(demos):
 # Rendering
 # ----------------------------------------------------------------------------------------------
 
-def test_render_front_camera():
+def test_render_front_camera(offscreen_gl):
     env = dial.DialEnv(render_size=112)
     env.reset(seed=0, layout="standard")
-    try:
-        image = env.render()
-    except Exception as exc:                                  # no GL backend on this machine
-        pytest.skip(f"no offscreen GL ({os.environ.get('MUJOCO_GL')}): {exc}")
+    image = env.render()
     assert image.shape == (112, 112, 3) and image.dtype == np.uint8
     assert image.std() > 5.0
     drive(env, expert.poses()[0][0], 10)

@@ -27,10 +27,24 @@ D      |       | state dimension = 9 + 3 K = 39
 A      |       | action dimension = 9 joint torques (N m)
 S      |       | key slots = 12
 """
+import ctypes.util
 import os
 
-import mujoco
-import numpy as np
+
+def _offscreen_gl_default():
+    """Without a display, render offscreen with EGL when its library is installed. MuJoCo picks
+    its GL backend when it is first imported, and a MUJOCO_GL naming a missing library makes that
+    import fail, so it is set only when libEGL exists; a MUJOCO_GL set by the user always wins."""
+    if "MUJOCO_GL" in os.environ or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+        return
+    if ctypes.util.find_library("EGL"):
+        os.environ["MUJOCO_GL"] = "egl"
+
+
+_offscreen_gl_default()
+
+import mujoco  # noqa: E402  (after choosing the GL backend)
+import numpy as np  # noqa: E402
 
 VOCAB = tuple(str(d) for d in range(10))
 """Sub-task names; sub-task k = "press digit k"."""
