@@ -8,8 +8,6 @@ Layered as STYLE.md "Tests in three layers":
     trajectory, collect identical for workers 1 and 2, rendering.
 Symbols: N demonstrations, T control steps, L PIN length, K = 10 digits, D = 39, A = 9. 0-based.
 """
-
-
 import mujoco
 import numpy as np
 import pytest
