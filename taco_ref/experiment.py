@@ -97,9 +97,11 @@ def run(cell):
             model, mod.task_env, mod.sample_sketches(cell["n_tasks"], L, rng),
             seed=40_000 + seed)["task_accuracy"]
     align_acc = evaluate.alignment_accuracy(model, test_demos)
-    epochs = [h["epoch"] for h in model.info["history"]]
+    policy_stage = [h for h in model.info["history"] if h["stage"] == "policy"]
     out = dict(cell, config=None, **acc, **{f"align_{k}": v for k, v in align_acc.items()},
-               epochs=len(epochs), seconds=model.info["seconds"])
+               epochs=len(model.info["history"]), seconds=model.info["seconds"],
+               policy_epochs=len(policy_stage),
+               best_held_out_loss=min(h["held_out_loss"] for h in policy_stage))
     if by_length:
         out["task_accuracy_by_length"] = by_length
     return out
