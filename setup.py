@@ -7,15 +7,18 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["taco_ref", "taco_ref.*"]) + ["taco_sim", "taco_sim.dial"],
-    package_dir={"taco_sim": "sim"},
-    package_data={"taco_sim.dial": ["*.xml"]},
+    packages=find_packages(include=["taco_ref", "taco_ref.*"]) + ["taco_sim", "taco_sim.dial", "taco_bridge"],
+    package_dir={"taco_sim": "sim", "taco_bridge": "ros2_ws/src/taco_bridge/taco_bridge"},
+    package_data={"taco_sim.dial": ["*.xml"], "taco_ref": ["models/*/*"]},
     install_requires=["numpy>=1.26", "scipy>=1.11", "pyyaml>=6", "mujoco>=3.2"],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "autograd>=1.7"],
         "plot": ["matplotlib>=3.8"],
         # ROS 2 from PyPI wheels (real rclpy with Fast DDS), for the ros2_ws bridge
-        "ros": ["ros-rclpy", "ros-std-msgs", "ros-sensor-msgs", "ros-rmw-fastrtps-cpp"],
+        "ros": ["ros-rclpy", "ros-std-msgs", "ros-sensor-msgs", "ros-rmw-fastrtps-cpp",
+                "colcon-core", "colcon-ros", "colcon-bash"],
     },
-    entry_points={"console_scripts": ["taco=taco_ref.cli:main"]},
+    entry_points={"console_scripts": ["taco=taco_ref.cli:main",
+                                      "taco-bridge-dial=taco_bridge.dial:main",
+                                      "taco-bridge-send=taco_bridge.send:main"]},
 )

@@ -1,0 +1,148 @@
+"""Benchmark of the ROS 2 bridge: sketch-to-first-command latency and the control rate held.
+
+Starts the sim node and the policy node (python -m taco_bridge.sim_node / .policy_node, the
+pip-installed package; real rclpy and Fast DDS, separate processes, DDS on localhost in a domain
+of its own) and measures from this third process:
+
+- latency: time from publishing a sketch on /taco/sketch to receiving the first effort command
+  on /effort_controller/commands (a client's round trip: DDS in, parse, forward kinematics,
+  one decision of the sub-policies, DDS out); `stop` between trials; median, 95th percentile,
+  max over --trials trials;
+- control rate: one sketch runs for --duration s (60 s; 10 s with --quick); commands received per
+  second against the target `rate` (25 Hz), and the spread of the intervals between commands
+  (median, 99th percentile, max; the target interval is 40 ms).
+
+Model: a random model with the Dial architecture (act and STOP nets [300, 200, 100], the cost of
+one decision of the shipped model) whose STOP nets never fire, so that a run lasts as long as
+the measurement; --model takes a model directory instead (whose sub-policies may stop early).
+
+Usage::
+
+    python bench/bench_bridge.py            # 60 s rate run, 50 latency trials
+    python bench/bench_bridge.py --quick    # 10 s, 20 trials
+"""
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+
+def random_dial_model(path):
+    from taco_ref.model import Model, save
+    from taco_ref.policy import PolicyConfig, init_params
+    from taco_sim import dial
+    cfg = PolicyConfig(state_dim=dial.STATE_DIM, n_subtasks=dial.K, action_dim=dial.ACTION_DIM,
+                       act_hidden=[300, 200, 100], stop_hidden=[300, 200, 100])
+    params = init_params(cfg, np.random.default_rng(0))
+    params["stop.b3"] = params["stop.b3"] - 50.0                         # (K, 1): never STOP
+    save(Model(params, cfg, dial.VOCAB, "gtbc"), path)
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--model", default="")
+    ap.add_argument("--duration", type=float, default=None, help="rate run, s")
+    ap.add_argument("--trials", type=int, default=None, help="latency trials")
+    ap.add_argument("--rate", type=float, default=25.0)
+    args = ap.parse_args()
+    duration = args.duration or (10.0 if args.quick else 60.0)
+    trials = args.trials or (20 if args.quick else 50)
+    os.environ["ROS_DOMAIN_ID"] = str(1 + (os.getpid() + 50) % 100)
+    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from std_msgs.msg import Float64MultiArray, String
+
+    tmp = tempfile.mkdtemp(prefix="bench_bridge_")
+    model = args.model or random_dial_model(os.path.join(tmp, "model"))
+    common = ["--ros-args", "-p", f"max_subtask_time:={10 * duration + 60.0!r}"]
+    procs = [subprocess.Popen([sys.executable, "-m", "taco_bridge.sim_node", "--ros-args"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+             subprocess.Popen([sys.executable, "-m", "taco_bridge.policy_node"] + common +
+                              ["-p", f"model:={model}", "-p", f"rate:={args.rate!r}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    rclpy.init()
+    rmw = rclpy.get_rmw_implementation_identifier()
+    node = rclpy.create_node("bench_bridge")
+    pub = node.create_publisher(String, "/taco/sketch", 10)
+    commands = []                                                         # (t, nonzero)
+    node.create_subscription(Float64MultiArray, "/effort_controller/commands",
+                             lambda m: commands.append((time.monotonic(), any(m.data))), 1000)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    spin = threading.Thread(target=executor.spin, daemon=True)
+    spin.start()
+    try:
+        deadline = time.monotonic() + 60
+        while (pub.get_subscription_count() == 0 or node.count_publishers("/joint_states") == 0
+               or node.count_publishers("/effort_controller/commands") == 0):
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                sys.exit("the nodes did not come up")
+            time.sleep(0.05)
+        time.sleep(1.0)
+
+        def first_command_after(t0, timeout=5.0):
+            end = time.monotonic() + timeout
+            while time.monotonic() < end:
+                hit = next((t for t, nz in list(commands) if t >= t0 and nz), None)
+                if hit is not None:
+                    return hit
+                time.sleep(0.0005)
+            return None
+
+        latencies, lost = [], 0
+        for i in range(trials):
+            t0 = time.monotonic()
+            pub.publish(String(data=str(i % 10)))
+            t1 = first_command_after(t0)
+            if t1 is None:
+                lost += 1
+            else:
+                latencies.append(t1 - t0)
+            pub.publish(String(data="stop"))
+            time.sleep(0.15)
+        lat = np.array(latencies) * 1e3                                   # ms
+
+        pub.publish(String(data="0 5 1 6"))
+        time.sleep(1.0)                                                   # settle
+        start = time.monotonic()
+        time.sleep(duration)
+        stop = time.monotonic()
+        pub.publish(String(data="stop"))
+        ts = np.array([t for t, _ in list(commands) if start <= t < stop])
+        gaps = np.diff(ts) * 1e3                                          # ms
+        rate = (len(ts) - 1) / (ts[-1] - ts[0]) if len(ts) > 1 else 0.0
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+        for p in procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+    print(f"setup: sim node + policy node as separate processes, rclpy with {rmw} on localhost, "
+          f"{os.cpu_count()} cores; model "
+          f"{'random (Dial architecture, never stops)' if not args.model else model}")
+    print(f"latency sketch -> first command: {len(lat)} trials ({lost} without a command in 5 s): "
+          f"median {np.median(lat):.2f} ms, p95 {np.percentile(lat, 95):.2f} ms, max {lat.max():.2f} ms")
+    print(f"control rate over {stop - start:.1f} s: {rate:.2f} Hz held against a target of "
+          f"{args.rate:g} Hz ({100 * rate / args.rate:.1f} %); {len(ts)} commands; interval median "
+          f"{np.median(gaps):.2f} ms, p99 {np.percentile(gaps, 99):.2f} ms, max {gaps.max():.2f} ms "
+          f"(target {1e3 / args.rate:.1f} ms)")
+
+
+if __name__ == "__main__":
+    main()

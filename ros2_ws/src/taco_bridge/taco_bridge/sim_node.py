@@ -1,0 +1,155 @@
+"""The simulated arm: taco_sim.dial's MuJoCo JACO2 and keypad, stepped in (scaled) real time.
+
+Subscribes
+  <command_topic>  std_msgs/Float64MultiArray  one effort (N m) per joint of joint_names, the
+                   message a ros2_control effort controller takes (default
+                   /effort_controller/commands); held until the next one, zeros after
+                   command_timeout without one; wrong length or non-finite: ignored
+Publishes
+  /joint_states    sensor_msgs/JointState  name (joint_names), position, velocity, effort (the
+                   applied torques) at joint_state_rate
+  /dial/pressed    std_msgs/String         one message per key press, data = the digit ("5")
+
+Start: with wait_for_command (the default) physics does not run until the first effort command
+arrives, so a sketch starts exactly at the sampled start pose (home +- HOME_NOISE, as in
+training). The arm compensates its own weight (like the JACO2 in torque mode), so zero effort
+holds it still; efforts are added on top of that compensation.
+
+Real time: a wall-clock timer fires every step_period seconds and runs as many physics steps
+(PHYSICS_DT = 2 ms each) as bring simulated time to real_time_factor x elapsed wall time; if it
+falls more than max_lag seconds behind it drops the deficit (counted in `lag_resets`) instead of
+running ever longer bursts. With real_time_factor f > 1 the policy node's rate must be 25 f Hz to
+act once per CONTROL_DT of simulated time (the taco-bridge-dial script does this).
+
+Symbol | Shape | Meaning
+J      |       | joints (9: six arm joints, three fingers)
+"""
+import sys
+import time
+
+import numpy as np
+import rclpy
+from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, String
+
+from taco_sim import dial
+
+from taco_bridge.node_util import declare, interrupt_on_sigterm, value
+
+PARAMETERS = {
+    'real_time_factor': (1.0, 'simulated seconds per wall-clock second'),
+    'step_period': (0.004, 'wall-clock period (s) of the physics timer'),
+    'max_lag': (0.1, 'simulated seconds the physics may fall behind before the deficit is dropped'),
+    'joint_state_rate': (200.0, 'Hz of /joint_states'),
+    'joint_names': (list(dial.JOINTS), 'joint names of /joint_states and of the effort command, '
+                                       'in taco_sim.dial.JOINTS order'),
+    'layout': ([int(x) for x in dial.STANDARD_LAYOUT], 'keypad slot of each digit 0..9'),
+    'seed': (0, 'seeds the start pose (home +- HOME_NOISE)'),
+    'command_topic': ('/effort_controller/commands', 'topic of the effort command'),
+    'command_timeout': (0.5, 'seconds without an effort command before torques drop to zero'),
+    'wait_for_command': (True, 'hold the start pose (no physics) until the first effort command'),
+    'viewer': (False, 'open the passive mujoco.viewer window'),
+}
+
+
+class SimNode(Node):
+    """See the module docstring."""
+
+    def __init__(self, **kwargs):
+        super().__init__('taco_sim', **kwargs)
+        declare(self, PARAMETERS, {})
+        p = {name: value(self, name) for name in PARAMETERS}
+        self.rtf = float(p['real_time_factor'])
+        self.max_lag = float(p['max_lag'])
+        self.joint_names = list(p['joint_names'])
+        self.command_timeout = float(p['command_timeout'])
+        self.waiting = bool(p['wait_for_command'])
+        if len(self.joint_names) != dial.ACTION_DIM:
+            raise ValueError(f'joint_names needs {dial.ACTION_DIM} names, got {self.joint_names}')
+        if not (self.rtf > 0 and self.max_lag > 0 and float(p['step_period']) > 0
+                and float(p['joint_state_rate']) > 0 and self.command_timeout > 0):
+            raise ValueError('real_time_factor, step_period, max_lag, joint_state_rate and '
+                             'command_timeout must be positive')
+        self.env = dial.DialEnv()
+        self.env.reset(seed=int(p['seed']), layout=np.asarray(p['layout'], dtype=np.int64))
+        self.torque = np.zeros(dial.ACTION_DIM)      # (J,) held command
+        self.command_time = None
+        self.lag_resets = 0
+        self.viewer = None
+        if p['viewer']:
+            import mujoco.viewer
+            self.viewer = mujoco.viewer.launch_passive(self.env.model, self.env.data)
+
+        self.joint_pub = self.create_publisher(JointState, '/joint_states', 10)
+        self.press_pub = self.create_publisher(String, '/dial/pressed', 10)
+        self.create_subscription(Float64MultiArray, p['command_topic'], self.on_command, 10)
+        self.wall0, self.sim0 = time.monotonic(), self.env.time
+        self.create_timer(float(p['step_period']), self.on_physics)
+        self.create_timer(1.0 / float(p['joint_state_rate']), self.publish_joint_state)
+        self.get_logger().info(f'JACO dial sim, layout {self.env.layout.tolist()}, '
+                               f'real-time factor {self.rtf:g}, commands on {p["command_topic"]}')
+
+    def on_command(self, msg):
+        torque = np.asarray(msg.data, dtype=np.float64)
+        if torque.shape != (dial.ACTION_DIM,) or not np.isfinite(torque).all():
+            self.get_logger().warn(f'effort command needs {dial.ACTION_DIM} finite numbers, '
+                                   f'got {len(msg.data)}; ignored', throttle_duration_sec=5.0)
+            return
+        self.torque, self.command_time = torque, time.monotonic()
+
+    def on_physics(self):
+        now = time.monotonic()
+        if self.waiting:
+            if self.command_time is None:
+                self.wall0, self.sim0 = now, self.env.time
+                return
+            self.waiting = False
+        behind = self.sim0 + (now - self.wall0) * self.rtf - self.env.time
+        if behind > self.max_lag:
+            self.lag_resets += 1
+            self.sim0 -= behind - self.max_lag
+            behind = self.max_lag
+        n = int(behind / dial.PHYSICS_DT)
+        if n <= 0:
+            return
+        fresh = self.command_time is not None and now - self.command_time <= self.command_timeout
+        self.env.physics_step(self.torque if fresh else np.zeros(dial.ACTION_DIM), n)
+        for digit in self.env.new_presses():
+            self.press_pub.publish(String(data=dial.VOCAB[digit]))
+            self.get_logger().info(f'pressed {dial.VOCAB[digit]}')
+        if self.viewer is not None and self.viewer.is_running():
+            self.viewer.sync()
+
+    def publish_joint_state(self):
+        _, pos, vel, effort = self.env.joint_state()
+        msg = JointState(name=self.joint_names, position=pos.tolist(), velocity=vel.tolist(),
+                         effort=effort.tolist())
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self.joint_pub.publish(msg)
+
+
+def main(args=None):
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    interrupt_on_sigterm()
+    try:
+        node = SimNode()
+    except (ValueError, OSError) as err:
+        print(f'taco_sim: cannot start: {err}', file=sys.stderr)
+        rclpy.try_shutdown()
+        return 1
+    try:
+        rclpy.spin(node)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if node.viewer is not None:
+            node.viewer.close()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""The package's own checks (colcon test): layout, manifest and parameter file agree."""
+import ast
+import os
+import xml.etree.ElementTree as ET
+
+import yaml
+
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_layout():
+    for path in ('package.xml', 'setup.py', 'setup.cfg', 'resource/taco_bridge',
+                 'launch/dial.launch.py', 'config/dial.yaml', 'README.md',
+                 'taco_bridge/__init__.py', 'taco_bridge/policy_node.py', 'taco_bridge/sim_node.py'):
+        assert os.path.exists(os.path.join(PACKAGE, path)), path
+
+
+def test_exec_depends_cover_ros_imports():
+    root = ET.parse(os.path.join(PACKAGE, 'package.xml')).getroot()
+    assert root.find('name').text == 'taco_bridge'
+    assert root.find('export/build_type').text == 'ament_python'
+    depends = {e.text for e in root.findall('exec_depend')}
+    ros_packages = {'rclpy', 'std_msgs', 'sensor_msgs', 'rcl_interfaces', 'launch', 'launch_ros'}
+    imported = set()
+    for folder in ('taco_bridge', 'launch'):
+        for name in os.listdir(os.path.join(PACKAGE, folder)):
+            if name.endswith('.py'):
+                with open(os.path.join(PACKAGE, folder, name)) as f:
+                    tree = ast.parse(f.read())
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.ImportFrom) and node.module:
+                        imported.add(node.module.split('.')[0])
+                    elif isinstance(node, ast.Import):
+                        imported.update(a.name.split('.')[0] for a in node.names)
+    missing = (imported & ros_packages) - depends
+    assert not missing, f'imported but not exec_depend: {missing}'
+
+
+def test_config_names_the_launch_file_nodes():
+    with open(os.path.join(PACKAGE, 'config', 'dial.yaml')) as f:
+        config = yaml.safe_load(f)
+    assert set(config) == {'taco_sim', 'taco_policy'}
+    with open(os.path.join(PACKAGE, 'launch', 'dial.launch.py')) as f:
+        launch_text = f.read()
+    for node in config:
+        assert f"name='{node}'" in launch_text
+        assert 'ros__parameters' in config[node]

@@ -1,0 +1,423 @@
+"""Tests for the ROS 2 bridge (ros2_ws/src/taco_bridge) with real rclpy and DDS.
+
+The workspace is built with colcon into a temporary directory; every node runs as a separate
+process started from that install (its setup.bash sourced), and this test process is the third
+party that publishes sketches and listens. DDS traffic stays on this machine and in this test's
+own domain: ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST and a ROS_DOMAIN_ID derived from the pid.
+Every process is killed in teardown.
+
+(a) end to end: the sim node and the policy node with the shipped Dial model dial "0 5 1 6";
+    the presses arrive in order and the status reaches done within the step budget's time;
+(b) hypothesis fuzzing of /taco/sketch (garbage, unicode, very long, empty, unknown ids,
+    valid sketches): each message gets the status that taco_ref.runner.parse_sketch predicts,
+    and the node stays alive;
+(c) safety with a fake arm in this process: joints matched by name, torques clipped to the
+    limits and sent in command_joints order, zero torque and an error within the watchdog
+    timeout after the joint states stop, unknown sub-tasks rejected;
+(d) the package: config/dial.yaml equals the nodes' defaults, the launch file yields the
+    expected nodes and arguments (when the launch packages are importable), taco-bridge-dial
+    starts both nodes and stops cleanly on SIGINT.
+
+Skipped (with the reason) only when rclpy is not importable: `pip install -e ".[ros]"`.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, note, settings
+from hypothesis import strategies as st
+
+rclpy = pytest.importorskip("rclpy", reason='rclpy not importable: pip install -e ".[ros]"')
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
+from std_msgs.msg import Float64MultiArray, String  # noqa: E402
+
+from taco_ref.model import Model, save  # noqa: E402
+from taco_ref.policy import PolicyConfig, init_params  # noqa: E402
+from taco_ref.runner import parse_sketch  # noqa: E402
+from taco_sim import dial  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKSPACE = os.path.join(ROOT, "ros2_ws")
+PACKAGE = os.path.join(WORKSPACE, "src", "taco_bridge")
+SHIPPED_MODEL = os.path.join(ROOT, "taco_ref", "models", "dial")
+DOMAIN_ID = str(1 + os.getpid() % 100)
+FUZZ = {"sent": 0, "answered": 0}
+
+
+# ----------------------------------------------------------------------------------------------
+# Fixtures: isolated DDS, the colcon build, node processes, a listener in this process
+# ----------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module", autouse=True)
+def ros_env():
+    """This module's DDS domain, localhost only; rclpy initialised in this process."""
+    saved = {k: os.environ.get(k) for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE")}
+    os.environ["ROS_DOMAIN_ID"] = DOMAIN_ID
+    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    rclpy.init()
+    yield
+    rclpy.try_shutdown()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    print(f"\nfuzz: {FUZZ['sent']} messages sent to /taco/sketch, {FUZZ['answered']} answered "
+          "with the predicted status; the node survived all")
+
+
+@pytest.fixture(scope="module")
+def install(tmp_path_factory):
+    """colcon build of ros2_ws into a temporary build/install base; returns the install dir."""
+    base = tmp_path_factory.mktemp("colcon")
+    colcon = os.path.join(os.path.dirname(sys.executable), "colcon")
+    assert os.path.exists(colcon), f"colcon not installed next to {sys.executable}: pip install -e \".[ros]\""
+    out = subprocess.run(
+        [colcon, "--log-base", str(base / "log"), "build", "--base-paths", os.path.join(WORKSPACE, "src"),
+         "--build-base", str(base / "build"), "--install-base", str(base / "install")],
+        cwd=base, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, f"colcon build failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    install = base / "install"
+    for path in ("setup.bash", "taco_bridge/lib/taco_bridge/policy_node",
+                 "taco_bridge/lib/taco_bridge/sim_node", "taco_bridge/share/taco_bridge/package.xml",
+                 "taco_bridge/share/taco_bridge/launch/dial.launch.py",
+                 "taco_bridge/share/taco_bridge/config/dial.yaml"):
+        assert (install / path).exists(), f"colcon install lacks {path}"
+    return install
+
+
+def ros_value(value):
+    """A parameter value as the ROS command line (YAML) reads it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return "[" + ",".join(ros_value(v) for v in value) + "]"
+    if isinstance(value, (float, np.floating)):
+        return repr(float(value))
+    return str(value)
+
+
+class Nodes:
+    """Node processes started from the colcon install; all killed by close()."""
+
+    def __init__(self, install, tmp_path):
+        self.install, self.tmp_path, self.procs = install, tmp_path, []
+
+    def start(self, executable, **params):
+        args = " ".join(f"-p '{name}:={ros_value(v)}'" for name, v in params.items())
+        log = open(self.tmp_path / f"{executable}-{len(self.procs)}.log", "w")
+        cmd = (f"source '{self.install}/setup.bash' && exec "
+               f"'{self.install}/taco_bridge/lib/taco_bridge/{executable}' --ros-args {args}")
+        proc = subprocess.Popen(["bash", "-c", cmd], stdout=log, stderr=subprocess.STDOUT,
+                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        self.procs.append((proc, log))
+        return proc
+
+    def log(self, proc):
+        for p, log in self.procs:
+            if p is proc:
+                log.flush()
+                with open(log.name) as f:
+                    return f.read()[-4000:]
+        return ""
+
+    def close(self):
+        for proc, _ in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for proc, log in self.procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            log.close()
+
+
+@pytest.fixture
+def nodes(install, tmp_path):
+    n = Nodes(install, tmp_path)
+    yield n
+    n.close()
+
+
+class Listener:
+    """A node in this process: publishes sketches (and fake joint states), records what comes back.
+
+    The executor spins in a background thread; lists are appended from there and read here.
+    """
+
+    def __init__(self):
+        self.node = rclpy.create_node(f"taco_test_{os.getpid()}")
+        self.sketch_pub = self.node.create_publisher(String, "/taco/sketch", 10)
+        self.joint_pub = self.node.create_publisher(JointState, "/joint_states", 10)
+        self.statuses, self.presses, self.commands = [], [], []
+        self.node.create_subscription(String, "/taco/status",
+                                      lambda m: self.statuses.append((time.monotonic(), json.loads(m.data))), 100)
+        self.node.create_subscription(String, "/dial/pressed",
+                                      lambda m: self.presses.append((time.monotonic(), m.data)), 100)
+        self.node.create_subscription(Float64MultiArray, "/effort_controller/commands",
+                                      lambda m: self.commands.append((time.monotonic(), list(m.data))), 100)
+        self.fake_q = None                 # (names, positions) published at 100 Hz while set
+        self.node.create_timer(0.01, self._publish_joints)
+        self.executor = SingleThreadedExecutor()
+        self.executor.add_node(self.node)
+        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self.thread.start()
+
+    def _publish_joints(self):
+        if self.fake_q is not None:
+            names, q = self.fake_q
+            self.joint_pub.publish(JointState(name=names, position=list(q)))
+
+    def send(self, text):
+        self.sketch_pub.publish(String(data=text))
+        return time.monotonic()
+
+    def wait_for(self, predicate, timeout, what, proc_logs=""):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            result = predicate()
+            if result:
+                return result
+            time.sleep(0.005)
+        pytest.fail(f"timed out after {timeout} s waiting for {what}; last statuses "
+                    f"{[s for _, s in self.statuses[-3:]]}\n{proc_logs}")
+
+    def wait_subscribed(self, timeout=20.0):
+        """Until the policy node subscribes to /taco/sketch and has sent a status."""
+        self.wait_for(lambda: self.sketch_pub.get_subscription_count() > 0 and self.statuses,
+                      timeout, "the policy node")
+
+    def status_after(self, t0, predicate):
+        return next((s for t, s in list(self.statuses) if t >= t0 and predicate(s)), None)
+
+    def close(self):
+        self.executor.shutdown()
+        self.node.destroy_node()
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture
+def listener():
+    lis = Listener()
+    yield lis
+    lis.close()
+
+
+def saved_model(path, act_bias=0.0, stop_bias=0.0, seed=0):
+    """A random Dial-sized model saved to path; the biases shift every action / STOP logit."""
+    cfg = PolicyConfig(state_dim=dial.STATE_DIM, n_subtasks=dial.K, action_dim=dial.ACTION_DIM,
+                       act_hidden=[32], stop_hidden=[32])
+    params = init_params(cfg, np.random.default_rng(seed))
+    params["act.b1"] = params["act.b1"] + act_bias                       # (K, A)
+    params["stop.b1"] = params["stop.b1"] + stop_bias                    # (K, 1)
+    save(Model(params, cfg, dial.VOCAB, "gtbc"), str(path))
+    return str(path)
+
+
+# ----------------------------------------------------------------------------------------------
+# (a) end to end with the shipped model
+# ----------------------------------------------------------------------------------------------
+
+def test_dial_sketch_end_to_end(nodes, listener):
+    if not os.path.exists(os.path.join(SHIPPED_MODEL, "model.json")):
+        pytest.fail(f"the shipped Dial model is missing: {SHIPPED_MODEL}/model.json does not exist "
+                    "(the policy node's default model; train it and commit it there)")
+    sketch = ["0", "5", "1", "6"]
+    sim = nodes.start("sim_node")
+    policy = nodes.start("policy_node")
+    listener.wait_subscribed()
+    listener.wait_for(lambda: listener.node.count_publishers("/joint_states") > 0, 20, "the sim node")
+    t0 = listener.send(" ".join(sketch))
+    budget = dial.budget(len(sketch)) * dial.CONTROL_DT * 1.5 + 5.0          # s
+    end = listener.wait_for(
+        lambda: listener.status_after(t0, lambda s: s["state"] in ("done", "error")), budget,
+        "status done", nodes.log(policy) + nodes.log(sim))
+    presses = [d for t, d in listener.presses if t >= t0]
+    assert end["state"] == "done", f"status {end}, presses {presses}"
+    assert end["sketch"] == sketch and len(end["stop_times"]) == len(sketch)
+    assert presses[:len(sketch)] == sketch, f"pressed {presses}, sketch {sketch}"
+    assert policy.poll() is None and sim.poll() is None
+
+
+# ----------------------------------------------------------------------------------------------
+# (b) fuzzing /taco/sketch
+# ----------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def fuzz_target(install, tmp_path):
+    """One policy node (never-stopping random model) and one listener for all the examples of a
+    hypothesis test (a function-scoped fixture is set up once per test, not per example)."""
+    tmp = tmp_path
+    n = Nodes(install, tmp)
+    lis = Listener()
+    policy = n.start("policy_node", model=saved_model(tmp / "model", stop_bias=-50.0))
+    lis.fake_q = (list(dial.JOINTS), np.zeros(dial.ACTION_DIM))
+    try:
+        lis.wait_subscribed()
+        yield n, lis, policy
+    finally:
+        lis.close()
+        n.close()
+
+
+unicode_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=80)
+sketch_text = st.lists(st.sampled_from(list(dial.VOCAB) + ["10", "-1", "x", "٣", "stop", "Ω"]),
+                       max_size=12).flatmap(
+    lambda toks: st.sampled_from([" ", ",", ", ", "\t"]).map(lambda sep: sep.join(toks)))
+long_text = st.one_of(st.integers(0, 9).map(lambda d: f"{d} " * 100),                 # too many
+                      st.integers(5000, 20000).map(lambda n: "7" * n),                  # too long
+                      st.text(st.characters(blacklist_categories=("Cs",)), min_size=200, max_size=2000))
+fuzz_text = st.one_of(sketch_text, unicode_text, long_text, st.just(""), st.just("stop"),
+                      st.integers().map(str), st.binary(max_size=40).map(lambda b: b.decode("latin-1")))
+
+
+def expected_status(text):
+    """(state, sketch or error text) that the policy node must report for a message. rclpy
+    hands a string to the middleware as a C string: it arrives cut at its first NUL."""
+    text = text.split("\x00", 1)[0]
+    if text.strip().lower() in ("", "stop"):
+        return "idle", None
+    try:
+        return "running", list(parse_sketch(text, dial.VOCAB))
+    except ValueError as err:
+        return "error", f"sketch rejected: {err}"
+
+
+@settings(max_examples=int(os.environ.get("TACO_FUZZ_EXAMPLES", 150)), deadline=None,
+          phases=(Phase.explicit, Phase.reuse, Phase.generate),   # no shrinking: note() says it all
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(text=fuzz_text)
+def test_fuzz_sketch(fuzz_target, text):
+    nodes, lis, policy = fuzz_target
+    state, detail = expected_status(text)
+    note(f"message {text[:200]!r}: expecting {state} {detail!r:.200}")
+    t0 = lis.send(text)
+    FUZZ["sent"] += 1
+    if state == "idle":                     # from idle a halt changes nothing: ask for a status
+        t0 = lis.send("0")
+        state, detail = "running", [0]
+    got = lis.wait_for(lambda: lis.status_after(t0, lambda s: s["state"] != "idle"), 10.0,
+                       f"the status answering {text[:80]!r}", nodes.log(policy)[-1500:])
+    if state == "running":
+        assert got["state"] == "running" and got["sketch"] == [dial.VOCAB[k] for k in detail], got
+    else:
+        assert got["state"] == "error" and got["error"] == detail, got
+    FUZZ["answered"] += 1
+    t1 = lis.send("stop")
+    lis.wait_for(lambda: lis.status_after(t1, lambda s: s["state"] == "idle"), 10.0, "idle after stop")
+    assert policy.poll() is None, "the policy node died"
+
+
+# ----------------------------------------------------------------------------------------------
+# (c) safety with a fake arm
+# ----------------------------------------------------------------------------------------------
+
+def test_clipping_joint_order_and_watchdog(nodes, listener, tmp_path):
+    limits = np.array([3.0, 2.5, 2.0, 1.5, 1.25, 1.0, 0.75, 0.5, 0.25])      # model joint order
+    command_joints = list(reversed(dial.JOINTS))
+    timeout = 0.3
+    policy = nodes.start("policy_node", model=saved_model(tmp_path / "m", act_bias=1e3, stop_bias=-50.0),
+                         torque_limits=limits, command_joints=command_joints,
+                         joint_state_timeout=timeout, max_subtask_time=100.0)
+    # joint states in another order, with an extra joint: matched by name
+    names = ["extra_joint"] + list(reversed(dial.JOINTS))
+    listener.fake_q = (names, np.concatenate([[9.0], np.asarray(dial.HOME.tolist() + [1.2] * 3)[::-1]]))
+    listener.wait_subscribed()
+    t0 = listener.send("3,1")
+    listener.wait_for(lambda: sum(t >= t0 for t, _ in listener.commands) >= 10, 5.0, "10 commands",
+                      nodes.log(policy))
+    running = [c for t, c in listener.commands if t >= t0]
+    for c in running:
+        np.testing.assert_array_equal(c, limits[::-1])   # saturated, clipped, reversed order
+    status = listener.status_after(t0, lambda s: s["state"] == "running")
+    assert status["sketch"] == ["3", "1"] and status["error"] is None
+    # the joint states stop: zeros and an error within the timeout (plus a tick and transport)
+    listener.fake_q = None
+    t_stop = time.monotonic()
+    err = listener.wait_for(lambda: listener.status_after(t_stop, lambda s: s["state"] == "error"),
+                            timeout + 1.0, "the watchdog error")
+    assert "no fresh joint state" in err["error"]
+    zero_t = next(t for t, c in listener.commands if t >= t_stop and not any(c))
+    assert zero_t - t_stop < timeout + 0.2, f"zero torque {zero_t - t_stop:.3f} s after the last joint state"
+    time.sleep(0.3)
+    assert all(not any(c) for t, c in listener.commands if t > zero_t), "torque after the watchdog"
+    # an unknown sub-task is rejected; the node keeps running and accepts the next sketch
+    listener.fake_q = (names, np.zeros(len(names)))
+    time.sleep(0.2)                                     # joint states fresh again
+    t1 = listener.send("3 x 1")
+    rej = listener.wait_for(lambda: listener.status_after(t1, lambda s: s["state"] == "error"), 5.0, "rejection")
+    assert "unknown sub-task 'x' at position 1" in rej["error"]
+    t2 = listener.send("2")
+    listener.wait_for(lambda: listener.status_after(t2, lambda s: s["state"] == "running"), 5.0, "a new run")
+    assert policy.poll() is None
+
+
+def test_policy_node_refuses_a_missing_model(nodes, tmp_path):
+    proc = nodes.start("policy_node", model=str(tmp_path / "nowhere"))
+    assert proc.wait(timeout=30) == 1
+    assert "does not exist" in nodes.log(proc)
+
+
+# ----------------------------------------------------------------------------------------------
+# (d) the package
+# ----------------------------------------------------------------------------------------------
+
+def test_config_equals_node_defaults():
+    yaml = pytest.importorskip("yaml")
+    sys.path.insert(0, PACKAGE)
+    try:
+        from taco_bridge import policy_node, sim_node
+    finally:
+        sys.path.remove(PACKAGE)
+    with open(os.path.join(PACKAGE, "config", "dial.yaml")) as f:
+        config = yaml.safe_load(f)
+    for node, table in (("taco_policy", policy_node.PARAMETERS), ("taco_sim", sim_node.PARAMETERS)):
+        values = config[node]["ros__parameters"]
+        defaults = {k: d for k, (d, _) in table.items() if d is not None}
+        assert values == defaults, f"{node}: config/dial.yaml differs from the defaults"
+
+
+def test_launch_file():
+    launch = pytest.importorskip("launch", reason="the ROS 2 launch packages are not on PyPI: "
+                                                  "this runs only with a ROS 2 installation")
+    pytest.importorskip("launch_ros", reason="launch_ros not importable")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("dial_launch", os.path.join(PACKAGE, "launch", "dial.launch.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ld = module.generate_launch_description()
+    assert isinstance(ld, launch.LaunchDescription)
+    assert [a.name for a in ld.get_launch_arguments()] == ["use_sim", "model", "params_file", "rate"]
+    nodes = [e for e in ld.entities if type(e).__name__ == "Node"]
+    assert sorted(n.node_executable for n in nodes) == ["policy_node", "sim_node"]
+    sim = next(n for n in nodes if n.node_executable == "sim_node")
+    assert sim.condition is not None                    # use_sim
+
+
+def test_console_script_starts_both_nodes(listener, tmp_path):
+    model = saved_model(tmp_path / "m")
+    script = os.path.join(os.path.dirname(sys.executable), "taco-bridge-dial")
+    cmd = [script] if os.path.exists(script) else [sys.executable, "-m", "taco_bridge.dial"]
+    log = open(tmp_path / "dial.log", "w")
+    proc = subprocess.Popen(cmd + ["--model", model], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        listener.wait_subscribed(30)
+        listener.wait_for(lambda: listener.node.count_publishers("/joint_states") > 0, 30, "the sim node")
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=15)
+        log.flush()
+        assert code == 0, f"exit code {code}; output:\n{(tmp_path / 'dial.log').read_text()[-3000:]}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
