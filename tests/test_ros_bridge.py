@@ -196,6 +196,12 @@ class Listener:
         self.wait_for(lambda: self.sketch_pub.get_subscription_count() > 0 and self.statuses,
                       timeout, "the policy node")
 
+    def wait_joint_states(self, timeout=30.0):
+        """Until the policy node reports a joint state (joint_state_age in its 1 Hz status), so
+        that a sketch sent next starts at once instead of waiting on the watchdog's grace."""
+        self.wait_for(lambda: any(s.get("joint_state_age") is not None for _, s in list(self.statuses)),
+                      timeout, "the policy node's first joint state")
+
     def status_after(self, t0, predicate):
         return next((s for t, s in list(self.statuses) if t >= t0 and predicate(s)), None)
 
@@ -235,7 +241,7 @@ def test_dial_sketch_end_to_end(nodes, listener):
     sim = nodes.start("sim_node")
     policy = nodes.start("policy_node")
     listener.wait_subscribed()
-    listener.wait_for(lambda: listener.node.count_publishers("/joint_states") > 0, 20, "the sim node")
+    listener.wait_joint_states()
     t0 = listener.send(" ".join(sketch))
     budget = dial.budget(len(sketch)) * dial.CONTROL_DT * 1.5 + 5.0          # s
     end = listener.wait_for(
@@ -332,6 +338,7 @@ def test_clipping_joint_order_and_watchdog(nodes, listener, tmp_path):
     names = ["extra_joint"] + list(reversed(dial.JOINTS))
     listener.fake_q = (names, np.concatenate([[9.0], np.asarray(dial.HOME.tolist() + [1.2] * 3)[::-1]]))
     listener.wait_subscribed()
+    listener.wait_joint_states()
     t0 = listener.send("3,1")
     listener.wait_for(lambda: sum(t >= t0 for t, _ in listener.commands) >= 10, 5.0, "10 commands",
                       nodes.log(policy))
@@ -411,7 +418,8 @@ def test_console_script_starts_both_nodes(listener, tmp_path):
     proc = subprocess.Popen(cmd + ["--model", model], stdout=log, stderr=subprocess.STDOUT)
     try:
         listener.wait_subscribed(30)
-        listener.wait_for(lambda: listener.node.count_publishers("/joint_states") > 0, 30, "the sim node")
+        # /dial/pressed: only the sim node publishes it (this listener publishes /joint_states)
+        listener.wait_for(lambda: listener.node.count_publishers("/dial/pressed") > 0, 30, "the sim node")
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=15)
         log.flush()

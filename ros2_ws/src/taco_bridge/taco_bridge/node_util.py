@@ -1,6 +1,7 @@
-"""Small helpers shared by the nodes: parameter tables, SIGTERM handling."""
+"""Small helpers shared by the nodes: parameter tables, shutdown on SIGINT / SIGTERM."""
 import signal
 
+import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.exceptions import ParameterUninitializedException
 
@@ -30,13 +31,22 @@ def value(node, name):
         return None
 
 
-def interrupt_on_sigterm():
-    """Make SIGTERM raise KeyboardInterrupt like SIGINT does.
+def stop_on_signals():
+    """Install SIGINT and SIGTERM handlers that only record the signal; returns the record (a list).
 
-    The nodes call rclpy.init with SignalHandlerOptions.NO and this, so that on either signal
-    spin() returns through KeyboardInterrupt while the context is still valid and a node can
-    still publish on its way out (zero torque).
+    The nodes call rclpy.init with SignalHandlerOptions.NO, call this first thing, and spin with
+    spin_until. A handler that raised KeyboardInterrupt could fire inside rclpy while it converts
+    a message (seen as a RuntimeError from take_message and a non-zero exit); recording the
+    signal and checking it between callbacks cannot, and leaves the context valid so that a node
+    can still publish on its way out (zero torque).
     """
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGTERM, handler)
+    received = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: received.append(signum))
+    return received
+
+
+def spin_until(node, received, period=0.1):
+    """Spin node until stop_on_signals' record is non-empty (checked at least every period s)."""
+    while not received and rclpy.ok():
+        rclpy.spin_once(node, timeout_sec=period)

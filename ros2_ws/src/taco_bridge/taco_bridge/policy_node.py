@@ -20,7 +20,8 @@ moves messages. Control runs on a wall-clock timer at `rate` Hz; a new sketch is
 once (and the timer restarted) so the first command follows the sketch without waiting a tick.
 
 Safety: torques clipped to torque_limits; no joint state fresher than joint_state_timeout while
-running ends the run in error (zeros commanded); a sketch that does not parse is rejected with an
+running ends the run in error (zeros commanded; a sketch started before any fresh joint state
+gets joint_state_timeout from its start); a sketch that does not parse is rejected with an
 error status (the run in progress halts, the node keeps running); max_subtask_time bounds each
 sub-task; an exception inside a callback ends the run in error instead of killing the node.
 
@@ -47,7 +48,7 @@ from taco_ref import model as model_mod
 from taco_ref.runner import SketchRunner, parse_sketch
 from taco_sim import dial
 
-from taco_bridge.node_util import declare, interrupt_on_sigterm, value
+from taco_bridge.node_util import declare, spin_until, stop_on_signals, value
 
 DEFAULT_MODEL = os.path.join(os.path.dirname(os.path.abspath(taco_ref.__file__)), 'models', 'dial')
 """The shipped Dial model (weights.npz + model.json), used when the model parameter is empty."""
@@ -187,12 +188,20 @@ class PolicyNode(Node):
         self.publish_status()
 
     def control_step(self, now):
-        """The (J,) torques to command now, or None; applies the watchdog."""
+        """The (J,) torques to command now, or None (zeros); applies the watchdog.
+
+        A joint state is fresh when it is younger than joint_state_timeout. Without a fresh one
+        the run waits (zeros) until joint_state_timeout has passed since the later of the last
+        joint state and the start of the sketch, then ends in error: a sketch sent right after
+        start-up, before the first joint state has arrived, is not failed at once.
+        """
         if self.runner.state != 'running':
             return None
         if self.qpos is None or now - self.qpos_time > self.timeout:
-            age = 'none received' if self.qpos is None else f'last {now - self.qpos_time:.3f} s ago'
-            self.runner.fail(f'no fresh joint state within {self.timeout:g} s ({age})')
+            since = now - max(self.runner.started, self.qpos_time or self.runner.started)
+            if since > self.timeout:
+                age = 'none received' if self.qpos is None else f'last {now - self.qpos_time:.3f} s ago'
+                self.runner.fail(f'no fresh joint state within {self.timeout:g} s ({age})')
             return None
         obs = dial.observation_from_joints(self.qpos, self.key_pos)              # (D,)
         return self.runner.step(obs, now)
@@ -215,8 +224,8 @@ class PolicyNode(Node):
 
 
 def main(args=None):
+    received = stop_on_signals()
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    interrupt_on_sigterm()
     try:
         node = PolicyNode()
     except (ValueError, OSError) as err:
@@ -224,9 +233,7 @@ def main(args=None):
         rclpy.try_shutdown()
         return 1
     try:
-        rclpy.spin(node)
-    except KeyboardInterrupt:
-        pass
+        spin_until(node, received)
     finally:
         node.runner.halt()
         node.publish_command(None)          # leave the effort controller holding zeros

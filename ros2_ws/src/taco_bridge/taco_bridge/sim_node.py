@@ -36,7 +36,7 @@ from std_msgs.msg import Float64MultiArray, String
 
 from taco_sim import dial
 
-from taco_bridge.node_util import declare, interrupt_on_sigterm, value
+from taco_bridge.node_util import declare, spin_until, stop_on_signals, value
 
 PARAMETERS = {
     'real_time_factor': (1.0, 'simulated seconds per wall-clock second'),
@@ -131,8 +131,8 @@ class SimNode(Node):
 
 
 def main(args=None):
+    received = stop_on_signals()
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    interrupt_on_sigterm()
     try:
         node = SimNode()
     except (ValueError, OSError) as err:
@@ -140,9 +140,7 @@ def main(args=None):
         rclpy.try_shutdown()
         return 1
     try:
-        rclpy.spin(node)
-    except KeyboardInterrupt:
-        pass
+        spin_until(node, received)
     finally:
         if node.viewer is not None:
             node.viewer.close()
