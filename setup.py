@@ -12,7 +12,8 @@ setup(
     package_data={"taco_sim.dial": ["*.xml"], "taco_ref": ["models/*/*"]},
     install_requires=["numpy>=1.26", "scipy>=1.11", "pyyaml>=6", "mujoco>=3.2"],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100", "autograd>=1.7"],
+        # matplotlib: the picture code (alignment plots, rollout sheets and GIFs) is tested too
+        "test": ["pytest>=8", "hypothesis>=6.100", "autograd>=1.7", "matplotlib>=3.8"],
         "plot": ["matplotlib>=3.8"],
         # ROS 2 from PyPI wheels (real rclpy with Fast DDS), for the ros2_ws bridge
         "ros": ["ros-rclpy", "ros-std-msgs", "ros-sensor-msgs", "ros-rmw-fastrtps-cpp",
