@@ -13,7 +13,7 @@ truth, for each decoder (the paper's is the argmax of the forward variables).
 """
 import numpy as np
 
-from taco_ref import align, objectives, policy
+from taco_ref import align, objectives, policy, runner
 from taco_ref.objectives import valid_mask
 
 DECODERS = tuple(align.DECODERS)
@@ -22,27 +22,26 @@ DECODERS = tuple(align.DECODERS)
 def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5, observer=None):
     """Run one sketch (a sequence of sub-task ids) in env; returns a dict with
     success, progress (sub-tasks the env counted), steps, stop_times (step of each STOP).
-    observer(env, active), if given, is called after the reset and after every step."""
+    observer(env, active), if given, is called after the reset and after every step.
+
+    The decisions are taco_ref.runner.SketchRunner's (the ROS 2 policy node runs the same
+    machine), stepped with the step count as its clock; this loop adds the env and the budget.
+    """
     obs = env.reset(sketch, seed=seed)
     budget = env.budget(len(sketch)) if budget is None else budget
-    active, acted, stop_times, steps = 0, 0, [], 0
+    run = runner.SketchRunner(model.params, model.policy, model.vocab, stop_threshold=stop_threshold)
+    run.start(sketch, now=0)
     if observer:
-        observer(env, active)
-    while steps < budget and not env.done and not getattr(env, "failed", False):
-        stop, action = policy.act(model.params, model.policy, sketch[active], obs, stop_threshold)
-        if stop and acted > 0:
-            stop_times.append(steps)
-            active, acted = active + 1, 0
-            if active == len(sketch):
-                break
-            _, action = policy.act(model.params, model.policy, sketch[active], obs, stop_threshold)
+        observer(env, run.active)
+    while run.steps < budget and not env.done and not getattr(env, "failed", False):
+        action = run.step(obs, now=run.steps)
+        if action is None:          # the last sub-policy stopped (or a non-finite action)
+            break
         obs = env.step(action)
-        acted += 1
-        steps += 1
         if observer:
-            observer(env, active)
-    return {"success": bool(env.done), "progress": int(env.progress), "steps": steps,
-            "stop_times": stop_times}
+            observer(env, run.active)
+    return {"success": bool(env.done), "progress": int(env.progress), "steps": run.steps,
+            "stop_times": list(run.stop_steps)}
 
 
 def task_accuracy(model, make_env, sketches, seed=0, progress=None):

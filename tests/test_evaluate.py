@@ -18,7 +18,7 @@ class ScriptedModel:
         params["stop.W0"][:, 0, 0] = 100.0
         params["stop.b1"][:] = -50.0
         params["stop.W1"][:, 0, 0] = 1.0
-        self.params, self.policy = params, cfg
+        self.params, self.policy, self.vocab = params, cfg, tuple(str(k) for k in range(K))
 
 
 class CounterEnv:

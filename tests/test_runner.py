@@ -1,10 +1,11 @@
 """Tests for taco_ref/runner.py (no ROS).
 
 Layered as STYLE.md "Tests in three layers":
-(a) reference: SketchRunner driven step by step in a Nav-World episode makes exactly the
-    decisions of taco_ref.evaluate.execute (same actions, same STOP steps) for random models
-    whose STOP nets fire at random points; a plain reading of the STOP rule (acted at least once,
-    next sub-policy acts in the same state) on a scripted fake policy;
+(a) reference: a plain reading of the STOP rule (acted at least once, next sub-policy acts in
+    the same state) on a scripted fake policy; and SketchRunner driven step by step in a
+    Nav-World episode makes the same decisions as taco_ref.evaluate.execute (which runs it
+    inside its env loop: same actions, same STOP steps) for random models whose STOP nets fire
+    at random points;
 (b) hypothesis: parse_sketch round-trips any sketch written with any separators, and on any
     text either returns valid ids or raises ValueError (never another exception); every action
     returned lies within the limits; the status is JSON;
