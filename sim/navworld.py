@@ -37,6 +37,7 @@ import itertools
 import numpy as np
 
 from taco_ref.data import Demos
+from taco_sim import sketch_array
 
 VOCAB = ("black", "green", "yellow", "red")
 """Sub-task names; sub-task k = "go to destination VOCAB[k]"."""
@@ -141,17 +142,7 @@ def sample_layout(rng, n):
 
 def _check_sketches(sketches, sketch_len=None):
     """sketches as an (n, L) int64 array of distinct ids in [0, K); ValueError otherwise."""
-    arr = np.asarray(sketches)
-    if arr.ndim == 1:
-        arr = arr[None]
-    if arr.ndim != 2 or arr.shape[1] < 1 or (arr.size and arr.dtype.kind not in "iu"):
-        raise ValueError(f"sketch: expected integer sub-task ids of shape (L,) or (n, L), got {arr.shape}")
-    arr = arr.astype(np.int64)
-    if sketch_len is not None and arr.shape[1] != sketch_len:
-        raise ValueError(f"sketches: expected length sketch_len = {sketch_len}, got {arr.shape[1]}")
-    out_of_range = ((arr < 0) | (arr >= K)).any(axis=1)                 # (n,)
-    if out_of_range.any():
-        raise ValueError(f"sketch: sub-task ids must be in [0, {K}), got {arr[out_of_range][0].tolist()}")
+    arr = sketch_array(sketches, K, sketch_len)
     srt = np.sort(arr, axis=1)
     bad = (srt[:, 1:] == srt[:, :-1]).any(axis=1)
     if bad.any():

@@ -40,6 +40,7 @@ import multiprocessing
 import numpy as np
 
 from taco_ref.data import Demos
+from taco_sim import sketch_array
 from taco_sim.dial.env import (ACTION_DIM, FINGERS_CLOSED, HOME, K, PHYSICS_DT, SLOTS,
                                STATE_DIM, SUBSAMPLE, TORQUE_LIMITS, VOCAB, DialEnv, check_layout,
                                kinematics, sample_layout)
@@ -142,16 +143,7 @@ def expert_torque(env, digit):
 
 def _check_sketches(sketches, sketch_len=None):
     """sketches as (n, L) int64 digits with no digit equal to its predecessor; ValueError otherwise."""
-    arr = np.asarray(sketches)
-    if arr.ndim == 1:
-        arr = arr[None]
-    if arr.ndim != 2 or arr.shape[1] < 1 or (arr.size and arr.dtype.kind not in "iu"):
-        raise ValueError(f"sketch: expected integer digits of shape (L,) or (n, L), got {arr.shape}")
-    arr = arr.astype(np.int64)
-    if sketch_len is not None and arr.shape[1] != sketch_len:
-        raise ValueError(f"sketches: expected length sketch_len = {sketch_len}, got {arr.shape[1]}")
-    if ((arr < 0) | (arr >= K)).any():
-        raise ValueError(f"sketch: digits must be in [0, {K}), got {arr.tolist()}")
+    arr = sketch_array(sketches, K, sketch_len, what="digits")
     bad = (arr[:, 1:] == arr[:, :-1]).any(axis=1)
     if bad.any():
         raise ValueError(f"sketch: consecutive digits must differ, got {arr[bad][0].tolist()}")
