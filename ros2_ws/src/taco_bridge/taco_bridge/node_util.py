@@ -1,7 +1,9 @@
 """Small helpers shared by the nodes: parameter tables, shutdown on SIGINT / SIGTERM."""
 import signal
+import sys
 
 import rclpy
+from rclpy.signals import SignalHandlerOptions
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.exceptions import ParameterUninitializedException
 
@@ -50,3 +52,26 @@ def spin_until(node, received, period=0.1):
     """Spin node until stop_on_signals' record is non-empty (checked at least every period s)."""
     while not received and rclpy.ok():
         rclpy.spin_once(node, timeout_sec=period)
+
+
+def run(make_node, label, args=None, on_exit=None):
+    """A node's main(): rclpy up (without rclpy's signal handlers), make_node(), spin until
+    SIGINT / SIGTERM, then on_exit(node) (e.g. a last zero-torque command) while the context is
+    still valid, and shut down. Returns the exit code: 1 when the node cannot be made (the
+    ValueError / OSError is printed after label), else 0."""
+    received = stop_on_signals()
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    try:
+        node = make_node()
+    except (ValueError, OSError) as err:
+        print(f'{label}: cannot start: {err}', file=sys.stderr)
+        rclpy.try_shutdown()
+        return 1
+    try:
+        spin_until(node, received)
+    finally:
+        if on_exit is not None:
+            on_exit(node)
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0

@@ -36,10 +36,8 @@ import sys
 import time
 
 import numpy as np
-import rclpy
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 
@@ -48,7 +46,7 @@ from taco_ref import model as model_mod
 from taco_ref.runner import SketchRunner, parse_sketch
 from taco_sim import dial
 
-from taco_bridge.node_util import declare, spin_until, stop_on_signals, value
+from taco_bridge.node_util import declare, run, value
 
 DEFAULT_MODEL = os.path.join(os.path.dirname(os.path.abspath(taco_ref.__file__)), 'models', 'dial')
 """The shipped Dial model (weights.npz + model.json), used when the model parameter is empty."""
@@ -223,23 +221,13 @@ class PolicyNode(Node):
                                                            sort_keys=True)))
 
 
+def _halt(node):
+    node.runner.halt()
+    node.publish_command(None)          # leave the effort controller holding zeros
+
+
 def main(args=None):
-    received = stop_on_signals()
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    try:
-        node = PolicyNode()
-    except (ValueError, OSError) as err:
-        print(f'taco_policy: cannot start: {err}', file=sys.stderr)
-        rclpy.try_shutdown()
-        return 1
-    try:
-        spin_until(node, received)
-    finally:
-        node.runner.halt()
-        node.publish_command(None)          # leave the effort controller holding zeros
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return run(PolicyNode, 'taco_policy', args, on_exit=_halt)
 
 
 if __name__ == '__main__':

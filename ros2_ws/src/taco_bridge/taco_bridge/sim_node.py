@@ -28,15 +28,13 @@ import sys
 import time
 
 import numpy as np
-import rclpy
 from rclpy.node import Node
-from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 
 from taco_sim import dial
 
-from taco_bridge.node_util import declare, spin_until, stop_on_signals, value
+from taco_bridge.node_util import declare, run, value
 
 PARAMETERS = {
     'real_time_factor': (1.0, 'simulated seconds per wall-clock second'),
@@ -130,23 +128,13 @@ class SimNode(Node):
         self.joint_pub.publish(msg)
 
 
+def _close_viewer(node):
+    if node.viewer is not None:
+        node.viewer.close()
+
+
 def main(args=None):
-    received = stop_on_signals()
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    try:
-        node = SimNode()
-    except (ValueError, OSError) as err:
-        print(f'taco_sim: cannot start: {err}', file=sys.stderr)
-        rclpy.try_shutdown()
-        return 1
-    try:
-        spin_until(node, received)
-    finally:
-        if node.viewer is not None:
-            node.viewer.close()
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return run(SimNode, 'taco_sim', args, on_exit=_close_viewer)
 
 
 if __name__ == '__main__':
