@@ -27,3 +27,20 @@ def offscreen_gl():
             pass
     except Exception as exc:  # mujoco raises several types for a missing GL platform
         pytest.skip(f"no offscreen GL for MUJOCO_GL={os.environ.get('MUJOCO_GL')}: {exc}")
+
+
+class _Hostile:
+    """Unpickling this object creates the directory `marker`: proof that a pickle was run."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.mkdir, (self.marker,)
+
+
+@pytest.fixture
+def hostile():
+    """hostile(marker): an object whose unpickling creates the directory marker (tests that
+    loading never unpickles)."""
+    return _Hostile

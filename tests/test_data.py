@@ -275,21 +275,11 @@ def test_load_rejects_a_missing_file(tmp_path):
         data.load(tmp_path / "nope.npz")
 
 
-class Hostile:
-    """Unpickling this object creates the directory `marker`: proof that a pickle was run."""
-
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return os.mkdir, (self.marker,)
-
-
-def test_load_never_unpickles_an_object_array(tmp_path):
+def test_load_never_unpickles_an_object_array(tmp_path, hostile):
     marker = str(tmp_path / "pwned")
     d = make_demos()
     arrays = {name: getattr(d, name) for name in data.ARRAY_FIELDS}
-    arrays["states"] = np.array([Hostile(marker)], dtype=object)
+    arrays["states"] = np.array([hostile(marker)], dtype=object)
     arrays["vocab"] = np.array(d.vocab)
     arrays["meta"] = np.array('{"format_version": 1}')
     path = tmp_path / "hostile.npz"

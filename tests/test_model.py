@@ -233,21 +233,11 @@ def test_non_finite_weights(tmp_path, value):
         model_mod.load(directory)
 
 
-class Hostile:
-    """Unpickling this object creates the directory `marker`: proof that a pickle was run."""
-
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return os.mkdir, (self.marker,)
-
-
-def test_object_array_weights_are_never_unpickled(tmp_path):
+def test_object_array_weights_are_never_unpickled(tmp_path, hostile):
     directory = saved(tmp_path)
     marker = str(tmp_path / "pwned")
     arrays = load_arrays(directory)
-    arrays["act.W0"] = np.array([Hostile(marker)], dtype=object)
+    arrays["act.W0"] = np.array([hostile(marker)], dtype=object)
     write_weights(directory, arrays)
     with pytest.raises(ModelError, match=r"weights\.npz: unreadable weights"):
         model_mod.load(directory)
