@@ -161,8 +161,8 @@ class Listener:
         self.statuses, self.presses, self.commands = [], [], []
         self.node.create_subscription(String, "/taco/status",
                                       lambda m: self.statuses.append((time.monotonic(), json.loads(m.data))), 100)
-        self.node.create_subscription(String, "/dial/pressed",
-                                      lambda m: self.presses.append((time.monotonic(), m.data)), 100)
+        self.pressed_sub = self.node.create_subscription(
+            String, "/dial/pressed", lambda m: self.presses.append((time.monotonic(), m.data)), 100)
         self.node.create_subscription(Float64MultiArray, "/effort_controller/commands",
                                       lambda m: self.commands.append((time.monotonic(), list(m.data))), 100)
         self.fake_q = None                 # (names, positions) published at 100 Hz while set
@@ -242,15 +242,19 @@ def test_dial_sketch_end_to_end(nodes, listener):
     policy = nodes.start("policy_node")
     listener.wait_subscribed()
     listener.wait_joint_states()
+    # the sim's first press comes ~1.5 s after the sketch: its publisher must be matched by then
+    listener.wait_for(lambda: listener.pressed_sub.get_publisher_count() > 0, 30,
+                      "/dial/pressed matched with the sim node")
     t0 = listener.send(" ".join(sketch))
     budget = dial.budget(len(sketch)) * dial.CONTROL_DT * 1.5 + 5.0          # s
     end = listener.wait_for(
         lambda: listener.status_after(t0, lambda s: s["state"] in ("done", "error")), budget,
         "status done", nodes.log(policy) + nodes.log(sim))
     presses = [d for t, d in listener.presses if t >= t0]
-    assert end["state"] == "done", f"status {end}, presses {presses}"
+    sim_log = nodes.log(sim)
+    assert end["state"] == "done", f"status {end}, presses {presses}\n{sim_log}"
     assert end["sketch"] == sketch and len(end["stop_times"]) == len(sketch)
-    assert presses[:len(sketch)] == sketch, f"pressed {presses}, sketch {sketch}"
+    assert presses[:len(sketch)] == sketch, f"pressed {presses}, sketch {sketch}\n{sim_log}"
     assert policy.poll() is None and sim.poll() is None
 
 
