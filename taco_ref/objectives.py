@@ -34,23 +34,52 @@ def _final(batch, terminal_stop):
 # TACO: maximise log p(tau, a | s) (paper eq. (8)) through the alignment core.
 # ----------------------------------------------------------------------------------------
 
-def taco(params, cfg, batch, terminal_stop=False, stop_dropout=0.0, rng=None, train=False):
+def taco(params, cfg, batch, terminal_stop=False, stop_dropout=0.0, rng=None, train=False,
+         temperature=1.0):
     """-sum_b log p(tau_b, a_b | s_b) and its gradient; spec/objectives.md eq. (1).
 
     The alignment core returns d loglik / d (log act, log stop, log go) as posteriors; the
     policy's backward chains them to the parameters.
+
+    temperature > 1 gives the tempered objective of spec/objectives.md eq. (7):
+    -sum_b temp * log sum_z exp(log p(z) / temp), whose gradient with respect to each score is
+    minus the posterior of the tempered lattice (scores divided by temp): the same posterior
+    machinery, flatter over alignments. temperature = 1 is eq. (1) exactly.
     """
+    if not temperature >= 1.0:
+        raise ValueError(f"temperature must be >= 1, got {temperature!r}")
     final_states, final_mask = _final(batch, terminal_stop)
     scores, cache = policy.evaluate(params, cfg, batch.states, batch.actions, batch.sketch,
                                     valid_mask(batch), final_states, final_mask,
                                     stop_dropout=stop_dropout, rng=rng, train=train)
-    res = align.taco_forward_backward(scores["log_act"], scores["log_stop"], scores["log_go"],
-                                      batch.traj_len, batch.sketch_len,
-                                      scores.get("log_final_stop"))
+    inv = 1.0 / temperature
+    log_final = scores.get("log_final_stop")
+    res = align.taco_forward_backward(scores["log_act"] * inv, scores["log_stop"] * inv,
+                                      scores["log_go"] * inv, batch.traj_len, batch.sketch_len,
+                                      None if log_final is None else log_final * inv)
+    # d (temp * loglik(x / temp)) / dx = loglik'(x / temp): the tempered posteriors, unscaled
     d = {"log_act": -res.d_act, "log_stop": -res.d_stop, "log_go": -res.d_go}
     if terminal_stop:
         d["log_final_stop"] = -res.d_final_stop
-    return -res.loglik.sum(), policy.backward(d, cache)
+    return -temperature * res.loglik.sum(), policy.backward(d, cache)
+
+
+def even_split_labels(traj_len, sketch_len, T):
+    """The label-free warm-up's segmentation; spec/objectives.md eq. (8).
+
+    Each demonstration's T_b steps are cut into its sketch's L_b segments of (nearly) equal
+    length: y_t = floor(t L_b / T_b) for 0 <= t < T_b, -1 in padding. Segments differ in length
+    by at most one step, every one is non-empty when T_b >= L_b, and the labels are monotone
+    from 0 to L_b - 1, so they are an alignment path (spec/align.md eq. (1)).
+
+    Symbol     | Shape  | Meaning
+    traj_len   | (B,)   | T_b
+    sketch_len | (B,)   | L_b
+    returns    | (B, T) | sketch position per step
+    """
+    t = np.arange(T)[None, :]                                                # (1, T)
+    labels = (t * sketch_len[:, None]) // np.maximum(traj_len[:, None], 1)   # (B, T)
+    return np.where(t < traj_len[:, None], labels, -1)
 
 
 # ----------------------------------------------------------------------------------------

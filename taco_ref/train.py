@@ -63,6 +63,20 @@ class TrainConfig:
     instead of 0, i.e. P(STOP) = 1/2 at every step before training. Off by default: the committed
     results were made without it; in a first check (Nav-World, 200 demonstrations) it raised
     TACO's alignment from 72.8 % to 84.2 % on one seed and left another at 81 %."""
+    warmup_epochs: int = 0
+    """TACO only: epochs of behaviour cloning on the even split of every demonstration into its
+    sketch's L segments (objectives.even_split_labels) before the TACO stage; 0 = none. A
+    label-free start against the early collapse of the alignment (spec/training.md §6)."""
+    temperature: float = 1.0
+    """TACO only: initial temperature of the tempered alignment (objectives.taco), annealed
+    linearly to 1 over temperature_epochs (spec/training.md eq. (8)); 1 = plain TACO."""
+    temperature_epochs: int = 0
+    """TACO only: epochs of the TACO stage over which the temperature falls to 1. Early stopping
+    and the best-parameter copy start once it is 1."""
+    restarts: int = 1
+    """TACO only: independent runs (same split, different initialisation and batch order); the
+    model kept is the run with the highest TACO log-likelihood per step on the training set
+    (spec/training.md §7)."""
     normalise_states: bool = True
     """Standardise states with the training set's mean and std (stored in the model)."""
     ctc_hidden: list = field(default_factory=lambda: [100])
@@ -90,9 +104,17 @@ class TrainConfig:
                 raise ValueError(f"{f.name} must be true or false, got {value!r}")
         if self.algo not in ALGOS:
             raise ValueError(f"algo must be one of {ALGOS}, got {self.algo!r}")
-        for name in ("batch_size", "epochs", "patience"):
+        for name in ("batch_size", "epochs", "patience", "restarts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        for name in ("warmup_epochs", "temperature_epochs"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {getattr(self, name)!r}")
+        if not 1.0 <= self.temperature < float("inf"):
+            raise ValueError(f"temperature must be a finite number >= 1, got {self.temperature!r}")
+        if self.temperature_epochs >= self.epochs:
+            raise ValueError(f"temperature_epochs must be below epochs ({self.epochs}) so that TACO "
+                             f"trains at temperature 1 at the end, got {self.temperature_epochs!r}")
         if not 0.0 <= self.holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must lie in [0, 1), got {self.holdout_fraction!r}")
         optim.dropout_rate(self.stop_dropout, self.dropout_decay, 0)  # validates both
@@ -170,11 +192,31 @@ class _Job:
             input_dim = demos.states.shape[2] + self.policy_cfg.action_dim
             self.params.update(objectives.init_ctc_params(rng, cfg.ctc_kind, input_dim,
                                                           cfg.ctc_hidden, len(demos.vocab)))
-        self.stages = ["ctc", "policy"] if cfg.ctc_kind else ["policy"]
+        if cfg.ctc_kind:
+            self.stages = ["ctc", "policy"]
+        elif cfg.algo == "taco" and cfg.warmup_epochs:
+            self.stages = ["warmup", "policy"]
+        else:
+            self.stages = ["policy"]
 
     def names(self, stage):
         prefix = ("ctc.",) if stage == "ctc" else policy.TRAINABLE_PREFIXES
         return [k for k in self.params if k.startswith(prefix)]
+
+    def lr(self, stage):
+        return self.cfg.ctc_lr if stage == "ctc" else self.cfg.lr
+
+    def max_epochs(self, stage):
+        return self.cfg.warmup_epochs if stage == "warmup" else self.cfg.epochs
+
+    def tracks_best(self, stage, epoch):
+        """Whether epoch (0-based, just run) of stage takes part in early stopping. The warm-up
+        hands on its last parameters; the tempered epochs of TACO are a schedule, not a
+        candidate (spec/training.md §5)."""
+        if stage == "warmup":
+            return False
+        return not (stage == "policy" and self.cfg.algo == "taco"
+                    and epoch < self.cfg.temperature_epochs)
 
     def loss(self, stage, batch, rng, epoch, train):
         """(summed loss, grads) of one batch for one stage."""
@@ -183,8 +225,13 @@ class _Job:
         if stage == "ctc":
             return objectives.ctc(p, cfg.ctc_kind, batch, self.discrete, self.policy_cfg.action_dim)
         common = dict(stop_dropout=drop, rng=rng, train=train)
+        if stage == "warmup":
+            labels = objectives.even_split_labels(batch.traj_len, batch.sketch_len, batch.states.shape[1])
+            return objectives.bc(p, self.policy_cfg, batch, labels, cfg.terminal_stop, **common)
         if cfg.algo == "taco":
-            return objectives.taco(p, self.policy_cfg, batch, cfg.terminal_stop, **common)
+            temp = temperature(cfg, epoch) if train else 1.0
+            return objectives.taco(p, self.policy_cfg, batch, cfg.terminal_stop, temperature=temp,
+                                   **common)
         if cfg.algo == "gtbc":
             return objectives.bc(p, self.policy_cfg, batch, batch.labels, cfg.terminal_stop, **common)
         labels, weights = objectives.ctc_alignment(p, cfg.ctc_kind, batch, self.discrete,
@@ -197,6 +244,15 @@ class _Job:
     def model(self, info):
         return model_mod.Model(self.params, self.policy_cfg, self.vocab, self.cfg.algo,
                                self.cfg.ctc_kind, asdict(self.cfg), info)
+
+
+def temperature(cfg, epoch):
+    """Temperature of TACO's alignment in epoch (0-based) of the TACO stage; spec/training.md
+    eq. (8): 1 + (temp_0 - 1) max(0, 1 - epoch / E), falling linearly from cfg.temperature at
+    epoch 0 to 1 at epoch E = cfg.temperature_epochs and staying there."""
+    if cfg.temperature_epochs == 0:
+        return 1.0
+    return 1.0 + (cfg.temperature - 1.0) * max(0.0, 1.0 - epoch / cfg.temperature_epochs)
 
 
 def stop_prior_logit(demos):
@@ -284,16 +340,68 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
     saved to out_dir/model; resume=True continues from the checkpoint found there (same config
     and data), so an interrupted run ends exactly as an uninterrupted one would. stop_after=N
     returns None after N epochs of this call, leaving the checkpoint to resume from.
+
+    TACO with cfg.restarts = N > 1 trains N runs one after the other (run r checkpoints in
+    out_dir/restart-r) and keeps the one with the highest training log-likelihood per step;
+    spec/training.md §7. The returned model's info lists every run's figures.
     """
+    runs = cfg.restarts if cfg.algo == "taco" else 1
+    if runs == 1:
+        model, _ = _train_run(demos, cfg, 0, out_dir, resume, log, progress, stop_after)
+    else:
+        if resume and not os.path.exists(os.path.join(out_dir or "", "restart-0", CHECKPOINT_META)):
+            raise FileNotFoundError(f"--resume: no checkpoint in {out_dir}/restart-0")
+        candidates, budget = [], stop_after
+        for r in range(runs):
+            sub = None if out_dir is None else os.path.join(out_dir, f"restart-{r}")
+            if sub is not None:
+                os.makedirs(sub, exist_ok=True)
+            again = resume and os.path.exists(os.path.join(sub, CHECKPOINT_META))
+            model, used = _train_run(demos, cfg, r, sub, again, log, progress, budget)
+            if model is None:
+                return None
+            budget = None if budget is None else budget - used
+            candidates.append(model)
+        model = select_restart(candidates)
+    if model is not None and out_dir is not None:
+        model_mod.save(model, os.path.join(out_dir, "model"))
+    return model
+
+
+def select_restart(models):
+    """The model with the highest training log-likelihood per step (ties: the first), with
+    info["restarts"] listing every run and info["restart"] the index kept; spec/training.md §7."""
+    best = max(range(len(models)), key=lambda r: (models[r].info["train_loglik"], -r))
+    summary = [{"restart": r, "seed": m.info["run_seed"], "train_loglik": m.info["train_loglik"],
+                "best_held_out_loss": min(h["held_out_loss"] for h in m.info["history"]
+                                          if h["stage"] == "policy"),
+                "epochs": len(m.info["history"])} for r, m in enumerate(models)]
+    chosen = models[best]
+    chosen.info = dict(chosen.info, restarts=summary, restart=best,
+                       seconds=sum(m.info["seconds"] for m in models))
+    return chosen
+
+
+def run_seed(seed, restart):
+    """Seed of the generator that initialises run `restart` (after the split, which always comes
+    from default_rng(seed)): run 0 continues that generator, so restarts = 1 is the plain run;
+    run r >= 1 uses default_rng([seed, r])."""
+    return seed if restart == 0 else [seed, restart]
+
+
+def _train_run(demos, cfg, restart, out_dir, resume, log, progress, stop_after):
+    """One training run; returns (Model or None if stopped by stop_after, epochs run here)."""
     rng = np.random.default_rng(cfg.seed)
     train_set, held_out = data_mod.split(demos, cfg.holdout_fraction, rng)
     if held_out.n == 0:
         held_out = train_set
+    if restart:
+        rng = np.random.default_rng(run_seed(cfg.seed, restart))
     job = _Job(cfg, train_set, rng)
     state = {"stage": 0, "epoch": 0, "best_loss": None, "bad_epochs": 0, "history": [], "saves": 0}
     best = {k: v.copy() for k, v in job.params.items()}
     names = job.names(job.stages[0])
-    adam = optim.Adam(names, [job.params[n].shape for n in names], cfg.lr if job.stages[0] == "policy" else cfg.ctc_lr)
+    adam = optim.Adam(names, [job.params[n].shape for n in names], job.lr(job.stages[0]))
     fingerprint = demos.fingerprint() if out_dir is not None else None
     if resume:
         if out_dir is None or not os.path.exists(os.path.join(out_dir, CHECKPOINT_META)):
@@ -303,17 +411,17 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
         if state["stage"] < len(job.stages):  # else the run had finished: nothing to continue
             stage = job.stages[state["stage"]]
             names = job.names(stage)
-            adam = optim.Adam(names, [job.params[n].shape for n in names],
-                              cfg.lr if stage == "policy" else cfg.ctc_lr)
+            adam = optim.Adam(names, [job.params[n].shape for n in names], job.lr(stage))
             adam.load_state(arrays, meta["adam"])
         rng.bit_generator.state = meta["rng"]
     t0 = time.time()
     epochs_this_call = 0
+    label = f"{cfg.algo} r{restart + 1}/{cfg.restarts}" if cfg.algo == "taco" and cfg.restarts > 1 else cfg.algo
     while state["stage"] < len(job.stages):
         if stop_after is not None and epochs_this_call >= stop_after:
-            return None
+            return None, epochs_this_call
         stage = job.stages[state["stage"]]
-        done = state["epoch"] >= cfg.epochs or state["bad_epochs"] >= cfg.patience
+        done = state["epoch"] >= job.max_epochs(stage) or state["bad_epochs"] >= cfg.patience
         if not done:
             epoch_loss, epoch_steps = 0.0, 0
             for batch in data_mod.minibatches(train_set, cfg.batch_size, rng):
@@ -325,9 +433,11 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
             held = mean_loss(job, stage, held_out)
             state["epoch"] += 1
             epochs_this_call += 1
-            # early stopping, spec/training.md eq. (5)
-            improved = state["best_loss"] is None or held < state["best_loss"] - 1e-9
-            if improved:
+            if not job.tracks_best(stage, state["epoch"] - 1):
+                # warm-up or tempered epoch: hand on the latest parameters, count nothing
+                best = {k: v.copy() for k, v in job.params.items()}
+            elif state["best_loss"] is None or held < state["best_loss"] - 1e-9:
+                # early stopping, spec/training.md eq. (5)
                 state["best_loss"], state["bad_epochs"] = held, 0
                 best = {k: v.copy() for k, v in job.params.items()}
             else:
@@ -335,8 +445,9 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
             state["history"].append({"stage": stage, "epoch": state["epoch"],
                                      "train_loss": epoch_loss / epoch_steps, "held_out_loss": held})
             if progress:
-                print(f"\r[{cfg.algo} {stage}] epoch {state['epoch']:3d}  train {epoch_loss / epoch_steps:8.4f}"
-                      f"  held-out {held:8.4f}  best {state['best_loss']:8.4f}  {time.time() - t0:6.1f}s",
+                shown = "     -  " if state["best_loss"] is None else f"{state['best_loss']:8.4f}"
+                print(f"\r[{label} {stage}] epoch {state['epoch']:3d}  train {epoch_loss / epoch_steps:8.4f}"
+                      f"  held-out {held:8.4f}  best {shown}  {time.time() - t0:6.1f}s",
                       end="", file=log, flush=True)
         else:
             # stage finished: keep its best parameters and move on
@@ -344,16 +455,18 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
             state["stage"] += 1
             state.update(epoch=0, best_loss=None, bad_epochs=0)
             if state["stage"] < len(job.stages):
-                names = job.names(job.stages[state["stage"]])
-                adam = optim.Adam(names, [job.params[n].shape for n in names], cfg.lr)
+                stage = job.stages[state["stage"]]
+                names = job.names(stage)
+                adam = optim.Adam(names, [job.params[n].shape for n in names], job.lr(stage))
             if progress:
                 print(file=log)
         if out_dir is not None:
             state["saves"] += 1
             _save_checkpoint(out_dir, job, dict(state, rng=rng.bit_generator.state,
                                                 data_sha256=fingerprint), adam, best)
-    model = job.model({"history": state["history"], "train_size": train_set.n,
-                       "held_out_size": held_out.n, "data": demos.meta, "seconds": time.time() - t0})
-    if out_dir is not None:
-        model_mod.save(model, os.path.join(out_dir, "model"))
-    return model
+    info = {"history": state["history"], "train_size": train_set.n, "held_out_size": held_out.n,
+            "data": demos.meta, "seconds": time.time() - t0,
+            "run_seed": run_seed(cfg.seed, restart)}
+    if cfg.algo == "taco":
+        info["train_loglik"] = -mean_loss(job, "policy", train_set)
+    return job.model(info), epochs_this_call

@@ -148,6 +148,62 @@ def test_taco_gradient_matches_central_differences(terminal_stop, discrete, acti
                               params, grads, sorted(grads), seed=4)
 
 
+@pytest.mark.parametrize("terminal_stop", [False, True])
+@pytest.mark.parametrize("temperature", [1.0, 2.5, 40.0])
+def test_tempered_taco_is_the_brute_force_free_energy(terminal_stop, temperature):
+    """spec/objectives.md eq. (7): loss = -sum_b temp * log sum_z exp(log p(z) / temp) over
+    every path z; temperature 1 is eq. (1)."""
+    batch = tiny_batch(7)
+    cfg, params = tiny_params(batch, 8)
+    loss, _ = objectives.taco(params, cfg, batch, terminal_stop=terminal_stop, temperature=temperature)
+    out = full_scores(params, cfg, batch)
+    expected = 0.0
+    for b in range(batch.n):
+        (act, stop, go), final = row_scores(out, batch, b)
+        expected -= temperature * logsumexp(
+            [bf.path_logprob(z, act, stop, go, final if terminal_stop else None) / temperature
+             for z in bf.paths(*act.shape)])
+    np.testing.assert_allclose(loss, expected, rtol=1e-10)
+
+
+@pytest.mark.parametrize("terminal_stop", [False, True])
+def test_tempered_taco_gradient_matches_central_differences(terminal_stop):
+    """The gradient of eq. (7) is minus the tempered lattice's posteriors, carried through the
+    nets (objectives.taco)."""
+    batch = tiny_batch(9)
+    cfg, params = tiny_params(batch, 10, hidden=(4, 3))
+    loss, grads = objectives.taco(params, cfg, batch, terminal_stop, temperature=3.0)
+    check_central_differences(lambda p: objectives.taco(p, cfg, batch, terminal_stop, temperature=3.0)[0],
+                              params, grads, sorted(grads), seed=11)
+
+
+def test_tempered_taco_rejects_a_temperature_below_one():
+    batch = tiny_batch(0)
+    cfg, params = tiny_params(batch, 1)
+    with pytest.raises(ValueError, match="temperature"):
+        objectives.taco(params, cfg, batch, temperature=0.5)
+
+
+@given(st.lists(st.tuples(st.integers(1, 12), st.integers(0, 60)), min_size=1, max_size=6))
+def test_even_split_labels_follow_their_definition(rows):
+    """spec/objectives.md eq. (8): y_t = floor(t L_b / T_b) for t < T_b, -1 after; segments
+    are non-empty, differ in length by at most one, and the labels form an alignment path."""
+    sketch_len = np.array([L for L, _ in rows], np.int64)
+    traj_len = sketch_len + np.array([extra for _, extra in rows], np.int64)   # T_b >= L_b
+    T = int(traj_len.max()) + 2
+    labels = objectives.even_split_labels(traj_len, sketch_len, T)
+    note(f"labels = {labels.tolist()}")
+    assert labels.shape == (len(rows), T)
+    for b, (T_b, L_b) in enumerate(zip(traj_len, sketch_len)):
+        row = labels[b]
+        assert (row[T_b:] == -1).all()
+        assert row[:T_b].tolist() == [t * L_b // T_b for t in range(T_b)]
+        assert row[0] == 0 and row[T_b - 1] == L_b - 1
+        assert set(np.diff(row[:T_b]).tolist()) <= {0, 1}
+        sizes = np.bincount(row[:T_b], minlength=L_b)
+        assert sizes.min() >= 1 and sizes.max() - sizes.min() <= 1
+
+
 # ----------------------------------------------------------------------------------------------
 # Behavioural cloning on a labelling: GT-BC / CTC-BC
 # ----------------------------------------------------------------------------------------------

@@ -196,7 +196,8 @@ def test_resume_without_a_checkpoint(tmp_path, nav_small):
 @pytest.mark.parametrize("key, value", [
     ("algo", "ppo"), ("batch_size", 0), ("epochs", 2.5), ("patience", -1), ("holdout_fraction", 1.0),
     ("stop_dropout", 1.0), ("stop_dropout", -0.1), ("dropout_decay", 1.5), ("ctc_weighting", "soft"),
-    ("ctc_decoder", "beam"),
+    ("ctc_decoder", "beam"), ("warmup_epochs", -1), ("temperature", 0.5), ("temperature", float("inf")),
+    ("temperature_epochs", 200), ("temperature_epochs", -1), ("restarts", 0), ("restarts", 1.5),
 ])
 def test_train_config_rejects_bad_values_naming_the_field(key, value):
     with pytest.raises(ValueError, match=f"^{key} must"):
@@ -295,9 +296,10 @@ def test_trainer_applies_the_dropout_schedule(nav_small, monkeypatch):
     seen = []
     real = objectives.taco
 
-    def spy(params, cfg, batch, terminal_stop=False, stop_dropout=0.0, rng=None, train=False):
+    def spy(params, cfg, batch, terminal_stop=False, stop_dropout=0.0, rng=None, train=False,
+            temperature=1.0):
         seen.append((train, stop_dropout))
-        return real(params, cfg, batch, terminal_stop, stop_dropout, rng, train)
+        return real(params, cfg, batch, terminal_stop, stop_dropout, rng, train, temperature)
 
     monkeypatch.setattr(objectives, "taco", spy)
     cfg = config(epochs=3, stop_dropout=0.4, dropout_decay=0.5, batch_size=9)
@@ -349,3 +351,120 @@ def test_stop_prior_sets_the_stop_bias_to_the_switch_rate():
     assert np.all(job.params["stop.b1"] == logit)
     off = train._Job(train.TrainConfig(stop_hidden=[8], act_hidden=[8]), demos, np.random.default_rng(0))
     assert np.all(off.params["stop.b1"] == 0.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# (d) Label-free initialisation of TACO: warm-up, tempered alignment, restarts (spec/training.md §6-7)
+# ----------------------------------------------------------------------------------------------
+
+def test_warmup_runs_bc_on_the_even_split_then_taco(nav_small, monkeypatch):
+    """warmup_epochs = 2: a "warmup" stage of exactly 2 epochs whose loss is BC on
+    objectives.even_split_labels, handing its last parameters to the TACO stage."""
+    seen = []
+    real_bc = objectives.bc
+
+    def spy(params, cfg, batch, labels, *args, **kw):
+        seen.append(np.array_equal(labels, objectives.even_split_labels(
+            batch.traj_len, batch.sketch_len, batch.states.shape[1])))
+        return real_bc(params, cfg, batch, labels, *args, **kw)
+
+    monkeypatch.setattr(objectives, "bc", spy)
+    model = train.train(nav_small, config(warmup_epochs=2, epochs=2, seed=2), progress=False)
+    stages = [h["stage"] for h in model.info["history"]]
+    assert stages == ["warmup", "warmup", "policy", "policy"]
+    assert seen and all(seen)
+
+
+def test_warmup_hands_on_its_last_parameters_not_its_best(tmp_path, nav_small, monkeypatch):
+    """The warm-up is a fixed schedule: after it the parameters are those of its last epoch,
+    even when its held-out loss rose every epoch (here made to, by a stand-in mean_loss)."""
+    worse = iter(range(100))
+    monkeypatch.setattr(train, "mean_loss", lambda *a, **k: float(next(worse)))
+    cfg = config(warmup_epochs=3, epochs=2, seed=3)
+    train.train(nav_small, cfg, out_dir=tmp_path, stop_after=3, progress=False)
+    meta = json.loads((tmp_path / train.CHECKPOINT_META).read_text())
+    assert meta["stage"] == 0 and meta["epoch"] == 3
+    with np.load(tmp_path / meta["arrays_file"]) as z:
+        params = {k[len("param."):]: z[k] for k in z.files if k.startswith("param.")}
+        kept = {k[len("best."):]: z[k] for k in z.files if k.startswith("best.")}
+    assert_same_params(params, kept)
+
+
+@pytest.mark.parametrize("epoch, expected", [(0, 3.0), (1, 2.5), (2, 2.0), (3, 1.5), (4, 1.0), (9, 1.0)])
+def test_temperature_schedule(epoch, expected):
+    """spec/training.md eq. (8): linear from the initial temperature to 1 over
+    temperature_epochs, then 1."""
+    cfg = TrainConfig(temperature=3.0, temperature_epochs=4)
+    assert train.temperature(cfg, epoch) == pytest.approx(expected)
+    assert train.temperature(TrainConfig(temperature=3.0), epoch) == 1.0    # no schedule: plain TACO
+
+
+def test_trainer_anneals_the_temperature_and_holds_off_early_stopping(nav_small, monkeypatch):
+    """Training batches of epoch e get temperature(cfg, e), held-out losses temperature 1; with
+    patience 1 the stage still runs every tempered epoch plus at least one at temperature 1."""
+    seen = []
+    real = objectives.taco
+
+    def spy(params, cfg, batch, terminal_stop=False, stop_dropout=0.0, rng=None, train=False,
+            temperature=1.0):
+        seen.append((train, temperature))
+        return real(params, cfg, batch, terminal_stop, stop_dropout, rng, train, temperature)
+
+    monkeypatch.setattr(objectives, "taco", spy)
+    cfg = config(epochs=8, patience=1, temperature=3.0, temperature_epochs=4, batch_size=27, lr=0.5)
+    model = train.train(nav_small, cfg, progress=False)
+    training = [temp for is_train, temp in seen if is_train]
+    assert training[:4] == pytest.approx([3.0, 2.5, 2.0, 1.5]) and set(training[4:]) == {1.0}
+    assert {temp for is_train, temp in seen if not is_train} == {1.0}
+    assert len(model.info["history"]) >= 5
+
+
+@pytest.fixture(scope="module")
+def three_restarts(nav_small):
+    cfg = config(restarts=3, epochs=2, seed=6)
+    return cfg, train.train(nav_small, cfg, progress=False)
+
+
+def test_restart_zero_is_the_plain_run(nav_small, three_restarts):
+    cfg, _ = three_restarts
+    plain = train.train(nav_small, config(epochs=2, seed=6), progress=False)
+    each = [train._train_run(nav_small, cfg, r, None, False, None, False, None)[0] for r in range(3)]
+    assert_same_params(each[0].params, plain.params)
+    assert not np.array_equal(each[1].params["act.W0"], each[0].params["act.W0"])
+
+
+def test_restarts_keep_the_best_training_likelihood(nav_small, three_restarts):
+    """spec/training.md §7: the kept run is the argmax of the training log-likelihood per step,
+    and that figure is the model's TACO log-likelihood on the training split."""
+    cfg, model = three_restarts
+    runs = model.info["restarts"]
+    assert [r["restart"] for r in runs] == [0, 1, 2]
+    logliks = [r["train_loglik"] for r in runs]
+    assert len(set(logliks)) == 3
+    assert model.info["restart"] == int(np.argmax(logliks))
+    rng = np.random.default_rng(cfg.seed)
+    train_set, _ = data.split(nav_small, cfg.holdout_fraction, rng)
+    assert evaluate.mean_loglik_per_step(model, train_set) == pytest.approx(max(logliks), rel=1e-12)
+
+
+def test_restarts_select_by_likelihood_not_by_order():
+    """select_restart on stand-in models: the highest train_loglik wins, ties go to the first."""
+    class M:
+        def __init__(self, ll):
+            self.info = {"train_loglik": ll, "run_seed": 0, "seconds": 1.0,
+                         "history": [{"stage": "policy", "held_out_loss": -ll}]}
+    picked = train.select_restart([M(-2.0), M(-1.5), M(-1.9)])
+    assert picked.info["restart"] == 1 and picked.info["seconds"] == 3.0
+    assert train.select_restart([M(-1.0), M(-1.0)]).info["restart"] == 0
+
+
+def test_restarts_resume_exactly(tmp_path, nav_small, three_restarts):
+    cfg, full = three_restarts
+    out = tmp_path / "run"
+    assert train.train(nav_small, cfg, out_dir=out, stop_after=3, progress=False) is None
+    assert (out / "restart-1" / train.CHECKPOINT_META).exists()
+    assert not (out / "restart-2").exists()
+    resumed = train.train(nav_small, cfg, out_dir=out, resume=True, progress=False)
+    assert_same_params(resumed.params, full.params)
+    assert resumed.info["restarts"] == full.info["restarts"]
+    assert_same_params(model_mod.load(out / "model").params, full.params)
