@@ -123,11 +123,15 @@ def cmd_align(args):
 DEMO_CONFIG = dict(epochs=60, patience=8)
 
 
+def _overrides(texts):
+    return dict(train.parse_override(t) for t in texts)
+
+
 def cmd_demo(args):
+    config = dict(_yaml(_default_config("navworld")), **DEMO_CONFIG, **_overrides(args.set))
     cells = [dict(domain="navworld", algo=a, size=args.n, seed=args.seed, train_sketch_len=3,
-                  n_tasks=args.n_tasks, n_align=50,
-                  config=dict(_yaml(_default_config("navworld")), **DEMO_CONFIG))
-             for a in experiment.ALGOS]
+                  n_tasks=args.n_tasks, n_align=50, config=config)
+             for a in args.algos]
     print(f"Nav-World: {args.n} demonstrations with sketches of length 3; zero-shot evaluation on "
           f"{args.n_tasks} unseen sketches of length 4; alignment on 50 held-out demonstrations.",
           file=sys.stderr)
@@ -138,7 +142,7 @@ def cmd_demo(args):
 
 def cmd_experiment(args):
     mod = experiment.domain(args.domain)
-    base = _yaml(args.config or _default_config(args.domain))
+    base = dict(_yaml(args.config or _default_config(args.domain)), **_overrides(args.set))
     cells = [dict(domain=args.domain, algo=a, size=n, seed=s, train_sketch_len=mod.TRAIN_SKETCH_LEN,
                   n_tasks=args.n_tasks, n_align=args.n_align, config=base,
                   test_lengths=args.test_lengths)
@@ -230,6 +234,9 @@ def build_parser():
     p.add_argument("--n-tasks", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--algos", nargs="+", default=list(experiment.ALGOS), choices=experiment.ALGOS)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a training config value (repeatable)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("experiment", help="the paper's comparison across dataset sizes and seeds")
@@ -242,8 +249,10 @@ def build_parser():
     p.add_argument("--test-lengths", type=int, nargs="+", default=None, metavar="L",
                    help="also task accuracy for each test sketch length (paper figure 8)")
     p.add_argument("--config", default=None)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a training config value (repeatable); part of each cell's key")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="results directory; cells already there are not run again")
     p.set_defaults(func=cmd_experiment)
 
     p = sub.add_parser("rollout", help="execute one sketch and draw it (contact sheet PNG, GIF)")

@@ -10,8 +10,10 @@ worker processes (one per core), each single-threaded.
 A domain is a module taco_sim.<name> with: VOCAB; TRAIN_SKETCH_LEN and TEST_SKETCH_LEN (the
 paper's L and L_test); collect(n, sketch_len, seed, progress=None, ...) -> Demos;
 sample_sketches(n, sketch_len, rng); zero_shot_sketches(n, rng) (the test sketches); and
-task_env() -> an environment with reset(sketch, seed), step(action), done, progress, budget(L).
+task_env() -> an environment with reset(sketch, seed), step(action), stop() (the active
+sub-policy emitted STOP), done, failed, progress, budget(L) (taco_ref.evaluate.execute).
 """
+import hashlib
 import importlib
 import inspect
 import json
@@ -107,24 +109,50 @@ def run(cell):
     return out
 
 
+def cell_key(cell):
+    """SHA-256 of what determines a cell's figures: domain, algo, size, seed, sketch lengths,
+    evaluation sizes and the full training config (data files are derived from these)."""
+    fields = {k: cell.get(k) for k in ("domain", "algo", "size", "seed", "train_sketch_len",
+                                        "n_tasks", "n_align", "test_lengths")}
+    fields["config"] = train.TrainConfig.from_dict(dict(cell["config"], algo=cell["algo"],
+                                                        seed=cell["seed"])).__dict__
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def load(out_dir):
+    """The results saved in out_dir/results.json, or [] when there are none."""
+    path = os.path.join(out_dir, "results.json")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
 def run_all(cells, workers=2, progress=None, out_dir=None):
     """Run cells in parallel processes; results in the order given. With out_dir, the results
-    finished so far are saved after every cell, so a long run that is stopped loses nothing."""
+    finished so far are saved after every cell, so a long run that is stopped loses nothing,
+    and a cell whose key (cell_key) already has a result there is not run again: a stopped
+    grid resumes where it stopped."""
     results = [None] * len(cells)
+    keys = [cell_key(c) for c in cells]
+    done = {r.get("key"): r for r in load(out_dir)} if out_dir is not None else {}
+    for i, k in enumerate(keys):
+        results[i] = done.get(k)
+    todo = [i for i in range(len(cells)) if results[i] is None]
 
     def finished(i, result, n):
-        results[i] = result
+        results[i] = dict(result, key=keys[i])
         if out_dir is not None:
             save([r for r in results if r is not None], out_dir)
         if progress:
-            progress(n, len(cells), result)
+            progress(len(cells) - len(todo) + n, len(cells), result)
 
     if workers <= 1:
-        for i, c in enumerate(cells):
-            finished(i, run(c), i + 1)
+        for n, i in enumerate(todo, 1):
+            finished(i, run(cells[i]), n)
         return results
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(run, c): i for i, c in enumerate(cells)}
+        futures = {pool.submit(run, cells[i]): i for i in todo}
         for n, fut in enumerate(as_completed(futures), 1):
             finished(futures[fut], fut.result(), n)
     return results
