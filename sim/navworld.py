@@ -2,7 +2,7 @@
 
 Four destinations, named by ``VOCAB``, sit near the corners of a square; the agent starts near
 its middle. Sub-task k is "go to destination k". A sketch is a sequence of distinct sub-task ids;
-the task succeeds when the agent visits the sketch's destinations in order. Each episode draws
+the task succeeds when the agent stops at the sketch's destinations in order. Each episode draws
 the destinations from a Gaussian around their corner and the agent from a Gaussian around the
 middle (rejection-sampled so that everything stays ``MIN_SEPARATION`` apart).
 
@@ -10,19 +10,27 @@ State   s = (d_0 - p, d_1 - p, d_2 - p, d_3 - p) flattened, d_k destination k, p
 Action  a = (v_x, v_y), clipped per component to [-MAX_SPEED, MAX_SPEED]:             (A,) = (2,)
 Dynamics p <- p + clip(a) * DT
 
-Progress: a sketch destination counts when the agent is within ``RADIUS`` of the *current*
-target (the first sketch destination not reached yet); passing any other destination does
-nothing. Because ``MIN_SEPARATION > 2 * RADIUS``, one state is within ``RADIUS`` of at most one
-destination, so progress rises by at most 1 per step; the start is never within ``RADIUS`` of a
-destination, so progress starts at 0.
+Progress at execution (:class:`NavWorld`): the caller reports each STOP of the active
+sub-policy with ``stop()``. A sketch destination counts when STOP fires with the agent within
+``RADIUS`` of the *current* target (the first sketch destination not counted yet); STOP anywhere
+else fails the task (``failed``: the episode is over, as a wrong key is on the Dial pad). Moving
+only moves: passing through, or resting on, a destination counts nothing. This is the original
+Nav-World's rule (a sub-task counts only when STOP fires within a small tolerance of its
+destination), and it makes STOP sharp: the policy must stop on the destination, not near it.
 
-The expert (:func:`expert_velocity`) flies straight at the current target at ``MAX_SPEED``.
-:func:`collect` runs it with DART noise (Laskey et al., 2017) and returns a
-:class:`taco_ref.data.Demos`: the executed action is noisy, the recorded action is the clean
-expert action at the visited state. Label convention: the label of step t is the progress at
-s_t, so at the first state within ``RADIUS`` of target l the label is already l + 1 (sub-policy
-l emits STOP there and sub-policy l + 1 acts); ``final_state`` is the state where the last
-target is reached.
+The expert (:func:`expert_velocity`) flies straight at the current target at ``MAX_SPEED`` and,
+from within one step of it, lands exactly on it (a shortened last step). Its STOP (the data's
+switch) is at the first state within ``RADIUS`` of the current target. Because
+``MIN_SEPARATION > 2 * RADIUS``, one state is within ``RADIUS`` of at most one destination, so
+progress rises by at most 1 per step; the start is never within ``RADIUS`` of a destination, so
+progress starts at 0. :func:`collect` runs the expert with DART noise (Laskey et al., 2017) and
+returns a :class:`taco_ref.data.Demos`: the executed action is noisy, the recorded action is the
+clean expert action at the visited state. A noisy landing step misses the target by about
+DART_SIGMA * DT = 0.15 per component, ending within ``RADIUS`` about 4 times in 5 (3 in 4 for
+unclipped noise; the action clip trims some); otherwise a further short step corrects it.
+Label convention: the label of step t is the progress at s_t, so at the first state within
+``RADIUS`` of target l the label is already l + 1 (sub-policy l emits STOP there and sub-policy
+l + 1 acts); ``final_state`` is the state where the last target is reached.
 
 Symbol | Shape | Meaning
 B      |       | episodes simulated together (collect works in chunks of ``CHUNK``)
@@ -68,21 +76,29 @@ at least this far apart (about 0.5 % of layouts are redrawn, all for the start).
 MAX_SPEED = 1.0
 """Per-component bound on the velocity action: a = clip(a, -MAX_SPEED, MAX_SPEED)."""
 DT = 0.5
-"""Integration step: the expert covers MAX_SPEED * DT = 0.5 per step, so a corner-to-corner leg
-(10, or 14.1 across the diagonal) takes 19-28 steps and an L = 3 episode about 57 (30-80 asked)."""
-RADIUS = 0.5
-"""A target counts as reached when the agent is within this distance (inclusive). Equal to one
-expert step, so the expert cannot fly past a target; MIN_SEPARATION > 2 * RADIUS."""
+"""Integration step: the expert covers MAX_SPEED * DT = 0.5 per step, so a noise-free
+corner-to-corner leg (10, or 14.1 across the diagonal) takes 20-28 steps, landing included, and an
+L = 3 episode 60 on average (67 with DART noise; test_collection_is_fast asks 30-80)."""
+RADIUS = 0.25
+"""Arrival tolerance (inclusive): STOP counts within this distance of the current target, and the
+expert's STOP (the data's switch) is at the first state within it. Half an expert step, so the
+switch state is a landing point, not any point up to a step short; MIN_SEPARATION > 2 * RADIUS.
+With DART noise a landing step ends within RADIUS about 4 times in 5 (81 % in collect(300, 3,
+seed=7)), else a further short step corrects it. Measured on collect(1000, 3, seed=0) against
+this project's earlier RADIUS = 0.5 (counted on passing): mean T 66.6 against 63.4, so about 1.1
+extra landing steps per sub-task (0.76 steps per sub-task are taken from within one step of the
+target); nothing is discarded."""
 EXPERT_GAIN = 1.0 / DT
 """Proportional gain of the expert: v = EXPERT_GAIN * (d - p), rescaled to norm <= MAX_SPEED.
-With gain 1 / DT the unsaturated action lands exactly on the target; outside RADIUS it saturates."""
+With gain 1 / DT the unsaturated action (within MAX_SPEED * DT of the target) lands exactly on it."""
 DART_SIGMA = 0.3
 """Default per-component std of the DART noise added to executed actions (0.3 of MAX_SPEED):
 enough to spread the visited states around the expert's straight lines, small enough that the
-expert still finishes > 99.9 % of episodes within budget."""
+expert finishes within budget (no discard in 10 000 episodes of L = 3, nor of L = 4)."""
 STEPS_PER_SUBTASK = 50
-"""budget(L) = STEPS_PER_SUBTASK * L: about twice the expert's mean of ~19 (first leg) to ~23
-(later legs) steps per sub-task, and above the worst case (~37 steps for a stretched diagonal)."""
+"""budget(L) = STEPS_PER_SUBTASK * L: about twice the DART expert's mean of ~16 (first leg) to
+~26 (later legs) steps per sub-task, landing included; of 10 000 L = 3 episodes the longest took
+95 of the 150 steps, and no leg more than 43."""
 CHUNK = 256
 """collect simulates this many demonstrations together (bounds memory; progress is per chunk)."""
 MAX_REDRAW_ROUNDS = 100
@@ -170,13 +186,15 @@ def zero_shot_sketches(n, rng):
 
 
 class NavWorld:
-    """One Nav-World episode. ``reset(sketch, seed)``, then ``step(action)`` until ``done``.
+    """One Nav-World episode. ``reset(sketch, seed)``, then ``step(action)``, and ``stop()`` on
+    each STOP of the active sub-policy, until ``done`` or ``failed``.
 
     Attribute | Shape | Meaning
     agent     | (2,)   | agent position p
     dests     | (K, 2) | destination positions, VOCAB order
     sketch    | (L,)   | sub-task ids of this episode
-    progress  |        | sketch destinations reached so far, in order
+    progress  |        | sketch destinations counted so far (STOP within RADIUS), in order
+    failed    |        | a STOP fired outside RADIUS of the current target: the episode is over
     t         |        | steps taken since reset
     obs       | (D,)   | current state (a fresh copy)
     """
@@ -190,6 +208,7 @@ class NavWorld:
         self.dests = None
         self.sketch = None
         self.progress = 0
+        self.failed = False
         self.t = 0
 
     def reset(self, sketch, seed=None):
@@ -201,6 +220,7 @@ class NavWorld:
         agent, dests = sample_layout(np.random.default_rng(seed), 1)
         self.agent, self.dests = agent[0], dests[0]
         self.progress = 0
+        self.failed = False
         self.t = 0
         return self.obs
 
@@ -214,26 +234,45 @@ class NavWorld:
 
     @property
     def target(self):
-        """Sub-task id of the current target, or None when done."""
-        return None if self.done else int(self.sketch[self.progress])
+        """Sub-task id of the current target, or None when done or failed."""
+        return None if self.done or self.failed else int(self.sketch[self.progress])
+
+    @property
+    def at_target(self):
+        """Whether the agent is within RADIUS of the current target (False when there is none)."""
+        target = self.target
+        return target is not None and bool(np.linalg.norm(self.dests[target] - self.agent) <= RADIUS)
 
     def budget(self, sketch_len):
         """Step budget for a sketch of length sketch_len (module :func:`budget`)."""
         return budget(sketch_len)
 
     def step(self, action):
-        """Move by clip(action) * DT, then count the current target if within RADIUS.
+        """Move by clip(action) * DT; returns the new observation (D,).
 
-        Returns the new observation (D,). Stepping after done moves the agent; progress stays.
+        Only moves (and counts t): reaching or passing a destination counts nothing without
+        stop(). After done or failed the agent still moves; progress and failed stay.
         """
         a = clip_action(action)
         if a.shape != (ACTION_DIM,) or not np.isfinite(a).all():
             raise ValueError(f"action: expected 2 finite numbers, got {np.asarray(action).tolist()}")
         self.agent = self.agent + a * DT
         self.t += 1
-        if not self.done and np.linalg.norm(self.dests[self.target] - self.agent) <= RADIUS:
-            self.progress += 1
         return self.obs
+
+    def stop(self):
+        """The active sub-policy emitted STOP in the current state.
+
+        Within RADIUS of the current target the sub-task counts (progress + 1; done once all
+        have); anywhere else the sub-task, and so the task, has failed (failed = True). No
+        effect once done or failed.
+        """
+        if self.target is None:
+            return
+        if self.at_target:
+            self.progress += 1
+        else:
+            self.failed = True
 
 
 def task_env():
@@ -242,8 +281,9 @@ def task_env():
 
 
 def expert_action(env):
-    """The expert's (2,) action in env: head for the current target at MAX_SPEED (zeros when done)."""
-    if env.done:
+    """The expert's (2,) action in env: head for the current target at MAX_SPEED, landing on it
+    from within one step (zeros when done or failed). The expert's STOP is env.at_target."""
+    if env.target is None:
         return np.zeros(ACTION_DIM)
     return expert_velocity(env.dests[env.target] - env.agent)
 
@@ -276,6 +316,7 @@ def _rollout(sketches, agent, dests, rng, dart_sigma):
         labels[active, t] = progress[active]
         traj_len += active
         agent[active] += executed[active] * DT
+        # the expert's STOP: the first state within RADIUS of the target (env.at_target)
         reached = active & (np.linalg.norm(dests[rows, target] - agent, axis=-1) <= RADIUS)
         progress += reached
     return states, actions, labels, traj_len, observe(agent, dests), progress == L

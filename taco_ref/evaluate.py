@@ -2,9 +2,12 @@
 
 Execution (paper Sec. 4): the active sub-policy acts until it emits STOP; the next one then
 acts in the same state. A sub-policy acts at least once before it may stop (every sketch step
-covers at least one time step in the data). The episode ends when the last sub-policy stops,
-when the environment reports every sub-task done, when it reports the task failed (an env with
-a `failed` attribute, e.g. a wrong digit on the dial pad), or when the step budget runs out.
+covers at least one time step in the data). Every STOP is reported to the environment
+(`env.stop()`), which judges it (Nav-World: the sub-task counts if the agent is within RADIUS of
+its destination, else the task fails; Dial: ignored, the keypad judges presses). The episode
+ends when the last sub-policy stops, when the environment reports every sub-task done
+(`env.done`) or the task failed (`env.failed`: a STOP away from a Nav-World destination, a wrong
+digit on the dial pad), or when the step budget runs out.
 
 Metrics (paper Sec. 5): task accuracy = share of sketches whose sub-tasks were all completed,
 in order; sub-task accuracy = completed sub-tasks / attempted; alignment accuracy = share of
@@ -24,8 +27,12 @@ def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5, observer=
     success, progress (sub-tasks the env counted), steps, stop_times (step of each STOP).
     observer(env, active), if given, is called after the reset and after every step.
 
-    The decisions are taco_ref.runner.SketchRunner's (the ROS 2 policy node runs the same
-    machine), stepped with the step count as its clock; this loop adds the env and the budget.
+    env: a task env (reset(sketch, seed), step(action), stop(), done, failed, progress,
+    budget(L)). The decisions are taco_ref.runner.SketchRunner's (the ROS 2 policy node runs the
+    same machine), stepped with the step count as its clock; this loop adds the env and the
+    budget. A STOP is decided in the state obs given to run.step, before the returned action is
+    applied, so env.stop() is called right after run.step and before env.step, also for the last
+    sub-policy's STOP (after which run.step returns None). spec/evaluation.md §1.
     """
     obs = env.reset(sketch, seed=seed)
     budget = env.budget(len(sketch)) if budget is None else budget
@@ -33,8 +40,11 @@ def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5, observer=
     run.start(sketch, now=0)
     if observer:
         observer(env, run.active)
-    while run.steps < budget and not env.done and not getattr(env, "failed", False):
+    while run.steps < budget and not env.done and not env.failed:
+        stops = len(run.stop_steps)
         action = run.step(obs, now=run.steps)
+        if len(run.stop_steps) > stops:   # the active sub-policy stopped in obs: the env judges
+            env.stop()
         if action is None:          # the last sub-policy stopped (or a non-finite action)
             break
         obs = env.step(action)

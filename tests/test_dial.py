@@ -209,12 +209,18 @@ def test_expert_torque_is_a_function_of_the_observation():
 
 
 def test_task_done_failed_progress():
+    """Rules (spec/dial.md §4): presses in PIN order count; a wrong press fails; stop() (a
+    sub-policy's STOP) changes nothing, since the keypad judges presses, not STOP decisions."""
     task = dial.DialTask()
     assert (task.vocab, task.state_dim, task.action_dim) == (dial.VOCAB, 39, 9)
     task.reset([1, 2], seed=0)
     assert task.progress == 0 and not task.done and not task.failed and task.target == 1
+    task.stop()
+    assert task.progress == 0 and not task.failed
     while task.progress == 0 and task.t < 100:                                  # press 1
         task.step(dial.expert_torque(task.env, 1))
+    assert task.progress == 1 and task.target == 2 and not task.failed
+    task.stop()
     assert task.progress == 1 and task.target == 2 and not task.failed
     while not task.failed and task.t < 200:                                     # then 3, not 2
         task.step(dial.expert_torque(task.env, 3))

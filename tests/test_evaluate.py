@@ -22,15 +22,28 @@ class ScriptedModel:
 
 
 class CounterEnv:
-    """State = 1 right after the env counts progress (every 3 steps), else 0;
-    fails (like a wrong key) at step fail_at."""
+    """State = 1 at every third step, else 0; fails (like a wrong key) at step fail_at.
 
-    def __init__(self, fail_at=None):
-        self.fail_at = fail_at
+    judge_stops=False: progress rises by itself at every third step and stop() only records env.t
+    (like the Dial keypad). judge_stops=True: progress rises only on stop() in a state 1, and a
+    stop() anywhere else fails the task (like Nav-World). stops: env.t at each stop() call.
+    """
+
+    def __init__(self, fail_at=None, judge_stops=False):
+        self.fail_at, self.judge_stops = fail_at, judge_stops
 
     def reset(self, sketch, seed=None):
         self.sketch, self.t, self.progress, self.failed = list(sketch), 0, 0, False
+        self.stops = []
         return np.zeros(1)
+
+    def stop(self):
+        self.stops.append(self.t)
+        if self.judge_stops and not self.done and not self.failed:
+            if self.t > 0 and self.t % 3 == 0:
+                self.progress += 1
+            else:
+                self.failed = True
 
     def budget(self, L):
         return 10 * L
@@ -41,13 +54,14 @@ class CounterEnv:
 
     def step(self, action):
         self.t += 1
-        if self.t % 3 == 0:
+        if self.t % 3 == 0 and not self.judge_stops:
             self.progress += 1
-        self.failed = self.fail_at is not None and self.t >= self.fail_at
+        self.failed = self.failed or (self.fail_at is not None and self.t >= self.fail_at)
         return np.array([float(self.t % 3 == 0)])
 
 
 def test_a_failed_env_ends_the_episode_and_the_observer_sees_every_step():
+    """Execution rule: env.failed ends the episode (spec/evaluation.md §1, rule 4)."""
     seen = []
     out = evaluate.execute(ScriptedModel(), CounterEnv(fail_at=4), [0, 1, 2], seed=0,
                            observer=lambda env, active: seen.append((env.t, active)))
@@ -56,6 +70,34 @@ def test_a_failed_env_ends_the_episode_and_the_observer_sees_every_step():
 
 
 def test_without_failure_the_sketch_completes():
-    out = evaluate.execute(ScriptedModel(), CounterEnv(), [0, 1, 2], seed=0)
+    """Execution rule: success is the env's verdict; an env whose stop() does nothing (Dial)
+    completes the sketch without the last sub-policy's STOP (spec/evaluation.md §1)."""
+    env = CounterEnv()
+    out = evaluate.execute(ScriptedModel(), env, [0, 1, 2], seed=0)
     assert out["success"] and out["progress"] == 3 and out["steps"] == 9
     assert out["stop_times"] == [3, 6]          # the last sub-policy never needs to stop
+    assert env.stops == [3, 6]
+
+
+def test_env_stop_is_called_exactly_at_the_stop_steps():
+    """Execution rule: every STOP, the last sub-policy's included, is reported by env.stop() in
+    the state where it was decided, before that step's action (spec/evaluation.md §1, rule 3)."""
+    env = CounterEnv(judge_stops=True)
+    out = evaluate.execute(ScriptedModel(), env, [0, 1, 2], seed=0)
+    assert out["stop_times"] == [3, 6, 9] and env.stops == out["stop_times"]
+    assert out["success"] and out["progress"] == 3 and out["steps"] == 9 and env.t == 9
+
+
+def test_a_stop_the_env_rejects_ends_the_episode():
+    """Execution rule: a STOP the env judges wrong (Nav-World: away from the destination) sets
+    failed, and the episode ends after that step's action (spec/evaluation.md §1, rule 4)."""
+
+    class EarlyStopEnv(CounterEnv):
+        def step(self, action):                # state 1 at step 2, where a STOP is rejected
+            obs = super().step(action)
+            return np.array([1.0]) if self.t == 2 else obs
+
+    env = EarlyStopEnv(judge_stops=True)
+    out = evaluate.execute(ScriptedModel(), env, [0, 1, 2], seed=0)
+    assert env.stops == out["stop_times"] == [2] and env.failed
+    assert not out["success"] and out["progress"] == 0 and out["steps"] == 3 == env.t

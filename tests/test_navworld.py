@@ -3,8 +3,11 @@
 Layered as STYLE.md "Tests in three layers":
 (a) plain references: the observation rebuilt from positions; expert actions recomputed at the
     recorded states; labels and dynamics checked step by step against RADIUS, MAX_SPEED and DT;
-(b) hypothesis properties: any distinct-destination sketch and seed, the noise-free expert
-    finishes within budget with progress rising one target at a time;
+    the STOP rule (a sub-task counts only on stop() within RADIUS of the current target, a stop()
+    anywhere else fails the task, moving counts nothing) on scripted flights;
+(b) hypothesis properties: any distinct-destination sketch and seed, the noise-free expert that
+    calls stop() at each arrival completes the sketch within budget, one target at a time, landing
+    exactly on each target it comes within one step of;
 (c) smoke runs and determinism: DART-noisy expert success rate, same seed => same episode and
     same Demos, collection speed.
 Symbols: N demonstrations, T steps, L sketch length, K = 4 destinations, D = 8, A = 2. 0-based.
@@ -24,7 +27,8 @@ K = navworld.K
 
 
 def run_expert(sketch, seed, dart_sigma):
-    """Drive a NavWorld with the expert plus N(0, dart_sigma^2) noise until done or budget.
+    """Drive a NavWorld with the expert plus N(0, dart_sigma^2) noise, calling stop() whenever the
+    agent is within RADIUS of the current target (the expert's STOP), until done, failed or budget.
 
     Returns (env, observations (T + 1, D), progress before each step (T,)).
     """
@@ -32,10 +36,26 @@ def run_expert(sketch, seed, dart_sigma):
     obs = [env.reset(sketch, seed=seed)]
     noise = np.random.default_rng([seed, 1])
     before = []
-    while not env.done and env.t < env.budget(len(sketch)):
+    while True:
+        if env.at_target:
+            env.stop()
+        if env.done or env.failed or env.t >= env.budget(len(sketch)):
+            break
         before.append(env.progress)
         obs.append(env.step(navworld.expert_action(env) + dart_sigma * noise.standard_normal(2)))
     return env, np.array(obs), np.array(before)
+
+
+def drive_to(env, k, stop):
+    """Fly env's agent noise-free onto destination k (landing on it); then stop() if stop."""
+    for _ in range(200):
+        if np.linalg.norm(env.dests[k] - env.agent) < 1e-9:
+            break
+        env.step(navworld.expert_velocity(env.dests[k] - env.agent))
+    else:
+        raise AssertionError(f"could not reach destination {k}")
+    if stop:
+        env.stop()
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +75,8 @@ def test_observation_shape_finite_and_layout(sketch):
     assert env.action_dim == 2 and env.vocab == ("black", "green", "yellow", "red")
     assert np.isfinite(obs).all()
     np.testing.assert_array_equal(obs, (env.dests - env.agent).reshape(-1))   # d_k - p, VOCAB order
-    assert env.progress == 0 and env.t == 0 and not env.done and env.target == sketch[0]
+    assert env.progress == 0 and env.t == 0 and not env.done and not env.failed
+    assert env.target == sketch[0] and not env.at_target
     for _ in range(5):
         obs = env.step(np.array([0.3, -2.0]))                                 # -2 is clipped to -1
     assert obs.shape == (8,) and np.isfinite(obs).all() and env.t == 5
@@ -75,31 +96,86 @@ def test_layouts_stay_near_their_centres_and_apart():
     np.testing.assert_allclose(agent.std(0), navworld.AGENT_STD, atol=0.1)
 
 
-def test_progress_counts_only_in_order_arrivals():
+def test_constants_keep_stop_sharp():
+    """Rule: RADIUS = 0.25, half an expert step, so the switch state is a landing point; one state
+    is within RADIUS of at most one destination (MIN_SEPARATION > 2 RADIUS); the expert's
+    unsaturated action lands on the target (EXPERT_GAIN = 1 / DT)."""
+    assert navworld.RADIUS == 0.25 == navworld.MAX_SPEED * navworld.DT / 2
+    assert navworld.MIN_SEPARATION > 2 * navworld.RADIUS
+    assert navworld.EXPERT_GAIN == 1.0 / navworld.DT
+
+
+def test_stop_counts_only_at_the_current_target_in_order():
+    """Rule: stop() within RADIUS of the current target counts it (progress + 1, the next sketch
+    destination becomes the target; done when all are counted); after done, step() only moves
+    and stop() does nothing."""
     env = navworld.NavWorld()
     env.reset((1, 2, 0), seed=11)
-
-    def drive_to(k):
-        for _ in range(200):
-            if np.linalg.norm(env.dests[k] - env.agent) <= navworld.RADIUS:
-                return
-            env.step(navworld.expert_velocity(env.dests[k] - env.agent))
-        raise AssertionError(f"could not reach destination {k}")
-
-    drive_to(2)                     # the 2nd target first: ignored
-    assert env.progress == 0 and env.target == 1
-    drive_to(3)                     # not in the sketch: ignored
-    assert env.progress == 0
-    drive_to(1)
-    assert env.progress == 1 and env.target == 2
-    drive_to(0)                     # the 3rd target before the 2nd: ignored
-    assert env.progress == 1
-    drive_to(2)
-    drive_to(0)
-    assert env.progress == 3 and env.done and env.target is None
+    drive_to(env, 1, stop=True)
+    assert env.progress == 1 and env.target == 2 and not env.failed
+    drive_to(env, 2, stop=True)
+    drive_to(env, 0, stop=True)
+    assert env.progress == 3 and env.done and not env.failed and env.target is None
     np.testing.assert_array_equal(navworld.expert_action(env), np.zeros(2))
+    start = env.agent.copy()
     env.step(np.ones(2))
-    assert env.progress == 3
+    env.stop()
+    assert env.progress == 3 and env.done and not env.failed
+    np.testing.assert_allclose(env.agent - start, np.ones(2) * navworld.DT)
+
+
+def test_passing_through_destinations_without_stop_counts_nothing():
+    """Rule: step() only moves; landing on, resting on or passing through every sketch destination
+    in order counts nothing without stop()."""
+    env = navworld.NavWorld()
+    env.reset((1, 2, 0), seed=11)
+    for k in (1, 2, 0):
+        drive_to(env, k, stop=False)
+        assert env.progress == 0 and env.target == 1 and not env.failed
+        for _ in range(3):
+            env.step(np.zeros(2))                                          # rest on it
+        assert env.progress == 0 and not env.failed
+    drive_to(env, 1, stop=True)                                            # the target still waits
+    assert env.progress == 1 and not env.failed
+
+
+@pytest.mark.parametrize("where", ["start", "other sketch destination", "not in sketch",
+                                   "just outside RADIUS"])
+def test_stop_outside_radius_fails_and_progress_stays(where):
+    """Rule: stop() anywhere but within RADIUS of the current target fails the task (failed =
+    True, progress stays, target None); afterwards step() only moves and stop() does nothing;
+    reset clears failed."""
+    env = navworld.NavWorld()
+    env.reset((1, 2, 0), seed=11)
+    drive_to(env, 1, stop=True)                                            # progress 1, target 2
+    if where == "start":
+        env.reset((1, 2, 0), seed=11)
+    elif where == "other sketch destination":
+        drive_to(env, 0, stop=False)                                       # the 3rd before the 2nd
+    elif where == "not in sketch":
+        drive_to(env, 3, stop=False)
+    else:
+        env.agent = env.dests[2] + np.array([0.6, 0.8]) * (navworld.RADIUS + 1e-9)
+    progress = env.progress
+    assert not env.at_target
+    env.stop()
+    assert env.failed and env.progress == progress and not env.done and env.target is None
+    drive_to(env, 2, stop=True)
+    assert env.failed and env.progress == progress
+    env.reset((1, 2, 0), seed=11)
+    assert not env.failed and env.progress == 0
+
+
+def test_stop_on_the_radius_counts():
+    """Rule: the tolerance is inclusive: stop() at distance exactly RADIUS of the current target
+    counts it."""
+    env = navworld.NavWorld()
+    env.reset((2,), seed=4)
+    env.dests[2] = np.array([4.0, -4.0])
+    env.agent = np.array([4.0 + navworld.RADIUS, -4.0])                     # exact in binary
+    assert np.linalg.norm(env.dests[2] - env.agent) == navworld.RADIUS and env.at_target
+    env.stop()
+    assert env.done and env.progress == 1 and not env.failed
 
 
 def test_actions_are_clipped_per_component():
@@ -151,26 +227,43 @@ def test_same_seed_same_demos():
 
 @pytest.mark.parametrize("sketch_len", [3, 4])
 def test_noisy_expert_completes_random_sketches_within_budget(sketch_len):
+    """Rule: the DART-noisy expert that calls stop() at each arrival (first state within RADIUS)
+    completes >= 99 % of sketches within budget and never fails."""
     rng = np.random.default_rng(sketch_len)
     sketches = navworld.sample_sketches(200, sketch_len, rng)
     results = [run_expert(s, seed=int(i), dart_sigma=navworld.DART_SIGMA) for i, s in enumerate(sketches)]
     done = np.array([env.done for env, _, _ in results])
-    assert done.mean() >= 0.99
+    assert done.mean() >= 0.99 and not any(env.failed for env, _, _ in results)
     assert all(env.t <= navworld.budget(sketch_len) for env, _, _ in results)
 
 
 @given(sketch=st.integers(1, K).flatmap(
            lambda L: st.permutations(range(K)).map(lambda p: tuple(p[:L]))),
        seed=st.integers(0, 2**32 - 1))
-def test_clean_expert_reaches_each_target_in_turn(sketch, seed):
+def test_clean_expert_lands_on_each_target_and_completes_the_sketch(sketch, seed):
+    """Rules: an expert that calls stop() at each arrival completes every sketch within budget,
+    one target at a time; without noise, a step from within MAX_SPEED * DT of the target lands
+    on it (distance ~0 after it), so each switch state is at distance < 1e-9 unless a full step
+    brought the agent within RADIUS."""
     env, obs, before = run_expert(sketch, seed, dart_sigma=0.0)
     note(f"t = {env.t}, progress = {env.progress}, agent = {env.agent}, dests = {env.dests.tolist()}")
-    assert env.done and env.t <= env.budget(len(sketch))
-    assert (np.diff(before) >= 0).all() and (np.diff(before) <= 1).all()
+    assert env.done and not env.failed and env.t <= env.budget(len(sketch))
+    assert before[0] == 0 and (np.diff(before) >= 0).all() and (np.diff(before) <= 1).all()
     # straight flight at full speed: each step moves MAX_SPEED * DT, except possibly the last of a leg
+    step = navworld.MAX_SPEED * navworld.DT
     moves = np.linalg.norm(np.diff(obs[:, :2], axis=0), axis=1)
-    assert (moves <= navworld.MAX_SPEED * navworld.DT + 1e-12).all()
-    assert np.sum(moves < navworld.MAX_SPEED * navworld.DT - 1e-9) <= len(sketch)
+    assert (moves <= step + 1e-12).all()
+    assert np.sum(moves < step - 1e-9) <= len(sketch)
+    # distance to the active target before (t) and after (t + 1) each step t
+    active = np.array(sketch)[before]                                       # (T,)
+    dist_before = np.linalg.norm(navworld.target_offset(obs[:-1], active), axis=1)
+    dist_after = np.linalg.norm(navworld.target_offset(obs[1:], active), axis=1)
+    assert (dist_before > navworld.RADIUS).all()                            # stopped on arrival
+    assert (dist_after[dist_before <= step] < 1e-9).all()                   # the landing step
+    arrived = np.append(np.diff(before) == 1, True)                         # step t reaches its target
+    landed = dist_after[arrived] < 1e-9
+    full_step = dist_before[arrived] > step
+    assert (landed | full_step).all() and (dist_after[arrived] <= navworld.RADIUS).all()
 
 
 def test_expert_velocity_saturates_and_points_at_the_target():
@@ -206,7 +299,11 @@ def test_collected_demos_are_valid(demos):
 
 
 def test_labels_advance_exactly_on_arrival(demos):
+    """Rule (data switch, spec/data.md §8): the label rises exactly at the first state within
+    RADIUS = 0.25 of the current target (the expert's STOP), and final_state is within RADIUS of
+    the last destination."""
     r = navworld.RADIUS
+    assert r == 0.25
     for n in range(demos.n):
         T, sketch = demos.traj_len[n], demos.sketch[n]
         lab, s = demos.labels[n, :T], demos.states[n, :T]                   # (T,), (T, D)
@@ -217,6 +314,41 @@ def test_labels_advance_exactly_on_arrival(demos):
         for t in np.nonzero(np.diff(lab))[0] + 1:                           # label rises at step t
             assert np.linalg.norm(navworld.target_offset(s[t], sketch[lab[t - 1]])) <= r
         assert np.linalg.norm(navworld.target_offset(demos.final_state[n], sketch[-1])) <= r
+
+
+def test_noise_free_demos_switch_on_the_destination():
+    """Rule (data switch with the landing step, spec/data.md §8): without noise every switch state
+    (a label rise, and final_state) is at distance < 1e-9 from the target it completes, unless a
+    full step from farther than MAX_SPEED * DT brought the agent within RADIUS."""
+    d = navworld.collect(200, 3, seed=2, dart_sigma=0.0)
+    step = navworld.MAX_SPEED * navworld.DT
+    landed = 0
+    for n in range(d.n):
+        T, sketch = d.traj_len[n], d.sketch[n]
+        s = np.concatenate([d.states[n, :T], d.final_state[n][None]])       # (T + 1, D)
+        lab = d.labels[n, :T]
+        for t in np.append(np.nonzero(np.diff(lab))[0] + 1, T):             # switch states
+            target = sketch[lab[t - 1]]
+            after = np.linalg.norm(navworld.target_offset(s[t], target))
+            before = np.linalg.norm(navworld.target_offset(s[t - 1], target))
+            assert after <= navworld.RADIUS and (after < 1e-9 or before > step)
+            landed += after < 1e-9
+    assert landed > d.n                                                     # most legs land
+
+
+def test_noisy_landing_steps_mostly_end_within_radius(demos):
+    """Rule (navworld.RADIUS docstring): with DART noise a step from within one expert step of the
+    target ends within RADIUS about 4 times in 5 (else another short step corrects it)."""
+    step = navworld.MAX_SPEED * navworld.DT
+    landing = arrived = 0
+    for n in range(demos.n):
+        T, sketch = demos.traj_len[n], demos.sketch[n]
+        lab, s = demos.labels[n, :T], demos.states[n, :T]                   # (T,), (T, D)
+        dist = np.linalg.norm(navworld.target_offset(s, sketch[lab]), axis=1)
+        rises = np.append(np.diff(lab) == 1, True)                          # step t reaches its target
+        landing += int((dist <= step).sum())
+        arrived += int((rises & (dist <= step)).sum())
+    assert 0.65 <= arrived / landing <= 0.9, f"{arrived} of {landing} landing steps arrive"
 
 
 def test_recorded_actions_are_clean_expert_actions(demos):
@@ -241,19 +373,22 @@ def test_visited_states_follow_noisy_clipped_dynamics(demos):
 def test_given_sketches_progress_callback_and_discards(monkeypatch):
     sketches = navworld.sample_sketches(300, 3, np.random.default_rng(0))
     calls = []
-    monkeypatch.setattr(navworld, "STEPS_PER_SUBTASK", 21)          # budget 63: about half fail
+    monkeypatch.setattr(navworld, "STEPS_PER_SUBTASK", 22)          # budget 66: about half fail
     d = navworld.collect(300, 3, seed=1, sketches=sketches, progress=lambda i, n: calls.append((i, n)))
     np.testing.assert_array_equal(d.sketch, sketches)
-    assert d.meta["discarded"] > 0 and (d.traj_len <= 63).all()
+    assert d.meta["discarded"] > 0 and (d.traj_len <= 66).all()
     assert calls[-1] == (300, 300) and [i for i, _ in calls] == sorted(i for i, _ in calls)
 
 
 def test_collection_is_fast():
+    """Smoke: 1000 L = 3 demonstrations in under 5 s, all well within budget (measured with the
+    landing step: mean T 66.6, longest 87 of 150, none discarded)."""
     start = time.perf_counter()
     d = navworld.collect(1000, 3, seed=0)
     elapsed = time.perf_counter() - start
     assert d.n == 1000 and elapsed < 5.0
     assert 30 <= d.traj_len.mean() <= 80
+    assert d.traj_len.max() <= 0.7 * navworld.budget(3) and d.meta["discarded"] == 0
 
 
 # ----------------------------------------------------------------------------------------------

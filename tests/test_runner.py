@@ -4,8 +4,8 @@ Layered as STYLE.md "Tests in three layers":
 (a) reference: a plain reading of the STOP rule (acted at least once, next sub-policy acts in
     the same state) on a scripted fake policy; and SketchRunner driven step by step in a
     Nav-World episode makes the same decisions as taco_ref.evaluate.execute (which runs it
-    inside its env loop: same actions, same STOP steps) for random models whose STOP nets fire
-    at random points;
+    inside its env loop: same actions, same STOP steps, same progress and failure) for random
+    models whose STOP nets fire at random points;
 (b) hypothesis: parse_sketch round-trips any sketch written with any separators, and on any
     text either returns valid ids or raises ValueError (never another exception); every action
     returned lies within the limits; the status is JSON;
@@ -49,14 +49,18 @@ class RecordingNavWorld(navworld.NavWorld):
 
 
 def run_runner(model, sketch, seed, budget):
-    """The loop a caller of SketchRunner writes, in a Nav-World episode; returns (env, runner)."""
+    """The loop a caller of SketchRunner writes, in a Nav-World episode (each STOP reported to
+    env.stop(), which counts or fails the sub-task); returns (env, runner)."""
     env = RecordingNavWorld()
     obs = env.reset(sketch, seed=seed)
     r = SketchRunner(model.params, model.policy, model.vocab)
     r.start(sketch, now=0.0)
     steps = 0
-    while steps < budget and not env.done:
+    while steps < budget and not env.done and not env.failed:
+        stops = len(r.stop_steps)
         action = r.step(obs, now=float(steps))
+        if len(r.stop_steps) > stops:
+            env.stop()
         if action is None:
             break
         obs = env.step(action)
@@ -82,6 +86,7 @@ def test_runner_matches_execute(seed, bias, sketch, budget):
     for a, b in zip(env.actions, env_ref.actions):
         np.testing.assert_array_equal(a, b)
     assert (r.state == "done") == (len(r.stop_steps) == len(sketch))
+    assert (env.progress, env.failed) == (env_ref.progress, env_ref.failed)
 
 
 class ScriptedPolicy:

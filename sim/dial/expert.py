@@ -240,6 +240,10 @@ class DialTask:
         self._count()
         return obs
 
+    def stop(self):
+        """The active sub-policy emitted STOP: nothing happens. The keypad judges presses, not
+        STOP decisions (a real PIN pad sees only keys), so progress and failed change in step."""
+
 
 def _demo(args):
     """One DART demonstration: (states (T, D), actions (T, A), labels (T,), final (D,), discarded)."""
