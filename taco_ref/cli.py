@@ -120,15 +120,12 @@ def cmd_align(args):
     return 0
 
 
-DEMO_CONFIG = dict(epochs=60, patience=8)
-
-
 def _overrides(texts):
     return dict(train.parse_override(t) for t in texts)
 
 
 def cmd_demo(args):
-    config = dict(_yaml(_default_config("navworld")), **DEMO_CONFIG, **_overrides(args.set))
+    config = dict(_yaml(_default_config("navworld")), **_overrides(args.set))
     cells = [dict(domain="navworld", algo=a, size=args.n, seed=args.seed, train_sketch_len=3,
                   n_tasks=args.n_tasks, n_align=50, config=config)
              for a in args.algos]
@@ -231,7 +228,7 @@ def build_parser():
 
     p = sub.add_parser("demo", help="collect, train TACO and the baselines, print the results table")
     p.add_argument("--n", type=int, default=200, help="training demonstrations")
-    p.add_argument("--n-tasks", type=int, default=50)
+    p.add_argument("--n-tasks", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--algos", nargs="+", default=list(experiment.ALGOS), choices=experiment.ALGOS)

@@ -103,7 +103,8 @@ def run(cell):
     out = dict(cell, config=None, **acc, **{f"align_{k}": v for k, v in align_acc.items()},
                epochs=len(model.info["history"]), seconds=model.info["seconds"],
                policy_epochs=len(policy_stage),
-               best_held_out_loss=min(h["held_out_loss"] for h in policy_stage))
+               best_held_out_loss=min(h["held_out_loss"] for h in policy_stage),
+               train_loglik=model.info.get("train_loglik"))
     if by_length:
         out["task_accuracy_by_length"] = by_length
     return out
@@ -135,7 +136,9 @@ def run_all(cells, workers=2, progress=None, out_dir=None):
     grid resumes where it stopped."""
     results = [None] * len(cells)
     keys = [cell_key(c) for c in cells]
-    done = {r.get("key"): r for r in load(out_dir)} if out_dir is not None else {}
+    saved = load(out_dir) if out_dir is not None else []
+    done = {r.get("key"): r for r in saved}
+    others = [r for r in saved if r.get("key") not in set(keys)]    # other grids' cells stay
     for i, k in enumerate(keys):
         results[i] = done.get(k)
     todo = [i for i in range(len(cells)) if results[i] is None]
@@ -143,7 +146,7 @@ def run_all(cells, workers=2, progress=None, out_dir=None):
     def finished(i, result, n):
         results[i] = dict(result, key=keys[i])
         if out_dir is not None:
-            save([r for r in results if r is not None], out_dir)
+            save(others + [r for r in results if r is not None], out_dir)
         if progress:
             progress(len(cells) - len(todo) + n, len(cells), result)
 

@@ -137,6 +137,14 @@ def test_train_stop_after_then_resume_matches_an_uninterrupted_run(files, capsys
 # Bad input: exit code 2, one line on stderr
 # ----------------------------------------------------------------------------------------------
 
+def test_demo_runs_the_chosen_algorithms_with_overrides(capsys):
+    """taco demo --algos/--set: the table has one row per algorithm asked for."""
+    assert cli.main(["demo", "--n", "12", "--n-tasks", "2", "--workers", "1",
+                     "--algos", "taco", "gtbc"] + SMALL) == 0
+    out = capsys.readouterr().out
+    assert "| TACO | 12 | 1 |" in out and "| GT-BC | 12 | 1 |" in out and "CTC-BC" not in out
+
+
 def test_nonexistent_data_file(tmp_path, capsys):
     assert cli.main(["train", "--data", str(tmp_path / "missing.npz"), "--out", str(tmp_path / "r")]) == 2
     assert "missing.npz" in one_line_error(capsys, "train")

@@ -64,3 +64,28 @@ def test_prepare_data_collects_each_set_once_and_cells_load_it(tmp_path):
     for key in ("task_accuracy", "align_forward_argmax", "task_accuracy_by_length"):
         assert loaded[key] == collected[key], key
     assert set(loaded["task_accuracy_by_length"]) == {"2"}
+
+
+def test_a_stopped_grid_resumes_and_a_changed_config_runs_again(tmp_path, monkeypatch):
+    """run_all with out_dir skips every cell whose key (cell_key) already has a result there;
+    a cell whose config differs in any field has another key and runs."""
+    ran = []
+
+    def fake_run(c):
+        ran.append((c["algo"], c["seed"], c["config"].get("lr")))
+        return dict(c, config=None, task_accuracy=0.5, subtask_accuracy=0.75,
+                    align_forward_argmax=0.9, align_posterior_argmax=0.95, align_viterbi=1.0)
+
+    monkeypatch.setattr(experiment, "run", fake_run)
+    cells = [cell(a, seed=s) for s in (0, 1) for a in ("taco", "gtbc")]
+    experiment.run_all(cells[:3], workers=1, out_dir=tmp_path)          # stopped after 3 cells
+    assert len(ran) == 3
+    results = experiment.run_all(cells, workers=1, out_dir=tmp_path)
+    assert ran[3:] == [("gtbc", 1, None)]                                # only the missing cell
+    assert [r["key"] for r in results] == [experiment.cell_key(c) for c in cells]
+    changed = dict(cells[0], config=dict(TINY, lr=1e-3))
+    assert experiment.cell_key(changed) != experiment.cell_key(cells[0])
+    experiment.run_all([changed], workers=1, out_dir=tmp_path)
+    assert ran[4:] == [("taco", 0, 1e-3)]
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert len(saved) == 5                                  # a new grid keeps the earlier cells
