@@ -468,3 +468,37 @@ def test_restarts_resume_exactly(tmp_path, nav_small, three_restarts):
     assert_same_params(resumed.params, full.params)
     assert resumed.info["restarts"] == full.info["restarts"]
     assert_same_params(model_mod.load(out / "model").params, full.params)
+
+
+@pytest.fixture(scope="module")
+def collapsing_case():
+    """Issue 9's case, small: 100 Nav-World demonstrations (collect seed 0), 40 held-out ones
+    (seed 999), configs/navworld.yaml with 20 epochs and no early stopping, training seed 1."""
+    base = train.load_config(os.path.join(os.path.dirname(__file__), "..", "configs", "navworld.yaml"))
+    values = dict(base.__dict__, algo="taco", seed=1, epochs=20, patience=20)
+    return navworld.collect(100, 3, seed=0), navworld.collect(40, 3, seed=999), values
+
+
+def test_default_recipe_aligns_where_plain_taco_collapses(collapsing_case):
+    """spec/training.md §6. Plain TACO (warmup_epochs 0) from this seed merges two sub-policies:
+    69.4 % forward-argmax alignment when measured; the default recipe (warm-up of 5 epochs on the
+    even split) aligns 99.8 %. Thresholds: plain below 90 % (the case still collapses), default at
+    least 95 % (issue 9's bar)."""
+    demos, held_out, values = collapsing_case
+    plain = train.train(demos, TrainConfig.from_dict(dict(values, warmup_epochs=0)), progress=False)
+    default = train.train(demos, TrainConfig.from_dict(values), progress=False)
+    assert values["warmup_epochs"] > 0
+    assert evaluate.alignment_accuracy(plain, held_out)["forward_argmax"] < 0.90
+    assert evaluate.alignment_accuracy(default, held_out)["forward_argmax"] >= 0.95
+
+
+def test_restarts_keep_the_run_that_did_not_collapse(collapsing_case):
+    """spec/training.md §7 on the collapsing case: plain TACO with 2 restarts. Run 0 is the
+    collapsed run above (training log-likelihood -0.89 per step when measured, alignment 69 %);
+    run 1 did not collapse (-0.63, 99.9 %). The likelihood must pick run 1."""
+    demos, held_out, values = collapsing_case
+    model = train.train(demos, TrainConfig.from_dict(dict(values, warmup_epochs=0, restarts=2)),
+                        progress=False)
+    runs = model.info["restarts"]
+    assert model.info["restart"] == 1 and runs[1]["train_loglik"] > runs[0]["train_loglik"]
+    assert evaluate.alignment_accuracy(model, held_out)["forward_argmax"] >= 0.95
