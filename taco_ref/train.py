@@ -63,10 +63,11 @@ class TrainConfig:
     instead of 0, i.e. P(STOP) = 1/2 at every step before training. Off by default: the committed
     results were made without it; in a first check (Nav-World, 200 demonstrations) it raised
     TACO's alignment from 72.8 % to 84.2 % on one seed and left another at 81 %."""
-    warmup_epochs: int = 0
+    warmup_epochs: int = 5
     """TACO only: epochs of behaviour cloning on the even split of every demonstration into its
-    sketch's L segments (objectives.even_split_labels) before the TACO stage; 0 = none. A
-    label-free start against the early collapse of the alignment (spec/training.md §6)."""
+    sketch's L segments (objectives.even_split_labels) before the TACO stage; 0 = plain TACO.
+    A label-free start against the early collapse of the alignment: 5 fixed every Nav-World
+    seed that plain TACO collapsed on (spec/training.md §6)."""
     temperature: float = 1.0
     """TACO only: initial temperature of the tempered alignment (objectives.taco), annealed
     linearly to 1 over temperature_epochs (spec/training.md eq. (8)); 1 = plain TACO."""
