@@ -133,7 +133,7 @@ def cmd_demo(args):
           f"{args.n_tasks} unseen sketches of length 4; alignment on 50 held-out demonstrations.",
           file=sys.stderr)
     results = experiment.run_all(cells, workers=args.workers, progress=_progress("train + evaluate"))
-    print(experiment.table(results))
+    print(experiment.report(results))
     return 0
 
 
@@ -146,7 +146,7 @@ def cmd_experiment(args):
              for n in args.sizes for s in args.seeds for a in args.algos]
     cells = experiment.prepare_data(cells, args.out, workers=args.workers, progress=_progress)
     results = experiment.run_all(cells, workers=args.workers, progress=_progress("cells"), out_dir=args.out)
-    print(experiment.table(results))
+    print(experiment.report(results))
     try:
         experiment.plot(results, os.path.join(args.out, "accuracy.png"))
         if args.test_lengths:

@@ -181,12 +181,35 @@ def table(results):
     return "\n".join(lines)
 
 
+def seed_table(results, key="task_accuracy", title="task acc."):
+    """Markdown table of one figure with every seed visible: one row per (algo, size), one
+    column per seed (in percent, "-" where a cell is missing), then mean ± std over the seeds."""
+    seeds = sorted({r["seed"] for r in results})
+    lines = [f"| {title} | demos | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± std |",
+             "|---|---:|" + "---:|" * (len(seeds) + 1)]
+    for algo in ALGOS:
+        for size in sorted({r["size"] for r in results}):
+            by_seed = {r["seed"]: 100 * r[key] for r in results if r["algo"] == algo and r["size"] == size}
+            if not by_seed:
+                continue
+            v = np.array(list(by_seed.values()))
+            shown = [f"{by_seed[s]:.1f}" if s in by_seed else "-" for s in seeds]
+            lines.append(f"| {LABELS[algo]} | {size} | " + " | ".join(shown) + f" | {v.mean():.1f} ± {v.std():.1f} |")
+    return "\n".join(lines)
+
+
+def report(results):
+    """The summary table, then task and alignment accuracy with every seed visible."""
+    return "\n\n".join([table(results), seed_table(results, "task_accuracy", "task acc."),
+                        seed_table(results, "align_forward_argmax", "align (fwd argmax)")])
+
+
 def save(results, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "results.json"), "w", encoding="utf-8") as f:
         json.dump(results, f, indent=1)
     with open(os.path.join(out_dir, "results.md"), "w", encoding="utf-8") as f:
-        f.write(table(results) + "\n")
+        f.write(report(results) + "\n")
 
 
 def plot(results, path):

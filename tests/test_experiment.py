@@ -42,6 +42,18 @@ def test_results_are_saved_after_every_cell(tmp_path, monkeypatch):
     table = (tmp_path / "results.md").read_text()
     assert "| TACO | 30 | 2 | 50.0 ± 0.0 | 75.0 ± 0.0 | 90.0 ± 0.0 | 95.0 ± 0.0 | 100.0 ± 0.0 |" in table
     assert "| GT-BC | 30 | 2 |" in table
+    assert "| task acc. | demos | seed 0 | seed 1 | mean ± std |" in table
+    assert "| TACO | 30 | 50.0 | 50.0 | 50.0 ± 0.0 |" in table
+    assert "| TACO | 30 | 90.0 | 90.0 | 90.0 ± 0.0 |" in table          # the alignment table
+
+
+def test_seed_table_marks_missing_seeds():
+    rows = [dict(algo="taco", size=10, seed=0, task_accuracy=0.25),
+            dict(algo="taco", size=10, seed=2, task_accuracy=0.75),
+            dict(algo="gtbc", size=10, seed=1, task_accuracy=1.0)]
+    text = experiment.seed_table(rows)
+    assert "| TACO | 10 | 25.0 | - | 75.0 | 50.0 ± 25.0 |" in text
+    assert "| GT-BC | 10 | - | 100.0 | - | 100.0 ± 0.0 |" in text
 
 
 def test_unknown_domain_is_named():
