@@ -70,7 +70,7 @@ class TrainConfig:
     seed that plain TACO collapsed on (spec/training.md §6)."""
     temperature: float = 1.0
     """TACO only: initial temperature of the tempered alignment (objectives.taco), annealed
-    linearly to 1 over temperature_epochs (spec/training.md eq. (8)); 1 = plain TACO."""
+    linearly to 1 over temperature_epochs (spec/training.md eq. (7)); 1 = no tempering."""
     temperature_epochs: int = 0
     """TACO only: epochs of the TACO stage over which the temperature falls to 1. Early stopping
     and the best-parameter copy start once it is 1."""
@@ -213,7 +213,7 @@ class _Job:
     def tracks_best(self, stage, epoch):
         """Whether epoch (0-based, just run) of stage takes part in early stopping. The warm-up
         hands on its last parameters; the tempered epochs of TACO are a schedule, not a
-        candidate (spec/training.md §5)."""
+        candidate (spec/training.md §6)."""
         if stage == "warmup":
             return False
         return not (stage == "policy" and self.cfg.algo == "taco"
@@ -249,7 +249,7 @@ class _Job:
 
 def temperature(cfg, epoch):
     """Temperature of TACO's alignment in epoch (0-based) of the TACO stage; spec/training.md
-    eq. (8): 1 + (temp_0 - 1) max(0, 1 - epoch / E), falling linearly from cfg.temperature at
+    eq. (7): 1 + (temp_0 - 1) max(0, 1 - epoch / E), falling linearly from cfg.temperature at
     epoch 0 to 1 at epoch E = cfg.temperature_epochs and staying there."""
     if cfg.temperature_epochs == 0:
         return 1.0
@@ -371,7 +371,8 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
 
 def select_restart(models):
     """The model with the highest training log-likelihood per step (ties: the first), with
-    info["restarts"] listing every run and info["restart"] the index kept; spec/training.md §7."""
+    info["restarts"] listing every run and info["restart"] the index kept; spec/training.md §7,
+    eq. (8)."""
     best = max(range(len(models)), key=lambda r: (models[r].info["train_loglik"], -r))
     summary = [{"restart": r, "seed": m.info["run_seed"], "train_loglik": m.info["train_loglik"],
                 "best_held_out_loss": min(h["held_out_loss"] for h in m.info["history"]
