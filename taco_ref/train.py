@@ -15,7 +15,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
 
@@ -219,6 +219,26 @@ class _Job:
         return not (stage == "policy" and self.cfg.algo == "taco"
                     and epoch < self.cfg.temperature_epochs)
 
+    def stage_sets(self, stage, train_set, held_out):
+        """The (training, held-out) sets a stage trains and stops on. For CTC-BC's policy stage
+        with argmax weighting, the same demonstrations relabelled once with the frozen
+        classifier's alignment (the classifier does not change in that stage, so aligning every
+        batch of every epoch again would give the same labels); BC then reads batch.labels."""
+        if stage == "policy" and self.cfg.ctc_kind and self.cfg.ctc_weighting == "argmax":
+            return self._relabel(train_set), self._relabel(held_out)
+        return train_set, held_out
+
+    def _relabel(self, demos, batch_size=64):
+        labels = np.full_like(demos.labels, -1)                              # (N, T)
+        for start in range(0, demos.n, batch_size):
+            idx = np.arange(start, min(start + batch_size, demos.n))
+            batch = demos.subset(idx)
+            path, _ = objectives.ctc_alignment(self.params, self.cfg.ctc_kind, batch, self.discrete,
+                                               self.policy_cfg.action_dim, self.cfg.ctc_decoder)
+            labels[idx, :path.shape[1]] = np.where(
+                np.arange(path.shape[1])[None, :] < batch.traj_len[:, None], path, -1)
+        return replace(demos, labels=labels)
+
     def loss(self, stage, batch, rng, epoch, train):
         """(summed loss, grads) of one batch for one stage."""
         cfg, p = self.cfg, self.params
@@ -233,14 +253,13 @@ class _Job:
             temp = temperature(cfg, epoch) if train else 1.0
             return objectives.taco(p, self.policy_cfg, batch, cfg.terminal_stop, temperature=temp,
                                    **common)
-        if cfg.algo == "gtbc":
+        if cfg.algo == "gtbc" or cfg.ctc_weighting == "argmax":   # (taco returned above)
+            # GT-BC on the ground truth; CTC-BC on the classifier's labels (stage_sets)
             return objectives.bc(p, self.policy_cfg, batch, batch.labels, cfg.terminal_stop, **common)
-        labels, weights = objectives.ctc_alignment(p, cfg.ctc_kind, batch, self.discrete,
-                                                   self.policy_cfg.action_dim, cfg.ctc_decoder)
-        if cfg.ctc_weighting == "alpha":
-            targets = objectives.ctc_soft_targets(weights, batch.sketch_len)
-            return objectives.soft_bc(p, self.policy_cfg, batch, weights, targets, **common)
-        return objectives.bc(p, self.policy_cfg, batch, labels, cfg.terminal_stop, **common)
+        _, weights = objectives.ctc_alignment(p, cfg.ctc_kind, batch, self.discrete,
+                                              self.policy_cfg.action_dim, cfg.ctc_decoder)
+        targets = objectives.ctc_soft_targets(weights, batch.sketch_len)
+        return objectives.soft_bc(p, self.policy_cfg, batch, weights, targets, **common)
 
     def model(self, info):
         return model_mod.Model(self.params, self.policy_cfg, self.vocab, self.cfg.algo,
@@ -419,20 +438,24 @@ def _train_run(demos, cfg, restart, out_dir, resume, log, progress, stop_after):
     t0 = time.time()
     epochs_this_call = 0
     label = f"{cfg.algo} r{restart + 1}/{cfg.restarts}" if cfg.algo == "taco" and cfg.restarts > 1 else cfg.algo
+    sets = {}                                     # stage -> (training set, held-out set)
     while state["stage"] < len(job.stages):
         if stop_after is not None and epochs_this_call >= stop_after:
             return None, epochs_this_call
         stage = job.stages[state["stage"]]
+        if stage not in sets:
+            sets[stage] = job.stage_sets(stage, train_set, held_out)
+        stage_train, stage_held = sets[stage]
         done = state["epoch"] >= job.max_epochs(stage) or state["bad_epochs"] >= cfg.patience
         if not done:
             epoch_loss, epoch_steps = 0.0, 0
-            for batch in data_mod.minibatches(train_set, cfg.batch_size, rng):
+            for batch in data_mod.minibatches(stage_train, cfg.batch_size, rng):
                 steps = int(batch.traj_len.sum())
                 loss, grads = job.loss(stage, batch, rng, state["epoch"], train=True)
                 adam.step(job.params, {n: g / steps for n, g in grads.items()})
                 epoch_loss += loss
                 epoch_steps += steps
-            held = mean_loss(job, stage, held_out)
+            held = mean_loss(job, stage, stage_held)
             state["epoch"] += 1
             epochs_this_call += 1
             if not job.tracks_best(stage, state["epoch"] - 1):

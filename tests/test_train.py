@@ -503,3 +503,18 @@ def test_restarts_keep_the_run_that_did_not_collapse(collapsing_case):
     runs = model.info["restarts"]
     assert model.info["restart"] == 1 and runs[1]["train_loglik"] > runs[0]["train_loglik"]
     assert evaluate.alignment_accuracy(model, held_out)["forward_argmax"] >= 0.95
+
+
+@pytest.mark.parametrize("kind", ["mlp", "gru"])
+def test_ctcbc_relabels_once_exactly_as_aligning_each_batch(nav_small, kind):
+    """CTC-BC's policy stage trains on labels computed once per demonstration (_Job.stage_sets);
+    they equal the classifier's alignment of any minibatch the stage draws."""
+    cfg = config(algo=f"ctcbc-{kind}", seed=7)
+    job = train._Job(cfg, nav_small, np.random.default_rng(7))
+    relabelled, _ = job.stage_sets("policy", nav_small, nav_small)
+    for batch_idx in (np.arange(0, 30, 3), np.array([4, 17, 29])):
+        batch = nav_small.subset(batch_idx)
+        path, _ = objectives.ctc_alignment(job.params, kind, batch, False, 2, cfg.ctc_decoder)
+        valid = np.arange(path.shape[1])[None, :] < batch.traj_len[:, None]
+        np.testing.assert_array_equal(np.where(valid, path, -1), relabelled.subset(batch_idx).labels)
+    assert job.stage_sets("ctc", nav_small, nav_small)[0] is nav_small
