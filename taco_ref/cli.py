@@ -246,8 +246,8 @@ def build_parser():
 
     p = sub.add_parser("experiment", help="the paper's comparison across dataset sizes and seeds")
     p.add_argument("domain", choices=experiment.DOMAINS)
-    p.add_argument("--sizes", type=int, nargs="+", default=[50, 400, 1000])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--sizes", type=int, nargs="+", default=[50, 200, 400, 1000])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--algos", nargs="+", default=list(experiment.ALGOS), choices=experiment.ALGOS)
     p.add_argument("--n-tasks", type=int, default=100)
     p.add_argument("--n-align", type=int, default=100, help="held-out demonstrations for alignment")
