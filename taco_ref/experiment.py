@@ -19,6 +19,7 @@ import inspect
 import json
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict
 
 import numpy as np
 
@@ -115,8 +116,8 @@ def cell_key(cell):
     evaluation sizes and the full training config (data files are derived from these)."""
     fields = {k: cell.get(k) for k in ("domain", "algo", "size", "seed", "train_sketch_len",
                                         "n_tasks", "n_align", "test_lengths")}
-    fields["config"] = train.TrainConfig.from_dict(dict(cell["config"], algo=cell["algo"],
-                                                        seed=cell["seed"])).__dict__
+    fields["config"] = asdict(train.TrainConfig.from_dict(dict(cell["config"], algo=cell["algo"],
+                                                               seed=cell["seed"])))
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
@@ -205,11 +206,13 @@ def report(results):
 
 
 def save(results, out_dir):
+    """results.json (the record a stopped grid resumes from) and results.md, each written
+    atomically: a grid killed while saving keeps the previous complete files."""
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "results.json"), "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=1)
-    with open(os.path.join(out_dir, "results.md"), "w", encoding="utf-8") as f:
-        f.write(report(results) + "\n")
+    text = json.dumps(results, indent=1).encode()
+    data_mod.atomic_write(os.path.join(out_dir, "results.json"), lambda f: f.write(text))
+    table_text = (report(results) + "\n").encode()
+    data_mod.atomic_write(os.path.join(out_dir, "results.md"), lambda f: f.write(table_text))
 
 
 def plot(results, path):
