@@ -441,6 +441,8 @@ def _train_run(demos, cfg, restart, out_dir, resume, log, progress, stop_after):
     sets = {}                                     # stage -> (training set, held-out set)
     while state["stage"] < len(job.stages):
         if stop_after is not None and epochs_this_call >= stop_after:
+            if progress and epochs_this_call:
+                print(file=log)                   # end the progress line
             return None, epochs_this_call
         stage = job.stages[state["stage"]]
         if stage not in sets:
