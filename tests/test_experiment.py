@@ -101,3 +101,20 @@ def test_a_stopped_grid_resumes_and_a_changed_config_runs_again(tmp_path, monkey
     assert ran[4:] == [("taco", 0, 1e-3)]
     saved = json.loads((tmp_path / "results.json").read_text())
     assert len(saved) == 5                                  # a new grid keeps the earlier cells
+
+
+def test_parallel_cells_run_in_single_threaded_worker_processes(monkeypatch):
+    """Worker processes started under _single_threaded see one BLAS thread (numpy reads it when it
+    loads there); the caller's environment is restored; real tiny cells run in such workers."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "7")
+    with experiment._single_threaded(), \
+            ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        assert os.environ["OMP_NUM_THREADS"] == "1"
+        assert pool.submit(os.getenv, "OPENBLAS_NUM_THREADS").result() == "1"
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "7"
+    cells = [cell("gtbc", size=12), cell("taco", size=12)]
+    parallel = experiment.run_all(cells, workers=2)
+    for got, c in zip(parallel, cells):
+        assert got["algo"] == c["algo"] and 0.0 <= got["align_forward_argmax"] <= 1.0
