@@ -13,7 +13,6 @@ Layered as STYLE.md "Tests in three layers":
 Symbols: N demonstrations, T steps, L sketch length, K = 4 destinations, D = 8, A = 2. 0-based.
 """
 import itertools
-import time
 
 import numpy as np
 import pytest
@@ -380,13 +379,11 @@ def test_given_sketches_progress_callback_and_discards(monkeypatch):
     assert calls[-1] == (300, 300) and [i for i, _ in calls] == sorted(i for i, _ in calls)
 
 
-def test_collection_is_fast():
-    """Smoke: 1000 L = 3 demonstrations in under 5 s, all well within budget (measured with the
-    landing step: mean T 66.6, longest 87 of 150, none discarded)."""
-    start = time.perf_counter()
+def test_collected_episodes_stay_well_within_budget():
+    """Smoke: 1000 L = 3 demonstrations, all well within budget (measured with the landing step:
+    mean T 66.6, longest 87 of 150, none discarded). Speed is a benchmark matter, not a test's."""
     d = navworld.collect(1000, 3, seed=0)
-    elapsed = time.perf_counter() - start
-    assert d.n == 1000 and elapsed < 5.0
+    assert d.n == 1000
     assert 30 <= d.traj_len.mean() <= 80
     assert d.traj_len.max() <= 0.7 * navworld.budget(3) and d.meta["discarded"] == 0
 
