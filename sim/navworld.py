@@ -78,7 +78,7 @@ MAX_SPEED = 1.0
 DT = 0.5
 """Integration step: the expert covers MAX_SPEED * DT = 0.5 per step, so a noise-free
 corner-to-corner leg (10, or 14.1 across the diagonal) takes 20-28 steps, landing included, and an
-L = 3 episode 60 on average (67 with DART noise; test_collected_episodes_stay_well_within_budget asks 30-80)."""
+L = 3 episode 60 on average (67 with DART noise; tests/test_navworld.py asks 30-80)."""
 RADIUS = 0.25
 """Arrival tolerance (inclusive): STOP counts within this distance of the current target, and the
 expert's STOP (the data's switch) is at the first state within it. Half an expert step, so the
