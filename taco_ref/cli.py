@@ -152,10 +152,11 @@ def cmd_experiment(args):
     cells = experiment.prepare_data(cells, args.out, workers=args.workers, progress=_progress)
     results = experiment.run_all(cells, workers=args.workers, progress=_progress("cells"), out_dir=args.out)
     print(experiment.report(results))
+    everything = experiment.load(args.out)      # the plots show every cell saved in --out
     try:
-        experiment.plot(results, os.path.join(args.out, "accuracy.png"))
-        if args.test_lengths:
-            experiment.plot_lengths(results, os.path.join(args.out, "accuracy_by_length.png"))
+        experiment.plot(everything, os.path.join(args.out, "accuracy.png"))
+        if any(r.get("task_accuracy_by_length") for r in everything):
+            experiment.plot_lengths(everything, os.path.join(args.out, "accuracy_by_length.png"))
     except ImportError:
         print("(no plot: matplotlib is not installed)", file=sys.stderr)
     return 0

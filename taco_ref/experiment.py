@@ -251,12 +251,13 @@ def plot(results, path):
     sizes = sorted({r["size"] for r in results})
     for algo in ALGOS:
         for ax, key in zip(axes, ("task_accuracy", "align_forward_argmax")):
-            pts = [[r[key] for r in results if r["algo"] == algo and r["size"] == s] for s in sizes]
-            if not all(pts):
+            pts = {s: [r[key] for r in results if r["algo"] == algo and r["size"] == s] for s in sizes}
+            pts = {s: p for s, p in pts.items() if p}       # sizes this algorithm has cells for
+            if not pts:
                 continue
-            mean = [100 * np.mean(p) for p in pts]
-            std = [100 * np.std(p) for p in pts]
-            ax.errorbar(sizes, mean, yerr=std, marker="o", capsize=3, label=LABELS[algo])
+            mean = [100 * np.mean(p) for p in pts.values()]
+            std = [100 * np.std(p) for p in pts.values()]
+            ax.errorbar(list(pts), mean, yerr=std, marker="o", capsize=3, label=LABELS[algo])
     axes[0].set_title("zero-shot task accuracy")
     axes[1].set_title("alignment accuracy (argmax of forward variables)")
     for ax in axes:
