@@ -141,7 +141,8 @@ def run_all(cells, workers=2, progress=None, out_dir=None):
     keys = [cell_key(c) for c in cells]
     saved = load(out_dir) if out_dir is not None else []
     done = {r.get("key"): r for r in saved}
-    others = [r for r in saved if r.get("key") not in set(keys)]    # other grids' cells stay
+    ours = set(keys)
+    others = [r for r in saved if r.get("key") not in ours]    # other grids' cells stay
     for i, k in enumerate(keys):
         results[i] = done.get(k)
     todo = [i for i in range(len(cells)) if results[i] is None]

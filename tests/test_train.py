@@ -292,23 +292,30 @@ def test_dropout_rate_schedule():
         optim.dropout_rate(0.2, -0.1, 0)
 
 
-def test_trainer_applies_the_dropout_schedule(nav_small, monkeypatch):
-    """Training batches of epoch e get stop_dropout * decay**e; held-out losses get none."""
+def spy_on_taco(monkeypatch):
+    """Replace objectives.taco by a wrapper that records (train, stop_dropout, temperature) of
+    every call; returns the list it fills."""
     seen = []
     real = objectives.taco
 
     def spy(params, cfg, batch, terminal_stop=False, stop_dropout=0.0, rng=None, train=False,
             temperature=1.0):
-        seen.append((train, stop_dropout))
+        seen.append((train, stop_dropout, temperature))
         return real(params, cfg, batch, terminal_stop, stop_dropout, rng, train, temperature)
 
     monkeypatch.setattr(objectives, "taco", spy)
+    return seen
+
+
+def test_trainer_applies_the_dropout_schedule(nav_small, monkeypatch):
+    """Training batches of epoch e get stop_dropout * decay**e; held-out losses get none."""
+    seen = spy_on_taco(monkeypatch)
     cfg = config(epochs=3, stop_dropout=0.4, dropout_decay=0.5, batch_size=9)
     train.train(nav_small, cfg, progress=False)
-    training = [rate for is_train, rate in seen if is_train]
+    training = [rate for is_train, rate, _ in seen if is_train]
     batches = -(-(nav_small.n - 3) // 9)                     # 27 training demonstrations
     assert training == [0.4] * batches + [0.2] * batches + [0.1] * batches
-    assert {rate for is_train, rate in seen if not is_train} == {0.0}
+    assert {rate for is_train, rate, _ in seen if not is_train} == {0.0}
 
 
 def test_adam_first_step_moves_each_entry_by_lr():
@@ -403,20 +410,12 @@ def test_temperature_schedule(epoch, expected):
 def test_trainer_anneals_the_temperature_and_holds_off_early_stopping(nav_small, monkeypatch):
     """Training batches of epoch e get temperature(cfg, e), held-out losses temperature 1; with
     patience 1 the stage still runs every tempered epoch plus at least one at temperature 1."""
-    seen = []
-    real = objectives.taco
-
-    def spy(params, cfg, batch, terminal_stop=False, stop_dropout=0.0, rng=None, train=False,
-            temperature=1.0):
-        seen.append((train, temperature))
-        return real(params, cfg, batch, terminal_stop, stop_dropout, rng, train, temperature)
-
-    monkeypatch.setattr(objectives, "taco", spy)
+    seen = spy_on_taco(monkeypatch)
     cfg = config(epochs=8, patience=1, temperature=3.0, temperature_epochs=4, batch_size=27, lr=0.5)
     model = train.train(nav_small, cfg, progress=False)
-    training = [temp for is_train, temp in seen if is_train]
+    training = [temp for is_train, _, temp in seen if is_train]
     assert training[:4] == pytest.approx([3.0, 2.5, 2.0, 1.5]) and set(training[4:]) == {1.0}
-    assert {temp for is_train, temp in seen if not is_train} == {1.0}
+    assert {temp for is_train, _, temp in seen if not is_train} == {1.0}
     assert len(model.info["history"]) >= 5
 
 
