@@ -7,9 +7,13 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["taco_ref", "taco_ref.*"]) + ["taco_sim", "taco_sim.dial", "taco_bridge"],
-    package_dir={"taco_sim": "sim", "taco_bridge": "ros2_ws/src/taco_bridge/taco_bridge"},
-    package_data={"taco_sim.dial": ["*.xml"], "taco_ref": ["models/*/*"]},
+    # the import name of every package is its folder's name: taco_ref/, sim/taco_sim/,
+    # ros2_ws/src/taco_bridge/taco_bridge/
+    packages=(find_packages(include=["taco_ref", "taco_ref.*"])
+              + find_packages("sim", include=["taco_sim", "taco_sim.*"]) + ["taco_bridge"]),
+    package_dir={"taco_sim": "sim/taco_sim", "taco_bridge": "ros2_ws/src/taco_bridge/taco_bridge"},
+    # the domains' training configs and shipped models are package data: found after any install
+    package_data={"taco_sim": ["configs/*.yaml"], "taco_sim.dial": ["*.xml", "models/*/*"]},
     install_requires=["numpy>=1.26", "scipy>=1.11", "pyyaml>=6", "mujoco>=3.2"],
     extras_require={
         # matplotlib: the picture code (alignment plots, rollout sheets and GIFs) is tested too
@@ -19,7 +23,7 @@ setup(
         "ros": ["ros-rclpy", "ros-std-msgs", "ros-sensor-msgs", "ros-rmw-fastrtps-cpp",
                 "colcon-core", "colcon-ros", "colcon-bash"],
     },
-    entry_points={"console_scripts": ["taco=taco_ref.cli:main",
+    entry_points={"console_scripts": ["taco=taco_ref.app.cli:main",
                                       "taco-bridge-dial=taco_bridge.dial:main",
                                       "taco-bridge-send=taco_bridge.send:main"]},
 )

@@ -16,13 +16,13 @@ meta         | JSON string        | format version, action type, domain, how it 
 """
 import hashlib
 import json
-import os
-import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from taco_ref.files import atomic_write
 
 FORMAT_VERSION = 1
 ARRAY_FIELDS = ("states", "actions", "traj_len", "sketch", "sketch_len", "labels", "final_state")
@@ -178,27 +178,6 @@ def _finite(name, arr, valid):
 # ----------------------------------------------------------------------------------------
 # Files
 # ----------------------------------------------------------------------------------------
-
-def atomic_write(path, write):
-    """Call write(file_object) on a temporary file beside path, then rename it over path.
-
-    A crash leaves either the old file or the new one, never a truncated mix.
-    """
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
 
 def save(demos, path):
     """Validate and write demos to path (.npz), atomically."""

@@ -27,8 +27,9 @@ def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5, observer=
     success, progress (sub-tasks the env counted), steps, stop_times (step of each STOP).
     observer(env, active), if given, is called after the reset and after every step.
 
-    env: a task env (reset(sketch, seed), step(action), stop(), done, failed, progress,
-    budget(L)). The decisions are taco_ref.runner.SketchRunner's (the ROS 2 policy node runs the
+    env: a task env on taco_sim's domain contract (reset(sketch, seed), step(action), stop(),
+    done, failed, progress, budget(L), subtask_budget: a sub-policy that acted that many times is
+    stopped by force, and the env judges that STOP like any other). The decisions are taco_ref.runner.SketchRunner's (the ROS 2 policy node runs the
     same machine), stepped with the step count as its clock; this loop adds the env and the
     budget. A STOP is decided in the state obs given to run.step, before the returned action is
     applied, so env.stop() is called right after run.step and before env.step, also for the last
@@ -36,7 +37,8 @@ def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5, observer=
     """
     obs = env.reset(sketch, seed=seed)
     budget = env.budget(len(sketch)) if budget is None else budget
-    run = runner.SketchRunner(model.params, model.policy, model.vocab, stop_threshold=stop_threshold)
+    run = runner.SketchRunner(model.params, model.policy, model.vocab, stop_threshold=stop_threshold,
+                              max_subtask_steps=env.subtask_budget)
     run.start(sketch, now=0)
     if observer:
         observer(env, run.active)
@@ -68,6 +70,48 @@ def task_accuracy(model, make_env, sketches, seed=0, progress=None):
             progress(i + 1, len(sketches))
     return {"task_accuracy": done / len(sketches), "subtask_accuracy": completed / attempted,
             "n_tasks": len(sketches)}
+
+
+TEST_SKETCH_SEED = 30_000
+"""The test sketches of evaluation seed s are drawn from np.random.default_rng(30_000 + s)."""
+EPISODE_SEED = 40_000
+"""Their episodes' layouts from task_accuracy(..., seed=40_000 + s)."""
+
+
+def check_vocab(model, vocab, what="the domain"):
+    """ValueError unless the model's sub-task names are vocab, in order (ids index names)."""
+    if tuple(model.vocab) != tuple(vocab):
+        raise ValueError(f"model: its vocabulary {list(model.vocab)} is not {what}'s {list(vocab)}")
+
+
+def protocol(model, domain, n_tasks, seed=0, sketch_len=None, lengths=(), progress=None):
+    """The evaluation protocol of spec/evaluation.md §3, the one used by `taco evaluate`, the
+    experiment grid and the ROS bridge's offline check.
+
+    domain: a taco_sim Domain (test_sketches, sample_sketches, task_env, vocab). The n_tasks test
+    sketches are domain.test_sketches(n_tasks, rng) (or, with sketch_len, sample_sketches of that
+    length) with rng = default_rng(TEST_SKETCH_SEED + seed), executed by task_accuracy with seed
+    EPISODE_SEED + seed; for each L of lengths, sample_sketches(n_tasks, L, default_rng([30_000 +
+    seed, L])) with the same episode seed. Returns task_accuracy, subtask_accuracy, n_tasks and,
+    with lengths, task_accuracy_by_length {str(L): accuracy}. progress(label) -> callback, if given.
+    """
+    if not isinstance(n_tasks, (int, np.integer)) or n_tasks < 1:
+        raise ValueError(f"n_tasks: expected a positive integer, got {n_tasks!r}")
+    check_vocab(model, domain.vocab, f"domain {domain.name}")
+    rng = np.random.default_rng(TEST_SKETCH_SEED + seed)
+    sketches = (domain.test_sketches(n_tasks, rng) if sketch_len is None
+                else domain.sample_sketches(n_tasks, sketch_len, rng))
+    report = progress("evaluate") if progress else None
+    out = task_accuracy(model, domain.task_env, sketches, seed=EPISODE_SEED + seed, progress=report)
+    by_length = {}
+    for L in lengths or ():
+        sketches = domain.sample_sketches(n_tasks, L, np.random.default_rng([TEST_SKETCH_SEED + seed, L]))
+        report = progress(f"evaluate L_test = {L}") if progress else None
+        by_length[str(L)] = task_accuracy(model, domain.task_env, sketches, seed=EPISODE_SEED + seed,
+                                          progress=report)["task_accuracy"]
+    if by_length:
+        out["task_accuracy_by_length"] = by_length
+    return out
 
 
 def scores(model, demos):

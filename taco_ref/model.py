@@ -6,16 +6,13 @@ the SHA-256 of weights.npz, so a weights file that was truncated, swapped or edi
 Both are written atomically (temp file + rename), weights first, JSON last: a model directory
 is complete exactly when its JSON names the weights it sits beside.
 """
-import hashlib
-import io
 import json
 import os
-import zipfile
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from taco_ref.data import atomic_write
+from taco_ref.files import npz_blob, read_npz, write_bytes
 from taco_ref.policy import PolicyConfig, init_params
 
 FORMAT = "taco_ref model"
@@ -47,23 +44,16 @@ def policy_shapes(policy):
     return {k: v.shape for k, v in init_params(policy, np.random.default_rng(0)).items()}
 
 
-def _npz_bytes(arrays):
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    return buf.getvalue()
-
-
 def save(model, directory):
     """Write model to directory (created if needed), atomically file by file."""
-    blob = _npz_bytes({k: np.asarray(v, dtype=np.float64) for k, v in model.params.items()})
+    blob, sha256 = npz_blob({k: np.asarray(v, dtype=np.float64) for k, v in model.params.items()})
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "algo": model.algo,
             "vocab": list(model.vocab), "policy": model.policy.to_dict(), "ctc_kind": model.ctc_kind,
             "config": model.config, "info": model.info,
-            "weights_sha256": hashlib.sha256(blob).hexdigest(),
+            "weights_sha256": sha256,
             "arrays": {k: list(np.shape(v)) for k, v in model.params.items()}}
-    atomic_write(os.path.join(directory, WEIGHTS), lambda f: f.write(blob))
-    text = json.dumps(meta, indent=1, sort_keys=True).encode()
-    atomic_write(os.path.join(directory, META), lambda f: f.write(text))
+    write_bytes(os.path.join(directory, WEIGHTS), blob)
+    write_bytes(os.path.join(directory, META), json.dumps(meta, indent=1, sort_keys=True).encode())
 
 
 def load(directory):
@@ -72,8 +62,8 @@ def load(directory):
     try:
         with open(meta_path, "rb") as f:
             meta = json.loads(f.read().decode())
-        with open(weights_path, "rb") as f:
-            blob = f.read()
+        if not os.path.exists(weights_path):
+            raise FileNotFoundError(2, "missing", weights_path)
     except FileNotFoundError as err:
         raise ModelError(f"{directory}: not a taco_ref model directory ({err.filename} is missing)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -82,14 +72,7 @@ def load(directory):
         raise ModelError(f"{meta_path}: not a taco_ref model (format field is {meta.get('format') if isinstance(meta, dict) else None!r})")
     if meta.get("format_version") != FORMAT_VERSION:
         raise ModelError(f"{meta_path}: format_version {meta.get('format_version')!r}, this code reads {FORMAT_VERSION}")
-    if hashlib.sha256(blob).hexdigest() != meta.get("weights_sha256"):
-        raise ModelError(f"{weights_path}: contents do not match the SHA-256 recorded in {META} "
-                         "(truncated, replaced or edited weights)")
-    try:
-        with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-            params = {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
-        raise ModelError(f"{weights_path}: unreadable weights ({err})") from None
+    params = read_npz(weights_path, meta.get("weights_sha256"), ModelError, META)
     expected = meta.get("arrays", {})
     if set(params) != set(expected):
         raise ModelError(f"{weights_path}: arrays {sorted(set(params) ^ set(expected))} differ from {META}")

@@ -93,9 +93,12 @@ class SketchRunner:
     max_subtask_time |       | seconds one sub-task may stay active before the run ends in error;
                      |       | None: unbounded
     stop_threshold   |       | a sub-policy stops when pi_k(STOP | s) > stop_threshold
+    max_subtask_steps|       | a sub-policy that has acted this many times is stopped by force
+                     |       | (a domain's subtask_budget, e.g. Craft's); None: never
     """
 
-    def __init__(self, params, cfg, vocab, limits=None, max_subtask_time=None, stop_threshold=0.5):
+    def __init__(self, params, cfg, vocab, limits=None, max_subtask_time=None, stop_threshold=0.5,
+                 max_subtask_steps=None):
         if len(vocab) != cfg.n_subtasks:
             raise ValueError(f"vocab has {len(vocab)} names, the policy {cfg.n_subtasks} sub-tasks")
         if limits is not None:
@@ -107,6 +110,10 @@ class SketchRunner:
                 raise ValueError(f"limits must be finite and non-negative, got {limits}")
         if max_subtask_time is not None and not max_subtask_time > 0:
             raise ValueError(f"max_subtask_time must be positive, got {max_subtask_time!r}")
+        if max_subtask_steps is not None and not (isinstance(max_subtask_steps, (int, np.integer))
+                                                  and max_subtask_steps >= 1):
+            raise ValueError(f"max_subtask_steps must be a positive integer, got {max_subtask_steps!r}")
+        self.max_subtask_steps = max_subtask_steps
         self.params, self.cfg, self.vocab = params, cfg, tuple(vocab)
         self.limits, self.max_subtask_time = limits, max_subtask_time
         self.stop_threshold = stop_threshold
@@ -170,6 +177,8 @@ class SketchRunner:
             return None
         stop, action = policy.act(self.params, self.cfg, self.sketch[self.active], state,
                                   self.stop_threshold)
+        if self.max_subtask_steps is not None and self.acted >= self.max_subtask_steps:
+            stop = True                                 # a forced STOP (the domain's budget)
         if stop and self.acted > 0:
             self.stop_times.append(now - self.started)
             self.stop_steps.append(self.steps)

@@ -9,8 +9,6 @@ parameters against one objective with its own Adam and early stopping:
 Losses are negative log-likelihoods per valid time step: the batch sum divided by the number
 of valid steps in the batch, so the learning rate means the same for any batch and length.
 """
-import hashlib
-import io
 import json
 import os
 import sys
@@ -21,14 +19,15 @@ import numpy as np
 
 from taco_ref import data as data_mod
 from taco_ref import model as model_mod
-from taco_ref import objectives, optim, policy
+from taco_ref import files, objectives, optim, policy
 
 ALGOS = ("taco", "gtbc", "ctcbc-mlp", "ctcbc-gru")
 
 
 @dataclass
 class TrainConfig:
-    """Every knob of a training run; YAML files under configs/ set them per domain."""
+    """Every knob of a training run, with its generic default. Each domain ships a YAML file of
+    its own values (taco_sim/configs/<domain>.yaml), read by taco_ref.app.config."""
 
     algo: str = "taco"
     """taco | gtbc | ctcbc-mlp | ctcbc-gru."""
@@ -136,32 +135,6 @@ class TrainConfig:
     @property
     def ctc_kind(self):
         return {"ctcbc-mlp": "mlp", "ctcbc-gru": "gru"}.get(self.algo)
-
-
-def parse_override(text):
-    """'key=value' from the command line; value parsed as YAML (numbers, lists, booleans)."""
-    import yaml
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise ValueError(f"--set expects key=value, got {text!r}")
-    return key.strip(), yaml.safe_load(value)
-
-
-def load_config(path=None, overrides=(), **defaults):
-    """TrainConfig from an optional YAML file, then keyword defaults, then key=value overrides."""
-    import yaml
-    values = {}
-    if path:
-        with open(path, encoding="utf-8") as f:
-            loaded = yaml.safe_load(f) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{path}: expected a mapping of config keys")
-        values.update(loaded.get("train", loaded))
-    values.update({k: v for k, v in defaults.items() if v is not None})
-    for text in overrides:
-        key, value = parse_override(text)
-        values[key] = value
-    return TrainConfig.from_dict(values)
 
 
 # ----------------------------------------------------------------------------------------
@@ -317,15 +290,11 @@ def _save_checkpoint(out_dir, job, state, adam, best):
     arrays.update({f"best.{k}": v for k, v in best.items()})
     adam_arrays, adam_meta = adam.state()
     arrays.update(adam_arrays)
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    blob = buf.getvalue()
+    blob, sha256 = files.npz_blob(arrays)
     name = f"checkpoint-{state['saves'] % 2}.npz"
-    data_mod.atomic_write(os.path.join(out_dir, name), lambda f: f.write(blob))
-    meta = dict(state, adam=adam_meta, config=asdict(job.cfg), arrays_file=name,
-                arrays_sha256=hashlib.sha256(blob).hexdigest())
-    text = json.dumps(meta, indent=1, sort_keys=True).encode()
-    data_mod.atomic_write(os.path.join(out_dir, CHECKPOINT_META), lambda f: f.write(text))
+    files.write_bytes(os.path.join(out_dir, name), blob)
+    meta = dict(state, adam=adam_meta, config=asdict(job.cfg), arrays_file=name, arrays_sha256=sha256)
+    files.write_bytes(os.path.join(out_dir, CHECKPOINT_META), json.dumps(meta, indent=1, sort_keys=True).encode())
 
 
 def _load_checkpoint(out_dir, job, data_sha256):
@@ -337,12 +306,8 @@ def _load_checkpoint(out_dir, job, data_sha256):
         changed = sorted(k for k in meta["config"] if meta["config"][k] != asdict(job.cfg).get(k))
         raise ValueError(f"cannot resume: the checkpoint in {out_dir} was made with a different "
                          f"config (differs in {changed})")
-    with open(os.path.join(out_dir, os.path.basename(meta["arrays_file"])), "rb") as f:
-        blob = f.read()
-    if hashlib.sha256(blob).hexdigest() != meta["arrays_sha256"]:
-        raise ValueError(f"cannot resume: {meta['arrays_file']} in {out_dir} does not match its checkpoint.json")
-    with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
+    arrays = files.read_npz(os.path.join(out_dir, os.path.basename(meta["arrays_file"])),
+                            meta["arrays_sha256"], recorded_in=f"{CHECKPOINT_META} (cannot resume)")
     for k in job.params:
         job.params[k] = arrays[f"param.{k}"]
     best = {k[len("best."):]: v for k, v in arrays.items() if k.startswith("best.")}

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from taco_ref import data
+from taco_ref import data, files
 from taco_ref.data import DataError
 
 seeds = st.integers(0, 2 ** 32 - 1)
@@ -323,15 +323,15 @@ def test_atomic_write_keeps_the_old_file_when_the_writer_fails(tmp_path):
         raise RuntimeError("disk on fire")
 
     with pytest.raises(RuntimeError, match="disk on fire"):
-        data.atomic_write(path, writer)
+        files.atomic_write(path, writer)
     assert path.read_bytes() == b"old contents"
     assert os.listdir(tmp_path) == ["file.bin"]
 
 
 def test_atomic_write_replaces_the_file_and_leaves_no_temporary(tmp_path):
     path = tmp_path / "sub" / "file.bin"                  # the directory is created
-    data.atomic_write(path, lambda f: f.write(b"first"))
-    data.atomic_write(path, lambda f: f.write(b"second"))
+    files.atomic_write(path, lambda f: f.write(b"first"))
+    files.atomic_write(path, lambda f: f.write(b"second"))
     assert path.read_bytes() == b"second"
     assert os.listdir(tmp_path / "sub") == ["file.bin"]
 
@@ -344,7 +344,7 @@ def test_atomic_write_on_keyboard_interrupt_leaves_no_temporary(tmp_path):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        data.atomic_write(path, writer)
+        files.atomic_write(path, writer)
     assert os.listdir(tmp_path) == []
 
 

@@ -1,4 +1,4 @@
-"""Tests for sim/dial (taco_sim.dial): the MuJoCo JACO Dial domain of paper Sec. 5.3.
+"""Tests for sim/taco_sim/dial (taco_sim.dial): the MuJoCo JACO Dial domain of paper Sec. 5.3.
 
 Layered as STYLE.md "Tests in three layers":
 (a) plain references: names resolve in the MJCF; IK poses checked by forward kinematics; the

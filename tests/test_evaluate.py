@@ -29,6 +29,8 @@ class CounterEnv:
     stop() anywhere else fails the task (like Nav-World). stops: env.t at each stop() call.
     """
 
+    subtask_budget = None
+
     def __init__(self, fail_at=None, judge_stops=False):
         self.fail_at, self.judge_stops = fail_at, judge_stops
 
@@ -86,6 +88,20 @@ def test_env_stop_is_called_exactly_at_the_stop_steps():
     out = evaluate.execute(ScriptedModel(), env, [0, 1, 2], seed=0)
     assert out["stop_times"] == [3, 6, 9] and env.stops == out["stop_times"]
     assert out["success"] and out["progress"] == 3 and out["steps"] == 9 and env.t == 9
+
+
+def test_a_subtask_budget_forces_a_stop_the_env_judges():
+    """Execution rule: a sub-policy that has acted env.subtask_budget times is stopped by force
+    (taco_sim.domain's contract), and the env judges that STOP like its own."""
+    env = CounterEnv(judge_stops=True)
+    env.subtask_budget = 2                  # ScriptedModel would stop at 3, 6, 9: forced at 2
+    out = evaluate.execute(ScriptedModel(), env, [0, 1, 2], seed=0)
+    assert out["stop_times"] == [2] and env.stops == [2]
+    assert env.failed and not out["success"]
+    env = CounterEnv(judge_stops=True)
+    env.subtask_budget = 3                  # forced exactly where the model stops: same run
+    out = evaluate.execute(ScriptedModel(), env, [0, 1, 2], seed=0)
+    assert out["stop_times"] == [3, 6, 9] and out["success"]
 
 
 def test_a_stop_the_env_rejects_ends_the_episode():

@@ -1,10 +1,11 @@
-"""taco_ref.experiment: one real (tiny) cell end to end, incremental saving, the results table."""
+"""taco_ref.app.experiment: one real (tiny) cell end to end, incremental saving, the results table."""
 import json
 import os
 
 import pytest
 
-from taco_ref import experiment
+import taco_sim
+from taco_ref.app import experiment
 
 TINY = dict(act_hidden=[16], stop_hidden=[16], ctc_hidden=[8], epochs=2, patience=2)
 
@@ -58,7 +59,7 @@ def test_seed_table_marks_missing_seeds():
 
 def test_unknown_domain_is_named():
     with pytest.raises(ValueError, match="domain"):
-        experiment.domain("atari")
+        taco_sim.get("atari")
 
 
 def test_prepare_data_collects_each_set_once_and_cells_load_it(tmp_path):

@@ -158,7 +158,7 @@ def test_truncated_weights_with_a_consistent_hash(tmp_path):
     directory = saved(tmp_path)
     blob = (directory / model_mod.WEIGHTS).read_bytes()
     write_blob(directory, blob[: len(blob) // 2])
-    with pytest.raises(ModelError, match=r"weights\.npz: unreadable weights"):
+    with pytest.raises(ModelError, match=r"weights\.npz: unreadable arrays"):
         model_mod.load(directory)
 
 
@@ -239,7 +239,7 @@ def test_object_array_weights_are_never_unpickled(tmp_path, hostile):
     arrays = load_arrays(directory)
     arrays["act.W0"] = np.array([hostile(marker)], dtype=object)
     write_weights(directory, arrays)
-    with pytest.raises(ModelError, match=r"weights\.npz: unreadable weights"):
+    with pytest.raises(ModelError, match=r"weights\.npz: unreadable arrays"):
         model_mod.load(directory)
     assert not os.path.exists(marker), "model.load ran a pickle"
     with np.load(directory / model_mod.WEIGHTS, allow_pickle=True) as z:   # it really is hostile

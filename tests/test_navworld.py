@@ -1,4 +1,4 @@
-"""Tests for sim/navworld.py (taco_sim.navworld): the Nav-World domain of paper Sec. 5.1.
+"""Tests for sim/taco_sim/navworld.py (taco_sim.navworld): the Nav-World domain of paper Sec. 5.1.
 
 Layered as STYLE.md "Tests in three layers":
 (a) plain references: the observation rebuilt from positions; expert actions recomputed at the

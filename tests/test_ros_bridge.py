@@ -41,12 +41,13 @@ from std_msgs.msg import Float64MultiArray, String  # noqa: E402
 from taco_ref.model import Model, save  # noqa: E402
 from taco_ref.policy import PolicyConfig, init_params  # noqa: E402
 from taco_ref.runner import parse_sketch  # noqa: E402
+import taco_sim  # noqa: E402
 from taco_sim import dial  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKSPACE = os.path.join(ROOT, "ros2_ws")
 PACKAGE = os.path.join(WORKSPACE, "src", "taco_bridge")
-SHIPPED_MODEL = os.path.join(ROOT, "taco_ref", "models", "dial")
+SHIPPED_MODEL = taco_sim.get("dial").models["default"]
 DOMAIN_ID = str(1 + os.getpid() % 100)
 FUZZ = {"sent": 0, "answered": 0}
 

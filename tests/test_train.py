@@ -7,7 +7,7 @@
     interrupted with stop_after and continued with resume=True ends with the parameters and
     history of an uninterrupted run (TACO; CTC-BC across its stage transition); resume refuses
     another config or other data;
-(c) configuration: TrainConfig validation, load_config sources and precedence, --set parsing;
+(c) configuration: TrainConfig validation (the YAML reader: tests/test_config.py);
     the STOP-dropout schedule as the trainer applies it; Adam's update and its state round trip.
 
 Runs are kept small (hidden sizes 8-32, a few epochs) so that the file runs in seconds.
@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from taco_ref import data, evaluate, model as model_mod, objectives, optim, train
+from taco_ref.app import config as config_mod
 from taco_ref.train import TrainConfig
 from taco_sim import navworld
 
@@ -216,64 +217,11 @@ def test_train_config_ctc_kind():
     assert TrainConfig(algo="taco").ctc_kind is None
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("act_hidden=[16, 8]", ("act_hidden", [16, 8])),
-    ("terminal_stop=true", ("terminal_stop", True)),
-    ("normalise_states=false", ("normalise_states", False)),
-    ("lr=0.001", ("lr", 0.001)),
-    ("epochs=7", ("epochs", 7)),
-    (" algo = gtbc", ("algo", "gtbc")),
-])
-def test_parse_override(text, expected):
-    assert train.parse_override(text) == expected
-
-
-@pytest.mark.parametrize("text", ["epochs", "=3", ""])
-def test_parse_override_needs_key_equals_value(text):
-    with pytest.raises(ValueError, match="--set expects key=value"):
-        train.parse_override(text)
-
-
-def test_parse_override_reads_exponent_notation_as_a_number():
-    # PyYAML reads "1e-3" (no dot) as a string; TrainConfig coerces numeric fields
-    assert train.load_config(None, ["lr=1e-3"]).lr == 0.001
-
-
 @pytest.mark.parametrize("key, value", [("lr", "abc"), ("epochs", True), ("epochs", 2.5),
                                         ("terminal_stop", "maybe"), ("sigma", None)])
 def test_config_fields_have_their_types(key, value):
     with pytest.raises(ValueError, match=key):
         train.TrainConfig(**{key: value})
-
-
-def test_load_config_sources_and_precedence(tmp_path):
-    path = tmp_path / "c.yaml"
-    path.write_text("train:\n  algo: gtbc\n  epochs: 5\n  act_hidden: [7]\n  seed: 1\n")
-    cfg = train.load_config(path, ["epochs=9", "stop_hidden=[4, 4]"], algo=None, seed=3)
-    assert (cfg.algo, cfg.epochs, cfg.act_hidden, cfg.stop_hidden, cfg.seed) == ("gtbc", 9, [7], [4, 4], 3)
-    cfg = train.load_config(path, ["algo=taco"], algo="ctcbc-mlp")     # --set wins over --algo
-    assert cfg.algo == "taco"
-    flat = tmp_path / "flat.yaml"
-    flat.write_text("lr: 0.01\nterminal_stop: yes\n")                  # keys at the top level
-    cfg = train.load_config(flat)
-    assert cfg.lr == 0.01 and cfg.terminal_stop is True
-    assert train.load_config() == TrainConfig()
-
-
-def test_load_config_errors(tmp_path):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("- just\n- a list\n")
-    with pytest.raises(ValueError, match="expected a mapping"):
-        train.load_config(bad)
-    with pytest.raises(ValueError, match=r"unknown config keys \['colour'\]"):
-        train.load_config(None, ["colour=red"])
-    with pytest.raises(ValueError, match="^stop_dropout must"):
-        train.load_config(None, ["stop_dropout=1.5"])
-
-
-def test_repository_navworld_config_loads():
-    cfg = train.load_config(os.path.join(os.path.dirname(__file__), "..", "configs", "navworld.yaml"))
-    assert cfg.act_hidden == [100] and cfg.lr == 5e-3 and cfg.batch_size == 10
 
 
 # ----------------------------------------------------------------------------------------------
@@ -473,8 +421,8 @@ def test_restarts_resume_exactly(tmp_path, nav_small, three_restarts):
 @pytest.fixture(scope="module")
 def collapsing_case():
     """Issue 9's case, small: 100 Nav-World demonstrations (collect seed 0), 40 held-out ones
-    (seed 999), configs/navworld.yaml with 20 epochs and no early stopping, training seed 1."""
-    base = train.load_config(os.path.join(os.path.dirname(__file__), "..", "configs", "navworld.yaml"))
+    (seed 999), taco_sim/configs/navworld.yaml with 20 epochs and no early stopping, training seed 1."""
+    base = config_mod.load("navworld")
     values = dict(base.__dict__, algo="taco", seed=1, epochs=20, patience=20)
     return navworld.collect(100, 3, seed=0), navworld.collect(40, 3, seed=999), values
 

@@ -41,14 +41,14 @@ from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 
-import taco_ref
+import taco_sim
 from taco_ref import model as model_mod
 from taco_ref.runner import SketchRunner, parse_sketch
 from taco_sim import dial
 
 from taco_bridge.node_util import declare, run, value
 
-DEFAULT_MODEL = os.path.join(os.path.dirname(os.path.abspath(taco_ref.__file__)), 'models', 'dial')
+DEFAULT_MODEL = taco_sim.get('dial').models['default']
 """The shipped Dial model (weights.npz + model.json), used when the model parameter is empty."""
 HALT_WORDS = ('', 'stop')
 

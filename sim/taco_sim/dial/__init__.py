@@ -16,3 +16,14 @@ __all__ = ["ACTION_DIM", "CONTROL_DT", "DART_SIGMA", "DIGIT_SLOTS", "HOME", "JOI
            "TEST_SKETCH_LEN", "TORQUE_LIMITS", "TRAIN_SKETCH_LEN", "VOCAB", "DialEnv", "DialTask", "budget", "collect", "expert_torque",
            "expert_torque_from_obs", "key_positions", "observation_from_joints", "observe",
            "sample_layout", "sample_sketches", "task_env", "zero_shot_sketches"]
+
+from taco_sim.domain import Domain, package_file, register  # noqa: E402
+
+DOMAIN = register(Domain(
+    name="dial", vocab=VOCAB, state_dim=STATE_DIM, action_dim=ACTION_DIM, discrete=False,
+    train_sketch_len=TRAIN_SKETCH_LEN, test_sketch_len=TEST_SKETCH_LEN, collect=collect,
+    task_env=task_env, sample_sketches=sample_sketches, test_sketches=zero_shot_sketches,
+    config=package_file("configs", "dial.yaml"),
+    models={"default": package_file("dial", "models", "dial")}, renders=True))
+"""The Dial (joint-state variant) on the domain contract; its shipped model is the ROS 2
+bridge's default ("default": TACO, sim/taco_sim/configs/dial-small.yaml)."""

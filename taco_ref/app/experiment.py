@@ -7,16 +7,11 @@ zero-shot task accuracy, sub-task accuracy and alignment accuracy on held-out de
 cells; `plot` draws accuracy against dataset size when matplotlib exists. Cells run in parallel
 worker processes (one per core), each single-threaded.
 
-A domain is a module taco_sim.<name> with: VOCAB; TRAIN_SKETCH_LEN and TEST_SKETCH_LEN (the
-paper's L and L_test); collect(n, sketch_len, seed, progress=None, ...) -> Demos;
-sample_sketches(n, sketch_len, rng); zero_shot_sketches(n, rng) (the test sketches); and
-task_env() -> an environment with reset(sketch, seed), step(action), stop() (the active
-sub-policy emitted STOP), done, failed, progress, budget(L) (taco_ref.evaluate.execute).
+Domains come from taco_sim's registry (taco_sim.get(name), the contract in taco_sim/domain.py);
+the evaluation is taco_ref.evaluate.protocol, the same as `taco evaluate`'s.
 """
 import contextlib
 import hashlib
-import importlib
-import inspect
 import json
 import multiprocessing
 import os
@@ -25,26 +20,11 @@ from dataclasses import asdict
 
 import numpy as np
 
-from taco_ref import data as data_mod, evaluate, train
+import taco_sim
+from taco_ref import data as data_mod, evaluate, files, train
 
 ALGOS = ("taco", "gtbc", "ctcbc-mlp", "ctcbc-gru")
 LABELS = {"taco": "TACO", "gtbc": "GT-BC", "ctcbc-mlp": "CTC-BC (MLP)", "ctcbc-gru": "CTC-BC (GRU)"}
-
-
-DOMAINS = ("navworld", "dial")
-
-
-def domain(name):
-    """The domain module taco_sim.<name> (see the module docstring for what it provides)."""
-    if name not in DOMAINS:
-        raise ValueError(f"domain must be one of {DOMAINS}, got {name!r}")
-    return importlib.import_module(f"taco_sim.{name}")
-
-
-def collect(mod, n, sketch_len, seed, workers=1, progress=None):
-    """mod.collect, passing workers only to domains whose collector runs in parallel."""
-    extra = {"workers": workers} if "workers" in inspect.signature(mod.collect).parameters else {}
-    return mod.collect(n, sketch_len, seed=seed, progress=progress, **extra)
 
 
 def _data_seeds(cell):
@@ -63,13 +43,13 @@ def prepare_data(cells, out_dir, workers=1, progress=None):
     out = []
     for cell in cells:
         paths = _data_paths(cell, out_dir)
-        mod = domain(cell["domain"])
+        dom = taco_sim.get(cell["domain"])
         for path, n, seed in zip(paths, (cell["size"], cell["n_align"]), _data_seeds(cell)):
             if not os.path.exists(path):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 label = f"collect {os.path.basename(path)}"
-                demos = collect(mod, n, cell["train_sketch_len"], seed, workers,
-                                progress(label) if progress else None)
+                demos = dom.collect(n, cell["train_sketch_len"], seed, workers=workers,
+                                    progress=progress(label) if progress else None)
                 data_mod.save(demos, path)
         out.append(dict(cell, data=paths[0], test_data=paths[1]))
     return out
@@ -82,24 +62,17 @@ def run(cell):
     data / test_data (files from prepare_data; collected here otherwise) and test_lengths (task
     accuracy for each of these sketch lengths, on top of the domain's zero-shot test sketches).
     """
-    mod = domain(cell["domain"])
+    dom = taco_sim.get(cell["domain"])
     seed, size = cell["seed"], cell["size"]
     train_seed, test_seed = _data_seeds(cell)
     if cell.get("data"):
         demos, test_demos = data_mod.load(cell["data"]), data_mod.load(cell["test_data"])
     else:
-        demos = collect(mod, size, cell["train_sketch_len"], train_seed)
-        test_demos = collect(mod, cell["n_align"], cell["train_sketch_len"], test_seed)
+        demos = dom.collect(size, cell["train_sketch_len"], train_seed)
+        test_demos = dom.collect(cell["n_align"], cell["train_sketch_len"], test_seed)
     cfg = train.TrainConfig.from_dict(dict(cell["config"], algo=cell["algo"], seed=seed))
     model = train.train(demos, cfg, progress=False)
-    sketches = mod.zero_shot_sketches(cell["n_tasks"], np.random.default_rng(30_000 + seed))
-    acc = evaluate.task_accuracy(model, mod.task_env, sketches, seed=40_000 + seed)
-    by_length = {}
-    for L in cell.get("test_lengths") or ():
-        rng = np.random.default_rng([30_000 + seed, L])
-        by_length[str(L)] = evaluate.task_accuracy(
-            model, mod.task_env, mod.sample_sketches(cell["n_tasks"], L, rng),
-            seed=40_000 + seed)["task_accuracy"]
+    acc = evaluate.protocol(model, dom, cell["n_tasks"], seed, lengths=cell.get("test_lengths") or ())
     align_acc = evaluate.alignment_accuracy(model, test_demos)
     policy_stage = [h for h in model.info["history"] if h["stage"] == "policy"]
     out = dict(cell, config=None, **acc, **{f"align_{k}": v for k, v in align_acc.items()},
@@ -107,8 +80,6 @@ def run(cell):
                policy_epochs=len(policy_stage),
                best_held_out_loss=min(h["held_out_loss"] for h in policy_stage),
                train_loglik=model.info.get("train_loglik"))
-    if by_length:
-        out["task_accuracy_by_length"] = by_length
     return out
 
 
@@ -237,10 +208,8 @@ def save(results, out_dir):
     """results.json (the record a stopped grid resumes from) and results.md, each written
     atomically: a grid killed while saving keeps the previous complete files."""
     os.makedirs(out_dir, exist_ok=True)
-    text = json.dumps(results, indent=1).encode()
-    data_mod.atomic_write(os.path.join(out_dir, "results.json"), lambda f: f.write(text))
-    table_text = (report(results) + "\n").encode()
-    data_mod.atomic_write(os.path.join(out_dir, "results.md"), lambda f: f.write(table_text))
+    files.write_bytes(os.path.join(out_dir, "results.json"), json.dumps(results, indent=1).encode())
+    files.write_bytes(os.path.join(out_dir, "results.md"), (report(results) + "\n").encode())
 
 
 def plot(results, path):

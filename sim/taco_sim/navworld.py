@@ -46,6 +46,7 @@ import numpy as np
 
 from taco_ref.data import Demos
 from taco_sim import sketch_array
+from taco_sim.domain import Domain, package_file, register
 
 VOCAB = ("black", "green", "yellow", "red")
 """Sub-task names; sub-task k = "go to destination VOCAB[k]"."""
@@ -202,6 +203,8 @@ class NavWorld:
     vocab = VOCAB
     state_dim = STATE_DIM
     action_dim = ACTION_DIM
+    subtask_budget = None
+    """No forced STOP: a sub-policy acts until it stops or the task's budget runs out."""
 
     def __init__(self):
         self.agent = None
@@ -276,7 +279,7 @@ class NavWorld:
 
 
 def task_env():
-    """A fresh NavWorld: the task environment taco_ref.experiment evaluates policies in."""
+    """A fresh NavWorld: the task environment taco_ref.app.experiment evaluates policies in."""
     return NavWorld()
 
 
@@ -322,14 +325,18 @@ def _rollout(sketches, agent, dests, rng, dart_sigma):
     return states, actions, labels, traj_len, observe(agent, dests), progress == L
 
 
-def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=None):
+def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=None, workers=1):
     """n expert demonstrations with DART noise, as a validated taco_ref.data.Demos.
 
     sketches: (n, sketch_len) ids, or None to draw each uniformly (sample_sketches). An episode
     that does not finish within budget(sketch_len) steps is discarded and redrawn with a new
     layout and the same sketch; meta["discarded"] counts them. progress(done, total), if given,
-    is called after each chunk of CHUNK demonstrations. Deterministic for a seed.
+    is called after each chunk of CHUNK demonstrations. Deterministic for a seed. workers is
+    accepted for the domain contract and not used: the rollout is vectorised over a chunk and
+    runs in this process (1000 demonstrations take about a second).
     """
+    if workers < 1:
+        raise ValueError(f"workers: expected at least 1, got {workers}")
     if n < 1:
         raise ValueError(f"n: expected at least 1 demonstration, got {n}")
     if not dart_sigma >= 0:
@@ -374,3 +381,11 @@ def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=
     return Demos(states[:, :T_max], actions[:, :T_max], traj_len, sketches,
                  np.full(n, L, dtype=np.int64), labels[:, :T_max], final_state,
                  VOCAB, meta).validate()
+
+
+DOMAIN = register(Domain(
+    name="navworld", vocab=VOCAB, state_dim=STATE_DIM, action_dim=ACTION_DIM, discrete=False,
+    train_sketch_len=TRAIN_SKETCH_LEN, test_sketch_len=TEST_SKETCH_LEN, collect=collect,
+    task_env=task_env, sample_sketches=sample_sketches, test_sketches=zero_shot_sketches,
+    config=package_file("configs", "navworld.yaml")))
+"""Nav-World on the domain contract (taco_sim.domain)."""

@@ -1,7 +1,7 @@
 """The `taco` command line: collect demonstrations, train, evaluate, align, and the demo.
 
     taco collect navworld --n 1000 --sketch-len 3 --out data/nav.npz
-    taco train --algo taco --data data/nav.npz --config configs/navworld.yaml --out runs/nav-taco
+    taco train --algo taco --data data/nav.npz --out runs/nav-taco      # taco_sim/configs/navworld.yaml
     taco evaluate --model runs/nav-taco/model --domain navworld --n-tasks 100
     taco align --model runs/nav-taco/model --data data/nav-test.npz --plot alignment.png
     taco demo                                  # the whole journey on a small embedded default
@@ -11,17 +11,15 @@
     taco rollout --model runs/dial-taco/model --domain dial --sketch "0 5 1 6" --out dial.png
 """
 import argparse
-import inspect
 import json
 import os
 import sys
 import time
 
-import numpy as np
 
-from taco_ref import data, evaluate, experiment, model as model_mod, runner, train
-
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+import taco_sim
+from taco_ref import data, evaluate, model as model_mod, runner, train
+from taco_ref.app import config as config_mod, experiment
 
 
 def _progress(label):
@@ -34,23 +32,13 @@ def _progress(label):
     return report
 
 
-def _default_config(domain_name):
-    path = os.path.join(CONFIG_DIR, f"{domain_name}.yaml")
-    return path if os.path.exists(path) else None
-
-
 def cmd_collect(args):
-    mod = experiment.domain(args.domain)
-    sketch_len = args.sketch_len or mod.TRAIN_SKETCH_LEN
+    dom = taco_sim.get(args.domain)
+    sketch_len = dom.train_sketch_len if args.sketch_len is None else args.sketch_len
     kwargs = {"dart_sigma": args.dart_sigma} if args.dart_sigma is not None else {}
-    if args.workers != 1:
-        if "workers" not in inspect.signature(mod.collect).parameters:
-            raise ValueError(f"--workers: {args.domain} collects in one vectorised process; "
-                             "leave --workers at 1")
-        kwargs["workers"] = args.workers
     t0 = time.time()
-    demos = mod.collect(args.n, sketch_len, seed=args.seed, progress=_progress(f"collect {args.domain}"),
-                        **kwargs)
+    demos = dom.collect(args.n, sketch_len, args.seed, workers=args.workers,
+                        progress=_progress(f"collect {args.domain}"), **kwargs)
     seconds = time.time() - t0
     data.save(demos, args.out)
     print(f"wrote {demos.n} demonstrations to {args.out} (T <= {demos.states.shape[1]}, "
@@ -61,8 +49,9 @@ def cmd_collect(args):
 
 def cmd_train(args):
     demos = data.load(args.data)
-    config = args.config or _default_config(demos.meta.get("domain", ""))
-    cfg = train.load_config(config, args.set, algo=args.algo, seed=args.seed)
+    domain = demos.meta.get("domain")
+    cfg = config_mod.load(domain if domain in taco_sim.names() else None, args.config, args.set,
+                          algo=args.algo, seed=args.seed)
     model = train.train(demos, cfg, out_dir=args.out, resume=args.resume, stop_after=args.stop_after)
     if model is None:
         print(f"stopped after {args.stop_after} epochs; continue with --resume --out {args.out}")
@@ -75,27 +64,9 @@ def cmd_train(args):
 
 def cmd_evaluate(args):
     model = model_mod.load(args.model)
-    mod = experiment.domain(args.domain)
-    if tuple(model.vocab) != tuple(mod.VOCAB):
-        raise ValueError(f"--model: its vocabulary {list(model.vocab)} is not the {args.domain} "
-                         f"domain's {list(mod.VOCAB)}")
-    result = {}
-    if args.n_tasks:
-        rng = np.random.default_rng(args.seed)
-        if args.sketch_len is None:
-            sketches = mod.zero_shot_sketches(args.n_tasks, rng)
-        else:
-            sketches = mod.sample_sketches(args.n_tasks, args.sketch_len, rng)
-        result.update(evaluate.task_accuracy(model, mod.task_env, sketches, seed=args.seed,
-                                             progress=_progress("evaluate")))
-        by_length = {}
-        for L in args.lengths or ():
-            sketches = mod.sample_sketches(args.n_tasks, L, np.random.default_rng([args.seed, L]))
-            by_length[str(L)] = evaluate.task_accuracy(
-                model, mod.task_env, sketches, seed=args.seed,
-                progress=_progress(f"evaluate L_test = {L}"))["task_accuracy"]
-        if by_length:
-            result["task_accuracy_by_length"] = by_length
+    dom = taco_sim.get(args.domain)
+    result = evaluate.protocol(model, dom, args.n_tasks, args.seed, sketch_len=args.sketch_len,
+                               lengths=args.lengths, progress=_progress)
     if args.data:
         demos = data.load(args.data)
         result.update({f"align_{k}": v for k, v in evaluate.alignment_accuracy(model, demos).items()})
@@ -111,7 +82,7 @@ def cmd_align(args):
         print(f"alignment accuracy ({name}): {100 * value:.2f} %")
     if args.plot:
         try:
-            from taco_ref import plots
+            from taco_ref.app import plots
             plots.alignment(model, demos, args.index, args.plot)
             print(f"wrote {args.plot}")
         except ImportError:
@@ -120,19 +91,19 @@ def cmd_align(args):
     return 0
 
 
-def _overrides(texts):
-    return dict(train.parse_override(t) for t in texts)
 
 
 def cmd_demo(args):
-    config = dict(_yaml(_default_config("navworld")), **_overrides(args.set))
+    dom = taco_sim.get(args.domain)
+    config = config_mod.settings(args.domain, None, args.set)
     longest_first = [a for a in ("ctcbc-gru", "taco", "ctcbc-mlp", "gtbc") if a in args.algos]
-    cells = [dict(domain="navworld", algo=a, size=args.n, seed=args.seed, train_sketch_len=3,
-                  n_tasks=args.n_tasks, n_align=100, config=config)
+    cells = [dict(domain=args.domain, algo=a, size=args.n, seed=args.seed,
+                  train_sketch_len=dom.train_sketch_len, n_tasks=args.n_tasks, n_align=100,
+                  config=config)
              for a in longest_first]
-    print(f"Nav-World: {args.n} demonstrations with sketches of length 3; zero-shot evaluation on "
-          f"{args.n_tasks} unseen sketches of length 4; alignment on 100 held-out demonstrations.",
-          file=sys.stderr)
+    print(f"{args.domain}: {args.n} demonstrations with sketches of length {dom.train_sketch_len}; "
+          f"evaluation on {args.n_tasks} test sketches of length {dom.test_sketch_len}; alignment on "
+          f"100 held-out demonstrations.", file=sys.stderr)
     results = experiment.run_all(cells, workers=args.workers, progress=_progress("train + evaluate"))
     print(experiment.table(results))
     by_algo = {r["algo"]: r for r in results}
@@ -143,9 +114,9 @@ def cmd_demo(args):
 
 
 def cmd_experiment(args):
-    mod = experiment.domain(args.domain)
-    base = dict(_yaml(args.config or _default_config(args.domain)), **_overrides(args.set))
-    cells = [dict(domain=args.domain, algo=a, size=n, seed=s, train_sketch_len=mod.TRAIN_SKETCH_LEN,
+    dom = taco_sim.get(args.domain)
+    base = config_mod.settings(args.domain, args.config, args.set)
+    cells = [dict(domain=args.domain, algo=a, size=n, seed=s, train_sketch_len=dom.train_sketch_len,
                   n_tasks=args.n_tasks, n_align=args.n_align, config=base,
                   test_lengths=args.test_lengths)
              for n in args.sizes for s in args.seeds for a in args.algos]
@@ -164,25 +135,17 @@ def cmd_experiment(args):
 
 def cmd_rollout(args):
     model = model_mod.load(args.model)
-    mod = experiment.domain(args.domain)
+    dom = taco_sim.get(args.domain)
+    evaluate.check_vocab(model, dom.vocab, f"domain {args.domain}")
     sketch = runner.parse_sketch(args.sketch, model.vocab)
-    env = mod.task_env()
-    if not hasattr(env, "render"):
+    if not dom.renders:
         raise ValueError(f"--domain: {args.domain} has no renderer")
-    from taco_ref import plots
+    env = dom.task_env()
+    from taco_ref.app import plots
     out = plots.rollout(model, env, sketch, args.seed, args.out, every=args.every, gif=args.gif)
     print(f"{'dialled' if out['success'] else 'did not finish'} {args.sketch!r} in {out['steps']} "
           f"steps (STOP at {out['stop_times']}); wrote {args.out}" + (f" and {args.gif}" if args.gif else ""))
     return 0 if out["success"] else 1
-
-
-def _yaml(path):
-    if not path:
-        return {}
-    import yaml
-    with open(path, encoding="utf-8") as f:
-        values = yaml.safe_load(f) or {}
-    return values.get("train", values)
 
 
 def build_parser():
@@ -191,7 +154,7 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("collect", help="collect expert demonstrations with DART noise")
-    p.add_argument("domain", choices=experiment.DOMAINS)
+    p.add_argument("domain", choices=taco_sim.names())
     p.add_argument("--n", type=int, required=True, help="number of demonstrations")
     p.add_argument("--sketch-len", type=int, default=None, help="L (domain default: the paper's)")
     p.add_argument("--workers", type=int, default=1, help="parallel processes (dial)")
@@ -203,7 +166,7 @@ def build_parser():
     p = sub.add_parser("train", help="train sub-policies")
     p.add_argument("--algo", choices=train.ALGOS, default=None)
     p.add_argument("--data", required=True)
-    p.add_argument("--config", default=None, help="YAML config (default: configs/<domain>.yaml)")
+    p.add_argument("--config", default=None, help="YAML file, or the name of a shipped config (default: the data's domain's)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value (repeatable), e.g. --set lr=1e-3")
     p.add_argument("--seed", type=int, default=None)
@@ -215,7 +178,7 @@ def build_parser():
 
     p = sub.add_parser("evaluate", help="execute sketches; task, sub-task and alignment accuracy")
     p.add_argument("--model", required=True)
-    p.add_argument("--domain", default="navworld", choices=experiment.DOMAINS)
+    p.add_argument("--domain", default="navworld", choices=taco_sim.names())
     p.add_argument("--n-tasks", type=int, default=100)
     p.add_argument("--sketch-len", type=int, default=None,
                    help="random sketches of this length (default: the domain's zero-shot test sketches)")
@@ -233,6 +196,7 @@ def build_parser():
     p.set_defaults(func=cmd_align)
 
     p = sub.add_parser("demo", help="collect, train TACO and the baselines, print the results table")
+    p.add_argument("--domain", default="navworld", choices=taco_sim.names())
     # 400 demonstrations: at 200 TACO's task accuracy still varied from 14 to 42 % over seeds
     # 0-4 (GT-BC 28-34 %); a demo cell is the same computation as a `taco experiment navworld
     # --n-tasks 200` cell of that size and seed (README, Results)
@@ -248,7 +212,7 @@ def build_parser():
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("experiment", help="the paper's comparison across dataset sizes and seeds")
-    p.add_argument("domain", choices=experiment.DOMAINS)
+    p.add_argument("domain", choices=taco_sim.names())
     p.add_argument("--sizes", type=int, nargs="+", default=[50, 200, 400, 1000])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--algos", nargs="+", default=list(experiment.ALGOS), choices=experiment.ALGOS)
@@ -265,7 +229,7 @@ def build_parser():
 
     p = sub.add_parser("rollout", help="execute one sketch and draw it (contact sheet PNG, GIF)")
     p.add_argument("--model", required=True)
-    p.add_argument("--domain", default="dial", choices=experiment.DOMAINS)
+    p.add_argument("--domain", default="dial", choices=taco_sim.names())
     p.add_argument("--sketch", required=True, help='sub-task names, e.g. "0 5 1 6"')
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--every", type=int, default=10, help="one picture every N control steps")

@@ -98,7 +98,7 @@ TEST_SKETCH_LEN = 5
 
 
 def task_env():
-    """A DialTask on the standard layout: the task environment taco_ref.experiment evaluates in."""
+    """A DialTask on the standard layout: the task environment taco_ref.app.experiment evaluates in."""
     return DialTask(layout="standard")
 
 
@@ -171,8 +171,8 @@ def sample_sketches(n, sketch_len, rng, exclude=()):
 
 
 def zero_shot_sketches(n, rng):
-    """n test PINs (n, 5): L_test = 5, longer than the L = 4 training PINs."""
-    return sample_sketches(n, 5, rng)
+    """n test PINs (n, TEST_SKETCH_LEN): longer than the TRAIN_SKETCH_LEN training PINs."""
+    return sample_sketches(n, TEST_SKETCH_LEN, rng)
 
 
 class DialTask:
@@ -190,6 +190,8 @@ class DialTask:
     vocab = VOCAB
     state_dim = STATE_DIM
     action_dim = ACTION_DIM
+    subtask_budget = None
+    """No forced STOP: the budget of the whole PIN bounds a run."""
 
     def __init__(self, layout="standard"):
         self.layout = check_layout(layout)

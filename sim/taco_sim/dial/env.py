@@ -44,6 +44,7 @@ def _offscreen_gl_default():
 _offscreen_gl_default()
 
 import mujoco  # noqa: E402  (after choosing the GL backend)
+from scipy.optimize import least_squares  # noqa: E402
 import numpy as np  # noqa: E402
 
 VOCAB = tuple(str(d) for d in range(10))
@@ -162,40 +163,65 @@ class _Kinematics:
     def solve_ik(self, q_seed, target, iters=300, tol=1e-5):
         """Arm angles (6,) putting the fingertip at target (3,) with the hand pointing straight down.
 
-        Damped least squares with step acceptance: error e = (target - tip, a x down) where a is
-        the hand's approach axis (-z of the fingertip site); a step dq = J^T (J J^T + lam^2 I)^-1 e
-        is kept only if it lowers |e| (then lam shrinks), else lam grows. Yaw about the vertical
-        is left free (the minimum-norm step keeps it near the seed). Returns (q (6,), |e|).
+        Bounded nonlinear least squares (scipy.optimize.least_squares, trust region reflective)
+        on the error e(q) = (target - tip, a x down), a the hand's approach axis (-z of the
+        fingertip site), from q_seed, with the arm's joint limits as bounds and the analytic
+        Jacobian: d(target - tip)/dq = -J_p, d(a x down)/dq_i = (J_r,i x a) x down. Yaw about
+        the vertical is left free; small first steps from the seed keep it (and the elbow-up
+        branch) near the seed. iters bounds the function evaluations. Returns (q (6,), |e|).
         """
         m, d, nm = self.model, self.data, self.names
-        q = np.concatenate([q_seed, FINGERS_CLOSED])
         jacp, jacr = np.zeros((3, m.nv)), np.zeros((3, m.nv))
         down = np.array([0.0, 0.0, -1.0])
 
-        def error(q):
-            self.set_q(q)
-            approach = -d.site_xmat[nm.tip].reshape(3, 3)[:, 2]
-            return np.concatenate([target - d.site_xpos[nm.tip], np.cross(approach, down)])
+        def full(q6):
+            return np.concatenate([q6, FINGERS_CLOSED])
 
-        e = error(q)
-        lam = 1e-2
-        for _ in range(iters):
-            if np.linalg.norm(e) < tol:
-                break
-            self.set_q(q)
+        def approach():
+            return -d.site_xmat[nm.tip].reshape(3, 3)[:, 2]
+
+        def error(q6):
+            self.set_q(full(q6))
+            return np.concatenate([target - d.site_xpos[nm.tip], np.cross(approach(), down)])
+
+        def jacobian(q6):
+            self.set_q(full(q6))
             mujoco.mj_comPos(m, d)
             mujoco.mj_jacSite(m, d, jacp, jacr, nm.tip)
-            J = np.vstack([jacp[:, nm.arm_dof], jacr[:, nm.arm_dof]])             # (6, 6)
-            dq = J.T @ np.linalg.solve(J @ J.T + lam ** 2 * np.eye(6), e)          # (6,)
-            q_new = q.copy()
-            q_new[:6] += dq
-            e_new = error(q_new)
-            if np.linalg.norm(e_new) < np.linalg.norm(e):
-                q, e, lam = q_new, e_new, max(lam / 2, 1e-6)
-            else:
-                lam *= 4
-        return q[:6], float(np.linalg.norm(e))
+            Jp, Jr = jacp[:, nm.arm_dof], jacr[:, nm.arm_dof]                      # (3, 6) each
+            da = np.cross(Jr.T, approach())                                         # (6, 3)
+            return np.vstack([-Jp, np.cross(da, down).T])                           # (6, 6)
 
+        lower, upper = self.arm_bounds
+        q0 = np.clip(q_seed, lower, upper)
+        # solved for the offset z = q - q0 from 0: the first trust region then has radius
+        # x_scale (0.05 rad) around the seed, so the solver stays in the seed's branch (joints
+        # 4-6 span 3 turns; a 2 pi jump would be the same pose with other joint angles)
+        # 1) with a weak pull REG * z towards the seed, which fixes the free yaw near the seed's
+        # (as a minimum-norm step would); 2) without it, from there, to an exact solution
+        z = np.zeros(6)
+        for reg in (IK_SEED_PULL, 0.0):
+            out = least_squares(lambda z: np.concatenate([error(q0 + z), reg * z]), z,
+                                jac=lambda z: np.vstack([jacobian(q0 + z), reg * np.eye(6)]),
+                                bounds=(lower - q0, upper - q0), method="trf", x_scale=0.05,
+                                xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=iters)
+            z = out.x
+        q = q0 + z
+        return q, float(np.linalg.norm(error(q)))
+
+    @property
+    def arm_bounds(self):
+        """(lower (6,), upper (6,)) joint limits of the arm; +-inf for unlimited joints."""
+        m, nm = self.model, self.names
+        joints = m.dof_jntid[nm.arm_dof]
+        limited = m.jnt_limited[joints].astype(bool)
+        lower = np.where(limited, m.jnt_range[joints, 0], -np.inf)
+        upper = np.where(limited, m.jnt_range[joints, 1], np.inf)
+        return lower, upper
+
+
+IK_SEED_PULL = 1e-3
+"""Weight of the residual (q - q_seed) in the first IK solve (module _Kinematics.solve_ik)."""
 
 _KIN = None
 

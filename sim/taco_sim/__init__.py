@@ -1,5 +1,11 @@
-"""taco_sim: the domains (Nav-World, the MuJoCo JACO Dial pad, Craft)."""
+"""taco_sim: the domains (Nav-World, the MuJoCo JACO Dial pad), each registered on the domain
+contract of taco_sim.domain: ``taco_sim.get("navworld")`` is the Domain, ``taco_sim.names()``
+lists them."""
 import numpy as np
+
+from taco_sim.domain import Domain, get, names, package_file, register
+
+__all__ = ["Domain", "get", "names", "package_file", "register", "sketch_array"]
 
 
 def sketch_array(sketches, K, sketch_len=None, what="sub-task ids"):

@@ -1,0 +1,126 @@
+"""The domain contract: what taco_ref's applications need from a domain, and the registry.
+
+A domain is a module (or sub-package) of ``taco_sim`` that builds one :class:`Domain` and passes
+it to :func:`register` when it is imported, as ``taco_sim.navworld`` and ``taco_sim.dial`` do.
+Nothing else names it: :func:`get` imports ``taco_sim.<name>`` on first use and :func:`names`
+imports every module of the package, so adding a domain touches no file outside its own (and no
+file of taco_ref). ``tests/test_domains.py`` runs the contract's checks over every registered
+domain.
+
+A domain depends on taco_ref's core only for the demonstration container
+(``taco_ref.data.Demos``); taco_ref's core never imports a domain, its applications (the CLI,
+the experiment grid, the ROS bridge) look domains up here.
+
+The task environment (``Domain.task_env()``) is one episode at a time:
+
+Member               | Meaning
+reset(sketch, seed)  | start an episode for sketch (L,) sub-task ids; returns the first observation (D,)
+step(action)         | apply one action ((A,) floats, or an int when discrete); returns the observation (D,)
+stop()               | the active sub-policy emitted STOP in the current state; the env judges it
+obs                  | the current observation (D,)
+progress             | sub-tasks of the sketch the env has counted so far, in order
+done                 | every sub-task counted: the task succeeded
+failed               | the task can no longer succeed (a STOP or a press in the wrong place)
+budget(L)            | step budget for a sketch of length L
+subtask_budget       | steps after which a sub-policy is stopped by force (None: never)
+render(camera)       | (H, W, 3) uint8 picture; only when ``Domain.renders``
+"""
+import importlib
+import os
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional
+
+_REGISTRY = {}
+
+
+@dataclass(frozen=True)
+class Domain:
+    """Everything the applications need to collect, train, evaluate and show a domain.
+
+    Field              | Meaning
+    name               | registry key and ``meta.domain`` of its data files
+    vocab              | (K,) sub-task names; ids index this tuple
+    state_dim          | D
+    action_dim         | A: action size (continuous) or number of actions (discrete)
+    discrete           | whether actions are ids
+    train_sketch_len   | L of the training sketches (None: the domain's own mix of lengths)
+    test_sketch_len    | L of the evaluation sketches (None: a mix)
+    collect            | collect(n, sketch_len, seed, *, sketches=None, workers=1, progress=None)
+                       | -> taco_ref.data.Demos; deterministic by seed, equal for any workers;
+                       | progress(done, total) after each chunk
+    task_env           | () -> a fresh task environment (module docstring)
+    sample_sketches    | sample_sketches(n, sketch_len, rng, exclude=()) -> (n, L) int64
+    test_sketches      | test_sketches(n, rng) -> (n, L_test) int64: the evaluation protocol's
+                       | sketches (zero-shot for Nav-World and Dial)
+    config             | YAML file of the domain's training settings (package data)
+    models             | {name: model directory} shipped with the domain
+    renders            | whether task environments have render(camera)
+    """
+
+    name: str
+    vocab: tuple
+    state_dim: int
+    action_dim: int
+    discrete: bool
+    train_sketch_len: Optional[int]
+    test_sketch_len: Optional[int]
+    collect: Callable
+    task_env: Callable
+    sample_sketches: Callable
+    test_sketches: Callable
+    config: str
+    models: Mapping[str, str] = field(default_factory=dict)
+    renders: bool = False
+
+    def __post_init__(self):
+        if not self.name or not self.name.replace("-", "_").isidentifier():
+            raise ValueError(f"Domain.name must be a word like 'navworld', got {self.name!r}")
+        if len(set(self.vocab)) != len(self.vocab) or not self.vocab:
+            raise ValueError(f"Domain.vocab of {self.name}: expected distinct names, got {self.vocab}")
+        if not os.path.isfile(self.config):
+            raise ValueError(f"Domain.config of {self.name}: no file {self.config}")
+
+    @property
+    def K(self):
+        return len(self.vocab)
+
+
+def register(domain):
+    """Add domain to the registry (a domain module calls this at import); returns it."""
+    if not isinstance(domain, Domain):
+        raise TypeError(f"register expects a taco_sim.domain.Domain, got {type(domain).__name__}")
+    known = _REGISTRY.get(domain.name)
+    if known is not None and known is not domain and known.collect is not domain.collect:
+        raise ValueError(f"domain {domain.name!r} is registered twice")
+    _REGISTRY[domain.name] = domain
+    return domain
+
+
+def names():
+    """Names of every domain in the package (importing each module once), sorted."""
+    import taco_sim
+    for info in pkgutil.iter_modules(taco_sim.__path__):
+        if not info.name.startswith("_") and info.name != "domain":
+            importlib.import_module(f"taco_sim.{info.name}")
+    return sorted(_REGISTRY)
+
+
+def get(name):
+    """The registered Domain called name; ValueError listing the known ones otherwise."""
+    if name not in _REGISTRY:
+        module = str(name).split("-")[0]
+        if module.isidentifier():
+            try:
+                importlib.import_module(f"taco_sim.{module}")
+            except ModuleNotFoundError as e:
+                if e.name != f"taco_sim.{module}":
+                    raise
+    if name not in _REGISTRY:
+        raise ValueError(f"domain must be one of {names()}, got {name!r}")
+    return _REGISTRY[name]
+
+
+def package_file(*parts):
+    """Absolute path of a file shipped inside taco_sim (configs, models, MJCF)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), *parts)

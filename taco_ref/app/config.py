@@ -1,0 +1,80 @@
+"""The one reader of training settings.
+
+A run's TrainConfig is built from, in increasing precedence:
+
+1. taco_ref.train.TrainConfig's defaults (the generic, documented default of every field);
+2. a YAML file: ``--config PATH`` or ``--config NAME`` (a file shipped in taco_sim/configs, e.g.
+   ``dial-small``), else the domain's own (``taco_sim.get(domain).config``), shipped as package
+   data so that it is found after any kind of install;
+3. keyword values from the command line (``--algo``, ``--seed``) that were given;
+4. ``--set key=value`` overrides (values parsed as YAML: numbers, lists, booleans).
+
+A YAML file holds the keys either at the top level or under ``train:``.
+"""
+import os
+
+import yaml
+
+from taco_ref.train import TrainConfig
+
+
+def config_path(name_or_path):
+    """A YAML path as given, or taco_sim/configs/NAME.yaml for a shipped config's name."""
+    if os.path.exists(name_or_path):
+        return name_or_path
+    import taco_sim
+    shipped = taco_sim.package_file("configs", f"{name_or_path}.yaml")
+    if os.path.isfile(shipped):
+        return shipped
+    raise FileNotFoundError(f"--config: no file {name_or_path!r} and no shipped config of that name "
+                            f"(shipped: {', '.join(shipped_configs())})")
+
+
+def shipped_configs():
+    import taco_sim
+    folder = taco_sim.package_file("configs")
+    return sorted(f[:-5] for f in os.listdir(folder) if f.endswith(".yaml"))
+
+
+def read_yaml(path):
+    """The training keys of a YAML file (a mapping, top level or under ``train:``)."""
+    with open(path, encoding="utf-8") as f:
+        loaded = yaml.safe_load(f)
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{path}: expected a mapping of config keys, got {type(loaded).__name__}")
+    values = loaded.get("train", loaded)
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: 'train' must be a mapping of config keys")
+    return dict(values)
+
+
+def parse_override(text):
+    """'key=value' from the command line; value parsed as YAML (numbers, lists, booleans)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"--set expects key=value, got {text!r}")
+    return key.strip(), yaml.safe_load(value)
+
+
+def settings(domain=None, path=None, overrides=(), **given):
+    """The merged settings (a dict of TrainConfig fields) in the precedence of the module docstring.
+
+    domain: a domain name (its shipped YAML is used when path is None) or None; given: keyword
+    values, used unless None.
+    """
+    values = {}
+    if path:
+        values.update(read_yaml(config_path(path)))
+    elif domain:
+        import taco_sim
+        values.update(read_yaml(taco_sim.get(domain).config))
+    values.update({k: v for k, v in given.items() if v is not None})
+    values.update(parse_override(t) for t in overrides)
+    return values
+
+
+def load(domain=None, path=None, overrides=(), **given):
+    """TrainConfig of settings(domain, path, overrides, **given), validated."""
+    return TrainConfig.from_dict(settings(domain, path, overrides, **given))

@@ -1,0 +1,88 @@
+"""taco_ref.app.config: the one reader of training settings (defaults < domain YAML or --config <
+--algo/--seed < --set), and the domains' configs shipped as package data."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import taco_sim
+from taco_ref.app import config
+from taco_ref.train import TrainConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("act_hidden=[16, 8]", ("act_hidden", [16, 8])),
+    ("terminal_stop=true", ("terminal_stop", True)),
+    ("normalise_states=false", ("normalise_states", False)),
+    ("lr=0.001", ("lr", 0.001)),
+    ("epochs=7", ("epochs", 7)),
+    (" algo = gtbc", ("algo", "gtbc")),
+])
+def test_parse_override(text, expected):
+    assert config.parse_override(text) == expected
+
+
+@pytest.mark.parametrize("text", ["epochs", "=3", ""])
+def test_parse_override_needs_key_equals_value(text):
+    with pytest.raises(ValueError, match="--set expects key=value"):
+        config.parse_override(text)
+
+
+def test_parse_override_reads_exponent_notation_as_a_number():
+    # PyYAML reads "1e-3" (no dot) as a string; TrainConfig coerces numeric fields
+    assert config.load(None, None, ["lr=1e-3"]).lr == 0.001
+
+
+def test_load_config_sources_and_precedence(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  algo: gtbc\n  epochs: 5\n  act_hidden: [7]\n  seed: 1\n")
+    cfg = config.load(None, path, ["epochs=9", "stop_hidden=[4, 4]"], algo=None, seed=3)
+    assert (cfg.algo, cfg.epochs, cfg.act_hidden, cfg.stop_hidden, cfg.seed) == ("gtbc", 9, [7], [4, 4], 3)
+    cfg = config.load(None, path, ["algo=taco"], algo="ctcbc-mlp")     # --set wins over --algo
+    assert cfg.algo == "taco"
+    flat = tmp_path / "flat.yaml"
+    flat.write_text("lr: 0.01\nterminal_stop: yes\n")                  # keys at the top level
+    cfg = config.load(None, flat)
+    assert cfg.lr == 0.01 and cfg.terminal_stop is True
+    assert config.load() == TrainConfig()
+
+
+def test_load_config_errors(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n")
+    with pytest.raises(ValueError, match="expected a mapping"):
+        config.load(None, bad)
+    with pytest.raises(ValueError, match=r"unknown config keys \['colour'\]"):
+        config.load(None, None, ["colour=red"])
+    with pytest.raises(ValueError, match="^stop_dropout must"):
+        config.load(None, None, ["stop_dropout=1.5"])
+
+
+def test_each_domain_config_loads_and_the_name_of_a_shipped_config_works():
+    cfg = config.load("navworld")
+    assert cfg.act_hidden == [100] and cfg.lr == 5e-3 and cfg.batch_size == 10 and cfg.epochs == 300
+    for name in taco_sim.names():
+        config.load(name)
+    assert config.load(None, "dial-small").act_hidden == [200, 100]
+    with pytest.raises(FileNotFoundError, match="no shipped config of that name"):
+        config.load(None, "no-such-config")
+
+
+@pytest.mark.slow
+def test_configs_are_found_after_a_non_editable_install(tmp_path):
+    """Issue 10: after `pip install .` (not -e) the CLI used TrainConfig's defaults because
+    configs/ was not package data. Install into a target folder and load from there."""
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), ROOT], check=True, capture_output=True)
+    code = ("import taco_sim, taco_ref.app.config as c; cfg = c.load('navworld'); "
+            "print(taco_sim.__file__); print(cfg.epochs, cfg.sigma, cfg.stop_dropout); "
+            "print(taco_sim.get('dial').models['default'])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(target)), check=True).stdout.split("\n")
+    assert out[0].startswith(str(target))
+    assert out[1] == "300 0.5 0.3"
+    assert os.path.isfile(os.path.join(out[2], "model.json")) and out[2].startswith(str(target))

@@ -1,0 +1,88 @@
+"""The package boundaries of README's Layout section, checked on the source (no imports run).
+
+core (taco_ref/*.py)      imports the standard library, numpy and core modules only;
+app  (taco_ref/app/)      anything below plus yaml, and matplotlib/PIL (optional, `plot` extra);
+domains (sim/taco_sim/)   the standard library, numpy, scipy, mujoco, yaml, taco_sim and, of
+                          taco_ref, only the Demos container (taco_ref.data);
+and setup.py's install_requires are exactly the third-party packages the code imports.
+"""
+import ast
+import os
+import re
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STDLIB = set(sys.stdlib_module_names)
+
+
+def modules(folder, recursive=True):
+    base = os.path.join(ROOT, folder)
+    for dirpath, dirnames, filenames in os.walk(base):
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                yield os.path.relpath(os.path.join(dirpath, name), ROOT)
+        if not recursive:
+            break
+
+
+def imports(path):
+    """Every module name imported anywhere in the file (also inside functions)."""
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+    return out
+
+
+def third_party(names):
+    return {n.split(".")[0] for n in names} - STDLIB - {"taco_ref", "taco_sim", "taco_bridge"}
+
+
+CORE = list(modules("taco_ref", recursive=False))
+APP = list(modules(os.path.join("taco_ref", "app")))
+DOMAINS = list(modules(os.path.join("sim", "taco_sim")))
+
+
+def test_the_layout_has_the_three_layers():
+    assert "taco_ref/align.py" in CORE and "taco_ref/app/cli.py" in APP
+    assert "sim/taco_sim/domain.py" in DOMAINS and len(DOMAINS) >= 4
+
+
+@pytest.mark.parametrize("path", CORE)
+def test_the_core_imports_numpy_and_itself_only(path):
+    names = imports(path)
+    assert third_party(names) <= {"numpy"}, path
+    assert not any(n.startswith(("taco_ref.app", "taco_sim")) for n in names), path
+
+
+@pytest.mark.parametrize("path", APP)
+def test_the_applications_import_nothing_unexpected(path):
+    assert third_party(imports(path)) <= {"numpy", "yaml", "matplotlib", "PIL"}, path
+
+
+@pytest.mark.parametrize("path", DOMAINS)
+def test_domains_use_only_the_data_container_of_taco_ref(path):
+    names = imports(path)
+    assert third_party(names) <= {"numpy", "scipy", "mujoco", "yaml"}, path
+    of_taco_ref = {n for n in names if n.split(".")[0] == "taco_ref"}
+    assert of_taco_ref <= {"taco_ref.data", "taco_ref.data.Demos"}, path
+
+
+def test_install_requires_is_what_the_code_imports():
+    with open(os.path.join(ROOT, "setup.py"), encoding="utf-8") as f:
+        setup_text = f.read()
+    block = re.search(r"install_requires=\[(.*?)\]", setup_text, re.S).group(1)
+    required = {re.split(r"[<>=\[ ]", r)[0].lower() for r in re.findall(r'"([^"]+)"', block)}
+    used = set()
+    for path in CORE + APP + DOMAINS:
+        used |= third_party(imports(path))
+    used -= {"matplotlib", "PIL"}                                   # the optional `plot` extra
+    pypi = {"yaml": "pyyaml"}
+    assert required == {pypi.get(n, n).lower() for n in used}
