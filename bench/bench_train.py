@@ -156,7 +156,7 @@ def net_gflop(batch):
 def make_taco_ref_step(params, cfg, batch):
     """One training step as taco_ref/train.py takes it; returns (run, adam). run() -> loss/steps."""
     names = policy.trainable(params)
-    adam = optim.Adam(names, [params[n].shape for n in names], LR)
+    adam = optim.adam_for(params, names, LR)
 
     def run():
         steps = int(batch.traj_len.sum())
@@ -172,8 +172,7 @@ def taco_ref_phased_step(params, cfg, batch, adam):
     step, with a perf_counter stamp between phases. Returns (loss / steps, {phase: seconds})."""
     t0 = time.perf_counter()
     steps = int(batch.traj_len.sum())
-    scores, cache = policy.evaluate(params, cfg, batch.states, batch.actions, batch.sketch,
-                                    objectives.valid_mask(batch))
+    scores, cache = policy.evaluate(params, cfg, batch, objectives.valid_mask(batch))
     t1 = time.perf_counter()
     res = align.taco_forward_backward(scores["log_act"], scores["log_stop"], scores["log_go"],
                                       batch.traj_len, batch.sketch_len)
@@ -368,7 +367,7 @@ def taco_ref_reference(params, cfg, batch):
     loss, grads = objectives.taco(after, cfg, batch)
     grads = {n: g / steps for n, g in grads.items()}
     names = policy.trainable(after)
-    optim.Adam(names, [after[n].shape for n in names], LR).step(after, grads)
+    optim.adam_for(after, names, LR).step(after, grads)
     return dict(loss=loss / steps, grads=grads, after=after)
 
 
@@ -425,7 +424,7 @@ def bench_case(case, cfg_run, rng):
     phased_params = {n: v.copy() for n, v in params.items()}
     names = policy.trainable(params)
     phased_loss, _ = taco_ref_phased_step(phased_params, cfg, batch,
-                                          optim.Adam(names, [params[n].shape for n in names], LR))
+                                          optim.adam_for(params, names, LR))
     np.testing.assert_allclose(phased_loss, ref["loss"], rtol=1e-12,
                                err_msg="phased taco_ref step vs objectives.taco")
     rows, checks = [], []

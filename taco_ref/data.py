@@ -222,9 +222,20 @@ def split(demos, holdout_fraction, rng):
     return demos.subset(np.sort(perm[k:])), demos.subset(np.sort(perm[:k]))
 
 
-def minibatches(demos, batch_size, rng):
-    """Yield Demos of at most batch_size demonstrations, in a fresh random order, each padded
-    only to its own longest trajectory and sketch."""
-    perm = rng.permutation(demos.n)
-    for start in range(0, demos.n, batch_size):
-        yield demos.subset(np.sort(perm[start:start + batch_size]))
+def batch_indices(n, batch_size, rng=None):
+    """Yield index arrays of at most batch_size of range(n): in order when rng is None (whole-set
+    losses, decoding), else in a fresh random order rng.permutation(n) with each batch's indices
+    sorted (training). Every index appears exactly once."""
+    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
+    order = np.arange(n) if rng is None else rng.permutation(n)
+    for start in range(0, n, batch_size):
+        idx = order[start:start + batch_size]
+        yield idx if rng is None else np.sort(idx)
+
+
+def batches(demos, batch_size, rng=None):
+    """Yield Demos of at most batch_size demonstrations (batch_indices), each padded only to its
+    own longest trajectory and sketch: the one batch iterator of training and evaluation."""
+    for idx in batch_indices(demos.n, batch_size, rng):
+        yield demos.subset(idx)

@@ -16,7 +16,7 @@ truth, for each decoder (the paper's is the argmax of the forward variables).
 """
 import numpy as np
 
-from taco_ref import align, objectives, policy, runner
+from taco_ref import align, data, objectives, policy, runner
 from taco_ref.objectives import valid_mask
 
 DECODERS = tuple(align.DECODERS)
@@ -116,8 +116,7 @@ def protocol(model, domain, n_tasks, seed=0, sketch_len=None, lengths=(), progre
 
 def scores(model, demos):
     """The model's lattice inputs on demos: log_act, log_stop, log_go (B, T, L)."""
-    out, _ = policy.evaluate(model.params, model.policy, demos.states, demos.actions, demos.sketch,
-                             valid_mask(demos))
+    out, _ = policy.evaluate(model.params, model.policy, demos, valid_mask(demos))
     return out["log_act"], out["log_stop"], out["log_go"]
 
 
@@ -143,8 +142,7 @@ def alignment_accuracy(model, demos, decoders=DECODERS, batch_size=128):
     spec/evaluation.md eq. (2)."""
     hits = dict.fromkeys(decoders, 0)
     total = 0
-    for start in range(0, demos.n, batch_size):
-        batch = demos.subset(np.arange(start, min(start + batch_size, demos.n)))
+    for batch in data.batches(demos, batch_size):
         valid = np.arange(batch.labels.shape[1])[None, :] < batch.traj_len[:, None]
         for d, path in alignments(model, batch, decoders).items():
             hits[d] += int(((path == batch.labels) & valid).sum())
@@ -155,8 +153,7 @@ def alignment_accuracy(model, demos, decoders=DECODERS, batch_size=128):
 def mean_loglik_per_step(model, demos, batch_size=128):
     """TACO's log p(tau, a | s) per valid step on demos (any model's sub-policies)."""
     total, steps = 0.0, 0
-    for start in range(0, demos.n, batch_size):
-        batch = demos.subset(np.arange(start, min(start + batch_size, demos.n)))
+    for batch in data.batches(demos, batch_size):
         total += align.taco_loglik(*scores(model, batch), batch.traj_len, batch.sketch_len).sum()
         steps += int(batch.traj_len.sum())
     return total / steps

@@ -86,25 +86,40 @@ def _check_rate(rate, name):
     return float(rate)
 
 
-def dropout_forward(x, rate, rng, train):
-    """Inverted dropout: in training each unit is kept with probability 1 - rate and scaled by
-    1 / (1 - rate), so E[out] = x; in evaluation (train=False) or with rate = 0 it is the identity.
+class Dropout:
+    """Inverted dropout while training, as one value: drop probability rate in [0, 1) and the
+    np.random.Generator that draws the masks. Layers take a Dropout or None (no dropout: every
+    evaluation, and training without it)."""
 
-    Symbol | Shape | Meaning
-    x      | (...) | inputs
-    rate   |       | drop probability, 0 <= rate < 1 (ValueError otherwise)
-    rng    |       | np.random.Generator; needed only when train and rate > 0
-    out    | (...) | x * mask
-    cache  | (...) | mask: 0 for dropped units, 1 / (1 - rate) for kept ones; None if identity
+    __slots__ = ("rate", "rng")
+
+    def __init__(self, rate, rng):
+        self.rate = _check_rate(rate, "dropout rate")
+        if not isinstance(rng, np.random.Generator):
+            raise ValueError(f"dropout rng must be a numpy Generator, got {type(rng).__name__}")
+        self.rng = rng
+
+    def __repr__(self):
+        return f"Dropout(rate={self.rate})"
+
+
+def dropout_forward(x, dropout):
+    """Inverted dropout: each unit is kept with probability 1 - rate and scaled by 1 / (1 - rate),
+    so E[out] = x; with dropout None (or rate 0) it is the identity.
+
+    Symbol  | Shape | Meaning
+    x       | (...) | inputs
+    dropout |       | a Dropout (rate, rng) or None
+    out     | (...) | x * mask
+    cache   | (...) | mask: 0 for dropped units, 1 / (1 - rate) for kept ones; None if identity
     """
-    rate = _check_rate(rate, "rate")
     x = np.asarray(x, dtype=np.float64)
-    if not train or rate == 0.0:
+    if dropout is not None and not isinstance(dropout, Dropout):
+        raise ValueError(f"dropout must be an nn.Dropout or None, got {dropout!r}")
+    if dropout is None or dropout.rate == 0.0:
         return x, None
-    if rng is None:
-        raise ValueError("rng must be a numpy Generator when train=True and rate > 0")
-    keep = rng.random(x.shape) >= rate                    # (...) P(keep) = 1 - rate
-    mask = keep / (1.0 - rate)                            # (...) float64
+    keep = dropout.rng.random(x.shape) >= dropout.rate    # (...) P(keep) = 1 - rate
+    mask = keep / (1.0 - dropout.rate)                    # (...) float64
     return x * mask, mask
 
 
@@ -147,18 +162,16 @@ def mlp_init(rng, sizes, activation="relu"):
     return layers
 
 
-def mlp_forward(layers, x, activation="relu", dropout=0.0, rng=None, train=False):
+def mlp_forward(layers, x, activation="relu", dropout=None):
     """Forward pass of the MLP built by :func:`mlp_init`.
 
     Symbol  | Shape    | Meaning
     layers  |          | [(W, b), ...] as from mlp_init
     x       | (..., I) | inputs; any leading axes
-    dropout |          | drop rate on every hidden layer's output (not on the output layer)
-    rng     |          | np.random.Generator, needed when train and dropout > 0
+    dropout |          | a Dropout on every hidden layer's output (not the output layer), or None
     out     | (..., O) | output of the last (linear) layer
     """
     act_forward, _ = _check_activation(activation)
-    _check_rate(dropout, "dropout")
     caches = []
     h = np.asarray(x, dtype=np.float64)                   # (..., I)
     for i, (W, b) in enumerate(layers):
@@ -167,7 +180,7 @@ def mlp_forward(layers, x, activation="relu", dropout=0.0, rng=None, train=False
             caches.append((lin_cache, None, None))
             break
         h, act_cache = act_forward(h)                     # (..., O_i)
-        h, drop_cache = dropout_forward(h, dropout, rng, train)
+        h, drop_cache = dropout_forward(h, dropout)
         caches.append((lin_cache, act_cache, drop_cache))
     return h, (caches, activation)
 

@@ -22,20 +22,18 @@ def valid_mask(batch):
     return in_t & in_l
 
 
-def _final(batch, terminal_stop):
-    """Arguments for the terminal STOP, or Nones when the option is off."""
+def _final_mask(batch, terminal_stop):
+    """(B, L) sketch steps that get a terminal STOP score, or None when the option is off."""
     if not terminal_stop:
-        return None, None
-    L = batch.sketch.shape[1]
-    return batch.final_state, np.arange(L)[None, :] < batch.sketch_len[:, None]
+        return None
+    return np.arange(batch.sketch.shape[1])[None, :] < batch.sketch_len[:, None]
 
 
 # ----------------------------------------------------------------------------------------
 # TACO: maximise log p(tau, a | s) (paper eq. (8)) through the alignment core.
 # ----------------------------------------------------------------------------------------
 
-def taco(params, cfg, batch, terminal_stop=False, stop_dropout=0.0, rng=None, train=False,
-         temperature=1.0):
+def taco(params, cfg, batch, terminal_stop=False, stop_dropout=None, temperature=1.0):
     """-sum_b log p(tau_b, a_b | s_b) and its gradient; spec/objectives.md eq. (1).
 
     The alignment core returns d loglik / d (log act, log stop, log go) as posteriors; the
@@ -48,10 +46,8 @@ def taco(params, cfg, batch, terminal_stop=False, stop_dropout=0.0, rng=None, tr
     """
     if not temperature >= 1.0:
         raise ValueError(f"temperature must be >= 1, got {temperature!r}")
-    final_states, final_mask = _final(batch, terminal_stop)
-    scores, cache = policy.evaluate(params, cfg, batch.states, batch.actions, batch.sketch,
-                                    valid_mask(batch), final_states, final_mask,
-                                    stop_dropout=stop_dropout, rng=rng, train=train)
+    scores, cache = policy.evaluate(params, cfg, batch, valid_mask(batch),
+                                    _final_mask(batch, terminal_stop), stop_dropout)
     inv = 1.0 / temperature
     log_final = scores.get("log_final_stop")
     res = align.taco_forward_backward(scores["log_act"] * inv, scores["log_stop"] * inv,
@@ -115,17 +111,15 @@ def path_indicators(labels, traj_len, sketch_len, L, terminal_stop=False):
     return act, stop, go, final
 
 
-def bc(params, cfg, batch, labels, terminal_stop=False, stop_dropout=0.0, rng=None, train=False):
+def bc(params, cfg, batch, labels, terminal_stop=False, stop_dropout=None):
     """Modular BC on the segmentation `labels`; spec/objectives.md eq. (2) (paper eq. (2), with
     the STOP action of Sec. 3.2): -sum of the labelled scores, and its gradient. GT-BC passes
     batch.labels."""
     L = batch.sketch.shape[1]
     act, stop, go, final = path_indicators(labels, batch.traj_len, batch.sketch_len, L, terminal_stop)
     mask = (act + stop + go) > 0
-    final_states, final_mask = (batch.final_state, final > 0) if terminal_stop else (None, None)
-    scores, cache = policy.evaluate(params, cfg, batch.states, batch.actions, batch.sketch, mask,
-                                    final_states, final_mask, stop_dropout=stop_dropout, rng=rng,
-                                    train=train)
+    scores, cache = policy.evaluate(params, cfg, batch, mask, final > 0 if terminal_stop else None,
+                                    stop_dropout)
     loglik = (act * scores["log_act"]).sum() + (stop * scores["log_stop"]).sum() \
         + (go * scores["log_go"]).sum()
     d = {"log_act": -act, "log_stop": -stop, "log_go": -go}
@@ -135,7 +129,7 @@ def bc(params, cfg, batch, labels, terminal_stop=False, stop_dropout=0.0, rng=No
     return -loglik, policy.backward(d, cache)
 
 
-def soft_bc(params, cfg, batch, weights, stop_targets, stop_dropout=0.0, rng=None, train=False):
+def soft_bc(params, cfg, batch, weights, stop_targets, stop_dropout=None):
     """The alpha-weighted CTC-BC of paper appendix C; spec/objectives.md eq. (4)-(5).
 
     weights (B, T, L): p_t(l), the normalised CTC forward variables; stop_targets (B, T, L):
@@ -146,8 +140,7 @@ def soft_bc(params, cfg, batch, weights, stop_targets, stop_dropout=0.0, rng=Non
     w_stop = np.zeros_like(weights)              # the sub-policy active at t-1 decides at s_t
     w_stop[:, 1:] = weights[:, :-1] * (np.arange(1, weights.shape[1]) < batch.traj_len[:, None])[..., None]
     mask = (weights > 0) | (w_stop > 0)
-    scores, cache = policy.evaluate(params, cfg, batch.states, batch.actions, batch.sketch, mask,
-                                    stop_dropout=stop_dropout, rng=rng, train=train)
+    scores, cache = policy.evaluate(params, cfg, batch, mask, stop_dropout=stop_dropout)
     d_act = -weights
     d_go = -w_stop * stop_targets
     d_stop = -w_stop * (1.0 - stop_targets)

@@ -43,6 +43,11 @@ class Adam:
         self.step_count = int(meta["step_count"])
 
 
+def adam_for(params, names, lr):
+    """The one way an optimiser is built: Adam over params[name] for name in names, at lr."""
+    return Adam(names, [params[n].shape for n in names], lr)
+
+
 def dropout_rate(initial, decay, epoch):
     """Dropout rate at `epoch`: initial * decay**epoch, a probability in [0, 1); spec/training.md eq. (3).
 

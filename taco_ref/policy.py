@@ -18,6 +18,7 @@ K      |           | number of sub-tasks
 D, A   |           | state dimension; action dimension (continuous) or number of actions (discrete)
 """
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -97,28 +98,40 @@ def _layers(params, head, k):
     return [(params[f"{head}.W{i}"][k], params[f"{head}.b{i}"][k]) for i in range(n)]
 
 
+class Inputs(NamedTuple):
+    """What evaluate reads of a batch, for callers that hold plain arrays (shapes: evaluate)."""
+
+    states: np.ndarray
+    actions: np.ndarray
+    sketch: np.ndarray
+    final_state: Optional[np.ndarray] = None
+
+
 def normalise(params, states):
     return (states - params["norm.mean"]) / params["norm.std"]
 
 
-def evaluate(params, cfg, states, actions, sketch, mask, final_states=None, final_mask=None,
-             stop_dropout=0.0, rng=None, train=False):
+def evaluate(params, cfg, batch, mask, final_mask=None, stop_dropout=None):
     """Score sub-policies on the (b, t, l) entries of mask; spec/policy.md eq. (1)-(3).
 
-    Symbol       | Shape              | Meaning
-    states       | (B, T, D)          | raw states (normalised here with the stored statistics)
-    actions      | (B, T, A) or (B, T)| demonstrated actions (float, or int ids when discrete)
-    sketch       | (B, L) int         | sub-task id of each sketch step (padding: anything)
-    mask         | (B, T, L) bool     | which entries to score
-    final_states | (B, D)             | optional: states at which the terminal STOP is scored
-    final_mask   | (B, L) bool        | which sketch steps get a terminal STOP score
-    returns      | (scores, cache)    | scores: {log_act, log_stop, log_go: (B, T, L),
-                 |                    | log_final_stop: (B, L) if asked}, 0 outside the
-                 |                    | mask; the cache feeds `backward`
+    Symbol            | Shape              | Meaning
+    batch.states      | (B, T, D)          | raw states (normalised here with the stored statistics)
+    batch.actions     | (B, T, A) or (B, T)| demonstrated actions (float, or int ids when discrete)
+    batch.sketch      | (B, L) int         | sub-task id of each sketch step (padding: anything)
+    batch.final_state | (B, D)             | states at which a terminal STOP is scored (read only
+                      |                    | with final_mask)
+    mask              | (B, T, L) bool     | which entries to score
+    final_mask        | (B, L) bool        | which sketch steps get a terminal STOP score, or None
+    stop_dropout      |                    | an nn.Dropout for the STOP nets' hidden layers (paper
+                      |                    | appendix A; spec/policy.md eq. (4)), or None
+    returns           | (scores, cache)    | scores: {log_act, log_stop, log_go: (B, T, L),
+                      |                    | log_final_stop: (B, L) with final_mask}, 0 outside
+                      |                    | the mask; the cache feeds `backward`
 
-    STOP nets use inverted dropout at rate stop_dropout when train is True (paper appendix A;
-    spec/policy.md eq. (4)).
+    batch is a taco_ref.data.Demos or anything with those fields (policy.Inputs).
     """
+    states, actions, sketch = batch.states, batch.actions, batch.sketch
+    final_states = None if final_mask is None else batch.final_state
     B, T, L = mask.shape
     x_all = normalise(params, states)                                        # (B, T, D)
     out = {name: np.zeros((B, T, L)) for name in ("log_act", "log_stop", "log_go")}
@@ -144,7 +157,7 @@ def evaluate(params, cfg, states, actions, sketch, mask, final_states=None, fina
         out["log_act"][b, t, l] = logp                                       # (n,)
         # STOP net on the scored steps and the terminal states
         logit, stop_cache = nn.mlp_forward(_layers(params, "stop", k), x, cfg.activation,
-                                           dropout=stop_dropout, rng=rng, train=train)
+                                           dropout=stop_dropout)
         log_stop, log_go = nn.log_sigmoid_pair(logit[:, 0])                  # (n + nf,)
         out["log_stop"][b, t, l] = log_stop[:n]
         out["log_go"][b, t, l] = log_go[:n]

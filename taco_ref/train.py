@@ -19,7 +19,7 @@ import numpy as np
 
 from taco_ref import data as data_mod
 from taco_ref import model as model_mod
-from taco_ref import files, objectives, optim, policy
+from taco_ref import files, nn, objectives, optim, policy
 
 ALGOS = ("taco", "gtbc", "ctcbc-mlp", "ctcbc-gru")
 
@@ -203,8 +203,7 @@ class _Job:
 
     def _relabel(self, demos, batch_size=64):
         labels = np.full_like(demos.labels, -1)                              # (N, T)
-        for start in range(0, demos.n, batch_size):
-            idx = np.arange(start, min(start + batch_size, demos.n))
+        for idx in data_mod.batch_indices(demos.n, batch_size):
             batch = demos.subset(idx)
             path, _ = objectives.ctc_alignment(self.params, self.cfg.ctc_kind, batch, self.discrete,
                                                self.policy_cfg.action_dim, self.cfg.ctc_decoder)
@@ -215,10 +214,10 @@ class _Job:
     def loss(self, stage, batch, rng, epoch, train):
         """(summed loss, grads) of one batch for one stage."""
         cfg, p = self.cfg, self.params
-        drop = optim.dropout_rate(cfg.stop_dropout, cfg.dropout_decay, epoch) if train else 0.0
         if stage == "ctc":
             return objectives.ctc(p, cfg.ctc_kind, batch, self.discrete, self.policy_cfg.action_dim)
-        common = dict(stop_dropout=drop, rng=rng, train=train)
+        rate = optim.dropout_rate(cfg.stop_dropout, cfg.dropout_decay, epoch)
+        common = dict(stop_dropout=nn.Dropout(rate, rng) if train and rate > 0 else None)
         if stage == "warmup":
             labels = objectives.even_split_labels(batch.traj_len, batch.sketch_len, batch.states.shape[1])
             return objectives.bc(p, self.policy_cfg, batch, labels, cfg.terminal_stop, **common)
@@ -233,6 +232,10 @@ class _Job:
                                               self.policy_cfg.action_dim, cfg.ctc_decoder)
         targets = objectives.ctc_soft_targets(weights, batch.sketch_len)
         return objectives.soft_bc(p, self.policy_cfg, batch, weights, targets, **common)
+
+    def optimiser(self, stage):
+        """A fresh Adam over the parameters stage trains, at its learning rate."""
+        return optim.adam_for(self.params, self.names(stage), self.lr(stage))
 
     def model(self, info):
         return model_mod.Model(self.params, self.policy_cfg, self.vocab, self.cfg.algo,
@@ -268,8 +271,7 @@ def state_statistics(demos):
 def mean_loss(job, stage, demos, batch_size=64):
     """Per-step loss of a stage over a whole data set (no dropout); spec/training.md eq. (4)."""
     total, steps = 0.0, 0
-    for start in range(0, demos.n, batch_size):
-        batch = demos.subset(np.arange(start, min(start + batch_size, demos.n)))
+    for batch in data_mod.batches(demos, batch_size):
         loss, _ = job.loss(stage, batch, None, 0, train=False)
         total += loss
         steps += int(batch.traj_len.sum())
@@ -376,89 +378,129 @@ def run_seed(seed, restart):
 
 
 def _train_run(demos, cfg, restart, out_dir, resume, log, progress, stop_after):
-    """One training run; returns (Model or None if stopped by stop_after, epochs run here)."""
-    rng = np.random.default_rng(cfg.seed)
-    train_set, held_out = data_mod.split(demos, cfg.holdout_fraction, rng)
-    if held_out.n == 0:
-        held_out = train_set
-    if restart:
-        rng = np.random.default_rng(run_seed(cfg.seed, restart))
-    job = _Job(cfg, train_set, rng)
-    state = {"stage": 0, "epoch": 0, "best_loss": None, "bad_epochs": 0, "history": [], "saves": 0}
-    best = {k: v.copy() for k, v in job.params.items()}
-    names = job.names(job.stages[0])
-    adam = optim.Adam(names, [job.params[n].shape for n in names], job.lr(job.stages[0]))
-    fingerprint = demos.fingerprint() if out_dir is not None else None
+    """One training run; returns (Model or None if stopped by stop_after, epochs run here).
+
+    Stages run in order (job.stages); each runs epochs until its epoch budget or patience is
+    spent, then hands its best parameters to the next; a checkpoint follows every epoch and
+    every change of stage.
+    """
+    run = _Run(demos, cfg, restart, out_dir)
     if resume:
-        if out_dir is None or not os.path.exists(os.path.join(out_dir, CHECKPOINT_META)):
-            raise FileNotFoundError(f"--resume: no checkpoint in {out_dir}")
-        meta, arrays, best = _load_checkpoint(out_dir, job, fingerprint)
-        state = {k: meta[k] for k in state}
-        if state["stage"] < len(job.stages):  # else the run had finished: nothing to continue
-            stage = job.stages[state["stage"]]
-            names = job.names(stage)
-            adam = optim.Adam(names, [job.params[n].shape for n in names], job.lr(stage))
-            adam.load_state(arrays, meta["adam"])
-        rng.bit_generator.state = meta["rng"]
-    t0 = time.time()
-    epochs_this_call = 0
-    label = f"{cfg.algo} r{restart + 1}/{cfg.restarts}" if cfg.algo == "taco" and cfg.restarts > 1 else cfg.algo
-    sets = {}                                     # stage -> (training set, held-out set)
-    while state["stage"] < len(job.stages):
-        if stop_after is not None and epochs_this_call >= stop_after:
-            if progress and epochs_this_call:
+        run.resume()
+    epochs = 0
+    while run.stage_index < len(run.job.stages):
+        if stop_after is not None and epochs >= stop_after:
+            if progress and epochs:
                 print(file=log)                   # end the progress line
-            return None, epochs_this_call
-        stage = job.stages[state["stage"]]
-        if stage not in sets:
-            sets[stage] = job.stage_sets(stage, train_set, held_out)
-        stage_train, stage_held = sets[stage]
-        done = state["epoch"] >= job.max_epochs(stage) or state["bad_epochs"] >= cfg.patience
-        if not done:
-            epoch_loss, epoch_steps = 0.0, 0
-            for batch in data_mod.minibatches(stage_train, cfg.batch_size, rng):
-                steps = int(batch.traj_len.sum())
-                loss, grads = job.loss(stage, batch, rng, state["epoch"], train=True)
-                adam.step(job.params, {n: g / steps for n, g in grads.items()})
-                epoch_loss += loss
-                epoch_steps += steps
-            held = mean_loss(job, stage, stage_held)
-            state["epoch"] += 1
-            epochs_this_call += 1
-            if not job.tracks_best(stage, state["epoch"] - 1):
-                # warm-up or tempered epoch: hand on the latest parameters, count nothing
-                best = {k: v.copy() for k, v in job.params.items()}
-            elif state["best_loss"] is None or held < state["best_loss"] - 1e-9:
-                # early stopping, spec/training.md eq. (5)
-                state["best_loss"], state["bad_epochs"] = held, 0
-                best = {k: v.copy() for k, v in job.params.items()}
-            else:
-                state["bad_epochs"] += 1
-            state["history"].append({"stage": stage, "epoch": state["epoch"],
-                                     "train_loss": epoch_loss / epoch_steps, "held_out_loss": held})
-            if progress:
-                shown = "     -  " if state["best_loss"] is None else f"{state['best_loss']:8.4f}"
-                print(f"\r[{label} {stage}] epoch {state['epoch']:3d}  train {epoch_loss / epoch_steps:8.4f}"
-                      f"  held-out {held:8.4f}  best {shown}  {time.time() - t0:6.1f}s",
-                      end="", file=log, flush=True)
-        else:
-            # stage finished: keep its best parameters and move on
-            job.params.update({k: v.copy() for k, v in best.items()})
-            state["stage"] += 1
-            state.update(epoch=0, best_loss=None, bad_epochs=0)
-            if state["stage"] < len(job.stages):
-                stage = job.stages[state["stage"]]
-                names = job.names(stage)
-                adam = optim.Adam(names, [job.params[n].shape for n in names], job.lr(stage))
+            return None, epochs
+        if run.stage_done():
+            run.next_stage()
             if progress:
                 print(file=log)
-        if out_dir is not None:
-            state["saves"] += 1
-            _save_checkpoint(out_dir, job, dict(state, rng=rng.bit_generator.state,
-                                                data_sha256=fingerprint), adam, best)
-    info = {"history": state["history"], "train_size": train_set.n, "held_out_size": held_out.n,
-            "data": demos.meta, "seconds": time.time() - t0,
-            "run_seed": run_seed(cfg.seed, restart)}
-    if cfg.algo == "taco":
-        info["train_loglik"] = -mean_loss(job, "policy", train_set)
-    return job.model(info), epochs_this_call
+        else:
+            run.epoch()
+            epochs += 1
+            if progress:
+                print(f"\r{run.progress_line()}", end="", file=log, flush=True)
+        run.checkpoint()
+    return run.model(), epochs
+
+
+class _Run:
+    """The state of one training run: the job, the optimiser, the generator, the stage, epoch,
+    early-stopping counters, history and best parameters; everything a checkpoint holds."""
+
+    def __init__(self, demos, cfg, restart, out_dir):
+        self.cfg, self.restart, self.out_dir, self.demos = cfg, restart, out_dir, demos
+        self.rng = np.random.default_rng(cfg.seed)
+        self.train_set, self.held_out = data_mod.split(demos, cfg.holdout_fraction, self.rng)
+        if self.held_out.n == 0:
+            self.held_out = self.train_set
+        if restart:
+            self.rng = np.random.default_rng(run_seed(cfg.seed, restart))
+        self.job = _Job(cfg, self.train_set, self.rng)
+        self.state = {"stage": 0, "epoch": 0, "best_loss": None, "bad_epochs": 0, "history": [],
+                      "saves": 0}
+        self.best = {k: v.copy() for k, v in self.job.params.items()}
+        self.adam = self.job.optimiser(self.job.stages[0])
+        self.fingerprint = demos.fingerprint() if out_dir is not None else None
+        self.sets = {}                            # stage -> (training set, held-out set)
+        self.t0 = time.time()
+
+    @property
+    def stage_index(self):
+        return self.state["stage"]
+
+    @property
+    def stage(self):
+        return self.job.stages[self.state["stage"]]
+
+    def resume(self):
+        if self.out_dir is None or not os.path.exists(os.path.join(self.out_dir, CHECKPOINT_META)):
+            raise FileNotFoundError(f"--resume: no checkpoint in {self.out_dir}")
+        meta, arrays, self.best = _load_checkpoint(self.out_dir, self.job, self.fingerprint)
+        self.state = {k: meta[k] for k in self.state}
+        if self.stage_index < len(self.job.stages):   # else the run had finished
+            self.adam = self.job.optimiser(self.stage)
+            self.adam.load_state(arrays, meta["adam"])
+        self.rng.bit_generator.state = meta["rng"]
+
+    def stage_done(self):
+        return (self.state["epoch"] >= self.job.max_epochs(self.stage)
+                or self.state["bad_epochs"] >= self.cfg.patience)
+
+    def epoch(self):
+        """One pass over the stage's training set, then its held-out loss and early stopping."""
+        job, state, stage = self.job, self.state, self.stage
+        if stage not in self.sets:
+            self.sets[stage] = job.stage_sets(stage, self.train_set, self.held_out)
+        stage_train, stage_held = self.sets[stage]
+        total, steps = 0.0, 0
+        for batch in data_mod.batches(stage_train, self.cfg.batch_size, self.rng):
+            n = int(batch.traj_len.sum())
+            loss, grads = job.loss(stage, batch, self.rng, state["epoch"], train=True)
+            self.adam.step(job.params, {k: g / n for k, g in grads.items()})
+            total, steps = total + loss, steps + n
+        held = mean_loss(job, stage, stage_held)
+        state["epoch"] += 1
+        if not job.tracks_best(stage, state["epoch"] - 1):
+            # warm-up or tempered epoch: hand on the latest parameters, count nothing
+            self.best = {k: v.copy() for k, v in job.params.items()}
+        elif state["best_loss"] is None or held < state["best_loss"] - 1e-9:
+            # early stopping, spec/training.md eq. (5)
+            state["best_loss"], state["bad_epochs"] = held, 0
+            self.best = {k: v.copy() for k, v in job.params.items()}
+        else:
+            state["bad_epochs"] += 1
+        state["history"].append({"stage": stage, "epoch": state["epoch"],
+                                 "train_loss": total / steps, "held_out_loss": held})
+
+    def next_stage(self):
+        """The stage is over: keep its best parameters and start the next one."""
+        self.job.params.update({k: v.copy() for k, v in self.best.items()})
+        self.state["stage"] += 1
+        self.state.update(epoch=0, best_loss=None, bad_epochs=0)
+        if self.stage_index < len(self.job.stages):
+            self.adam = self.job.optimiser(self.stage)
+
+    def checkpoint(self):
+        if self.out_dir is not None:
+            self.state["saves"] += 1
+            _save_checkpoint(self.out_dir, self.job, dict(self.state, rng=self.rng.bit_generator.state,
+                                                          data_sha256=self.fingerprint),
+                             self.adam, self.best)
+
+    def progress_line(self):
+        cfg, state, last = self.cfg, self.state, self.state["history"][-1]
+        label = f"{cfg.algo} r{self.restart + 1}/{cfg.restarts}" if cfg.algo == "taco" and cfg.restarts > 1 else cfg.algo
+        best = "     -  " if state["best_loss"] is None else f"{state['best_loss']:8.4f}"
+        return (f"[{label} {last['stage']}] epoch {state['epoch']:3d}  train {last['train_loss']:8.4f}"
+                f"  held-out {last['held_out_loss']:8.4f}  best {best}  {time.time() - self.t0:6.1f}s")
+
+    def model(self):
+        info = {"history": self.state["history"], "train_size": self.train_set.n,
+                "held_out_size": self.held_out.n, "data": self.demos.meta,
+                "seconds": time.time() - self.t0, "run_seed": run_seed(self.cfg.seed, self.restart)}
+        if self.cfg.algo == "taco":
+            info["train_loglik"] = -mean_loss(self.job, "policy", self.train_set)
+        return self.job.model(info)

@@ -3,7 +3,7 @@
 Layered as STYLE.md "Tests in three layers", plus bad input:
 (a) save/load round trips exactly (arrays with dtypes, vocabulary, metadata), continuous,
     discrete and collected Nav-World data;
-(b) hypothesis properties: split and minibatches cover every demonstration exactly once, trim
+(b) hypothesis properties: split and batches cover every demonstration exactly once, trim
     each part to its own longest trajectory and sketch, and are deterministic for a seed; the
     fingerprint changes when any array entry (padding included) or the vocabulary changes;
 (c) atomic_write keeps the old file when the writer fails midway and leaves no temporary file;
@@ -349,7 +349,7 @@ def test_atomic_write_on_keyboard_interrupt_leaves_no_temporary(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------
-# (b) split, minibatches, fingerprint
+# (b) split, batches, fingerprint
 # ----------------------------------------------------------------------------------------------
 
 def assert_trimmed(part):
@@ -380,7 +380,7 @@ def test_split_covers_every_demonstration_once(N, fraction, seed):
 @given(N=st.integers(1, 12), batch_size=st.integers(1, 5), seed=seeds)
 def test_minibatches_cover_every_demonstration_once(N, batch_size, seed):
     demos = make_demos(seed=seed % 1000, N=N)
-    batches = list(data.minibatches(demos, batch_size, np.random.default_rng(seed)))
+    batches = list(data.batches(demos, batch_size, np.random.default_rng(seed)))
     seen = [i for b in batches for i in ids(b)]
     note(f"batches {[ids(b) for b in batches]}")
     assert sorted(seen) == list(range(N))
@@ -392,13 +392,13 @@ def test_minibatches_cover_every_demonstration_once(N, batch_size, seed):
             np.testing.assert_array_equal(b.states[i, :b.traj_len[i]], demos.states[n, :demos.traj_len[n]])
             np.testing.assert_array_equal(b.sketch[i, :b.sketch_len[i]],
                                           demos.sketch[n, :demos.sketch_len[n]])
-    again = list(data.minibatches(demos, batch_size, np.random.default_rng(seed)))
+    again = list(data.batches(demos, batch_size, np.random.default_rng(seed)))
     assert [ids(b) for b in again] == [ids(b) for b in batches]
 
 
 def test_minibatch_order_depends_on_the_seed():
     demos = make_demos(N=12)
-    orders = {tuple(i for b in data.minibatches(demos, 4, np.random.default_rng(s)) for i in ids(b))
+    orders = {tuple(i for b in data.batches(demos, 4, np.random.default_rng(s)) for i in ids(b))
               for s in range(5)}
     assert len(orders) > 1
 

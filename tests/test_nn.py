@@ -167,8 +167,8 @@ def test_mlp_matches_autograd(activation, lead, sizes, seed, rate, train):
     layers = [(W, b + rng.normal(size=b.shape)) for W, b in nn.mlp_init(rng, sizes, activation)]
     x = rng.normal(size=lead + (sizes[0],))
     R = rng.normal(size=lead + (sizes[-1],))
-    out, cache = nn.mlp_forward(layers, x, activation, dropout=rate,
-                                rng=np.random.default_rng(seed), train=train)
+    out, cache = nn.mlp_forward(layers, x, activation,
+                                dropout=nn.Dropout(rate, np.random.default_rng(seed)) if train else None)
     # the masks the forward must have drawn: one per hidden layer, in order, from the same seed
     mask_rng = np.random.default_rng(seed)
     masks = [(mask_rng.random(lead + (n,)) >= rate) / (1 - rate) if train and rate else 1.0
@@ -312,7 +312,7 @@ def test_log_sigmoid_pair_tails_are_exact():
 @given(shape=st.tuples(dims, dims), rate=st.floats(0.0, 0.95), seed=seeds)
 def test_dropout_mask_backward_and_determinism(shape, rate, seed):
     x = np.random.default_rng(seed + 1).normal(size=shape)
-    out, mask = nn.dropout_forward(x, rate, np.random.default_rng(seed), train=True)
+    out, mask = nn.dropout_forward(x, nn.Dropout(rate, np.random.default_rng(seed)))
     if rate == 0.0:
         assert mask is None and out is not None
         np.testing.assert_array_equal(out, x)
@@ -322,7 +322,7 @@ def test_dropout_mask_backward_and_determinism(shape, rate, seed):
     np.testing.assert_array_equal(out, x * mask)
     dout = np.random.default_rng(seed + 2).normal(size=shape)
     np.testing.assert_array_equal(nn.dropout_backward(dout, mask), dout * mask)
-    out2, mask2 = nn.dropout_forward(x, rate, np.random.default_rng(seed), train=True)
+    out2, mask2 = nn.dropout_forward(x, nn.Dropout(rate, np.random.default_rng(seed)))
     np.testing.assert_array_equal(mask2, mask)          # same seed => same mask
     np.testing.assert_array_equal(out2, out)
 
@@ -330,7 +330,7 @@ def test_dropout_mask_backward_and_determinism(shape, rate, seed):
 @given(rate=st.floats(0.0, 0.9), seed=seeds)
 def test_dropout_preserves_mean(rate, seed):
     n = 100_000
-    out, _ = nn.dropout_forward(np.ones(n), rate, np.random.default_rng(seed), train=True)
+    out, _ = nn.dropout_forward(np.ones(n), nn.Dropout(rate, np.random.default_rng(seed)))
     tol = 6 * np.sqrt(rate / (1 - rate) / n) + 1e-12    # 6 standard errors of the mean
     note(f"mean {out.mean()}, tol {tol}")
     assert abs(out.mean() - 1.0) <= tol
@@ -341,7 +341,7 @@ def test_dropout_preserves_mean(rate, seed):
 def test_dropout_eval_is_identity(x, rate, seed):
     rng = np.random.default_rng(seed)
     state = rng.bit_generator.state
-    out, cache = nn.dropout_forward(x, rate, rng, train=False)
+    out, cache = nn.dropout_forward(x, None)
     np.testing.assert_array_equal(out, x)
     assert cache is None and rng.bit_generator.state == state   # no random numbers consumed
     np.testing.assert_array_equal(nn.dropout_backward(x, cache), x)
@@ -420,18 +420,17 @@ def test_gru_init_shapes_and_range():
 
 @pytest.mark.parametrize("rate", [-0.1, 1.0, 1.5, np.nan, "0.5", None])
 def test_dropout_rejects_bad_rate(rate):
-    with pytest.raises(ValueError, match="rate"):
-        nn.dropout_forward(np.ones(3), rate, np.random.default_rng(0), train=True)
-    with pytest.raises(ValueError, match="dropout"):
-        nn.mlp_forward(nn.mlp_init(np.random.default_rng(0), [2, 3, 1]), np.ones((1, 2)),
-                       dropout=rate)
+    with pytest.raises(ValueError, match="dropout rate"):
+        nn.Dropout(rate, np.random.default_rng(0))
 
 
-def test_dropout_needs_rng_only_in_training():
+def test_dropout_needs_a_generator_and_layers_need_a_dropout():
     with pytest.raises(ValueError, match="rng"):
-        nn.dropout_forward(np.ones(3), 0.5, None, train=True)
-    out, _ = nn.dropout_forward(np.ones(3), 0.5, None, train=False)
-    np.testing.assert_array_equal(out, np.ones(3))
+        nn.Dropout(0.5, None)
+    with pytest.raises(ValueError, match="nn.Dropout or None"):
+        nn.dropout_forward(np.ones(3), 0.5)
+    with pytest.raises(ValueError, match="nn.Dropout or None"):
+        nn.mlp_forward(nn.mlp_init(np.random.default_rng(0), [2, 3, 1]), np.ones((1, 2)), dropout=0.5)
 
 
 @pytest.mark.parametrize("lengths", [[0, 2], [3, 4], [2], [1.0, 2.0], [[1, 2]]])

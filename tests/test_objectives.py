@@ -85,8 +85,7 @@ def full_scores(params, cfg, batch):
     """Every valid (b, t, l) score and the terminal STOP scores, from one evaluate call."""
     L = batch.sketch.shape[1]
     final_mask = np.arange(L)[None, :] < batch.sketch_len[:, None]
-    out, _ = policy.evaluate(params, cfg, batch.states, batch.actions, batch.sketch,
-                             objectives.valid_mask(batch), batch.final_state, final_mask)
+    out, _ = policy.evaluate(params, cfg, batch, objectives.valid_mask(batch), final_mask)
     return out
 
 

@@ -24,7 +24,7 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from taco_ref import policy
+from taco_ref import nn, policy
 from taco_ref.policy import PolicyConfig
 
 seeds = st.integers(0, 2 ** 32 - 1)
@@ -143,8 +143,8 @@ def policy_cases(draw, discrete=None):
 
 
 def run_evaluate(params, cfg, case, **kw):
-    return policy.evaluate(params, cfg, case["states"], case["actions"], case["sketch"], case["mask"],
-                           case["final_states"], case["final_mask"], **kw)
+    inputs = policy.Inputs(case["states"], case["actions"], case["sketch"], case["final_states"])
+    return policy.evaluate(params, cfg, inputs, case["mask"], case["final_mask"], **kw)
 
 
 def split_params(params):
@@ -212,8 +212,8 @@ def test_empty_mask_gives_zero_scores_and_gradients():
     params = make_params(cfg, np.random.default_rng(0))
     B, T, L = 2, 3, 2
     mask = np.zeros((B, T, L), bool)
-    out, cache = policy.evaluate(params, cfg, np.ones((B, T, 2)), np.ones((B, T, 2)),
-                                 np.zeros((B, L), np.int64), mask)
+    out, cache = policy.evaluate(params, cfg, policy.Inputs(np.ones((B, T, 2)), np.ones((B, T, 2)),
+                                                           np.zeros((B, L), np.int64)), mask)
     assert all((out[name] == 0).all() for name in SCORE_NAMES)
     grads = policy.backward({name: np.ones((B, T, L)) for name in SCORE_NAMES}, cache)
     assert set(grads) == set(policy.trainable(params))
@@ -230,9 +230,9 @@ def test_padding_values_are_never_read():
     mask[0, :2, :2] = mask[1, :3, :1] = True
     states, actions = rng.normal(size=(B, T, 2)), rng.normal(size=(B, T, 2))
     sketch = np.array([[0, 1, -1], [1, -1, -1]])
-    clean, _ = policy.evaluate(params, cfg, states, actions, sketch, mask)
+    clean, _ = policy.evaluate(params, cfg, policy.Inputs(states, actions, sketch), mask)
     states[0, 2:], actions[0, 2:], states[1, 3:], actions[1, 3:] = np.nan, np.nan, np.nan, np.nan
-    dirty, _ = policy.evaluate(params, cfg, states, actions, sketch, mask)
+    dirty, _ = policy.evaluate(params, cfg, policy.Inputs(states, actions, sketch), mask)
     for name in SCORE_NAMES:
         np.testing.assert_array_equal(dirty[name], clean[name])
         assert np.isfinite(dirty[name]).all()
@@ -273,8 +273,7 @@ def test_dropout_in_training_changes_stop_scores_only(discrete):
     plain, _ = run_evaluate(params, cfg, case)
     mask = case["mask"]
     for seed in range(3):
-        dropped, _ = run_evaluate(params, cfg, case, stop_dropout=0.5,
-                                  rng=np.random.default_rng(seed), train=True)
+        dropped, _ = run_evaluate(params, cfg, case, stop_dropout=nn.Dropout(0.5, np.random.default_rng(seed)))
         np.testing.assert_array_equal(dropped["log_act"], plain["log_act"])
         for name in ("log_stop", "log_go"):
             assert not np.allclose(dropped[name][mask], plain[name][mask]), name
@@ -285,18 +284,17 @@ def test_dropout_in_training_changes_stop_scores_only(discrete):
 
 def test_dropout_same_seed_same_scores():
     cfg, params, case = dropout_case()
-    a, _ = run_evaluate(params, cfg, case, stop_dropout=0.4, rng=np.random.default_rng(11), train=True)
-    b, _ = run_evaluate(params, cfg, case, stop_dropout=0.4, rng=np.random.default_rng(11), train=True)
+    a, _ = run_evaluate(params, cfg, case, stop_dropout=nn.Dropout(0.4, np.random.default_rng(11)))
+    b, _ = run_evaluate(params, cfg, case, stop_dropout=nn.Dropout(0.4, np.random.default_rng(11)))
     for name in SCORE_NAMES + ("log_final_stop",):
         np.testing.assert_array_equal(a[name], b[name])
 
 
-def test_evaluation_mode_is_deterministic_and_ignores_the_rate():
+def test_no_dropout_and_rate_zero_are_the_same_deterministic_evaluation():
     cfg, params, case = dropout_case()
     ref, _ = run_evaluate(params, cfg, case)
     for seed in range(3):
-        out, _ = run_evaluate(params, cfg, case, stop_dropout=0.5, rng=np.random.default_rng(seed),
-                              train=False)
+        out, _ = run_evaluate(params, cfg, case, stop_dropout=nn.Dropout(0.0, np.random.default_rng(seed)))
         for name in SCORE_NAMES + ("log_final_stop",):
             np.testing.assert_array_equal(out[name], ref[name])
 
@@ -311,8 +309,7 @@ def test_dropout_backward_matches_central_differences():
     R["log_final_stop"] = rng.normal(size=(B, L))
 
     def f(p):
-        out, cache = run_evaluate(p, cfg, case, stop_dropout=0.5, rng=np.random.default_rng(99),
-                                  train=True)
+        out, cache = run_evaluate(p, cfg, case, stop_dropout=nn.Dropout(0.5, np.random.default_rng(99)))
         return sum((R[name] * out[name]).sum() for name in R), cache
 
     _, cache = f(params)
@@ -349,7 +346,7 @@ def test_act_types_action_and_stop_decision(discrete):
                              else np.zeros((1, 1, cfg.action_dim)))
             states = np.repeat(state[None, None], probe_actions.shape[1], axis=1)   # (1, T, D)
             mask = np.ones((1, states.shape[1], 1), bool)
-            out, _ = policy.evaluate(params, cfg, states, probe_actions, np.array([[k]]), mask)
+            out, _ = policy.evaluate(params, cfg, policy.Inputs(states, probe_actions, np.array([[k]])), mask)
             p_stop = float(np.exp(out["log_stop"][0, 0, 0]))
             assert stop == (p_stop > 0.5)
             assert policy.act(params, cfg, k, state, stop_threshold=p_stop * (1 - 1e-9))[0] is True
@@ -361,8 +358,8 @@ def test_act_types_action_and_stop_decision(discrete):
                 assert isinstance(action, np.ndarray) and action.shape == (cfg.action_dim,)
                 assert action.dtype == np.float64
                 # the mean: its log-density is the Gaussian's maximum, -A log sigma - A/2 log 2 pi
-                out, _ = policy.evaluate(params, cfg, state[None, None], action[None, None],
-                                         np.array([[k]]), np.ones((1, 1, 1), bool))
+                out, _ = policy.evaluate(params, cfg, policy.Inputs(state[None, None], action[None, None],
+                                                               np.array([[k]])), np.ones((1, 1, 1), bool))
                 peak = -cfg.action_dim * np.log(cfg.sigma) - 0.5 * cfg.action_dim * np.log(2 * np.pi)
                 np.testing.assert_allclose(out["log_act"][0, 0, 0], peak, rtol=1e-12)
 

@@ -241,16 +241,22 @@ def test_dropout_rate_schedule():
 
 
 def spy_on_taco(monkeypatch):
-    """Replace objectives.taco by a wrapper that records (train, stop_dropout, temperature) of
-    every call; returns the list it fills."""
-    seen = []
-    real = objectives.taco
+    """Replace objectives.taco by a wrapper that records (training batch?, STOP dropout rate,
+    temperature) of every call; returns the list it fills. Whether a call is a training batch
+    is read from the trainer's own train flag (train._Job.loss)."""
+    seen, in_training = [], []
+    real, real_loss = objectives.taco, train._Job.loss
 
-    def spy(params, cfg, batch, terminal_stop=False, stop_dropout=0.0, rng=None, train=False,
-            temperature=1.0):
-        seen.append((train, stop_dropout, temperature))
-        return real(params, cfg, batch, terminal_stop, stop_dropout, rng, train, temperature)
+    def loss(self, stage, batch, rng, epoch, train):
+        in_training.append(train)
+        return real_loss(self, stage, batch, rng, epoch, train)
 
+    def spy(params, cfg, batch, terminal_stop=False, stop_dropout=None, temperature=1.0):
+        rate = 0.0 if stop_dropout is None else stop_dropout.rate
+        seen.append((in_training[-1], rate, temperature))
+        return real(params, cfg, batch, terminal_stop, stop_dropout, temperature)
+
+    monkeypatch.setattr(train._Job, "loss", loss)
     monkeypatch.setattr(objectives, "taco", spy)
     return seen
 
