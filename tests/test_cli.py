@@ -143,6 +143,7 @@ def test_train_stop_after_then_resume_matches_an_uninterrupted_run(files, capsys
 # Bad input: exit code 2, one line on stderr
 # ----------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_demo_runs_the_chosen_algorithms_with_overrides(capsys):
     """taco demo --algos/--set: the table has one row per algorithm asked for."""
     assert cli.main(["demo", "--n", "12", "--n-tasks", "2", "--workers", "1",
@@ -200,6 +201,7 @@ def test_console_script_is_installed():
         assert command in res.stdout
 
 
+@pytest.mark.slow
 def test_dial_collect_in_parallel_then_rollout_draws_a_contact_sheet(tmp_path, capsys, offscreen_gl):
     """The Dial journey on a tiny scale: collect with 2 workers, train for one epoch, draw a
     rollout. An untrained model does not dial, so rollout exits 1 and says so; the sheet exists."""

@@ -76,7 +76,7 @@ def test_configs_are_found_after_a_non_editable_install(tmp_path):
     """Issue 10: after `pip install .` (not -e) the CLI used TrainConfig's defaults because
     configs/ was not package data. Install into a target folder and load from there."""
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                     "--target", str(target), ROOT], check=True, capture_output=True)
     code = ("import taco_sim, taco_ref.app.config as c; cfg = c.load('navworld'); "
             "print(taco_sim.__file__); print(cfg.epochs, cfg.sigma, cfg.stop_dropout); "

@@ -15,6 +15,7 @@ def cell(algo, size=30, seed=0):
                 n_tasks=3, n_align=5, config=TINY)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", experiment.ALGOS)
 def test_a_real_cell_reports_every_metric_as_a_share(algo):
     out = experiment.run(cell(algo))
@@ -62,6 +63,7 @@ def test_unknown_domain_is_named():
         taco_sim.get("atari")
 
 
+@pytest.mark.slow
 def test_prepare_data_collects_each_set_once_and_cells_load_it(tmp_path):
     cells = [cell(a, size=12) for a in ("taco", "gtbc")]
     ready = experiment.prepare_data(cells, tmp_path)
@@ -104,6 +106,7 @@ def test_a_stopped_grid_resumes_and_a_changed_config_runs_again(tmp_path, monkey
     assert len(saved) == 5                                  # a new grid keeps the earlier cells
 
 
+@pytest.mark.slow
 def test_parallel_cells_run_in_single_threaded_worker_processes(monkeypatch):
     """Worker processes started under _single_threaded see one BLAS thread (numpy reads it when it
     loads there); the caller's environment is restored; real tiny cells run in such workers."""
