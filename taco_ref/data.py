@@ -16,12 +16,11 @@ meta         | JSON string        | format version, action type, domain, how it 
 """
 import hashlib
 import json
-import zipfile
-import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from taco_ref import files
 from taco_ref.files import atomic_write
 
 FORMAT_VERSION = 1
@@ -190,20 +189,24 @@ def save(demos, path):
 
 
 def load(path):
-    """Read and validate a demonstration file. Never unpickles; errors name the field."""
+    """Read and validate a demonstration file. Never unpickles; the file must be a regular
+    .npz whose arrays' headers agree with their stored sizes (files.load_npz) before anything
+    is allocated; errors name the file and the field."""
+    files.regular_file(path, files.MAX_ARRAY_BYTES, DataError)
     try:
-        with np.load(path, allow_pickle=False) as z:
-            missing = [k for k in ARRAY_FIELDS + ("vocab", "meta") if k not in z.files]
-            if missing:
-                raise DataError(f"{path}: missing fields {missing}; is this a taco_ref demonstration file?")
-            arrays = {k: z[k] for k in ARRAY_FIELDS}
-            vocab = tuple(str(v) for v in z["vocab"].tolist())
-            meta = json.loads(str(z["meta"]))
-    except DataError:
-        raise
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as err:
-        # ValueError includes numpy's refusal to load object arrays without pickle
-        raise DataError(f"{path}: not a readable taco_ref demonstration file ({err})") from None
+        with open(path, "rb") as f:
+            z = files.load_npz(f, path, DataError, "taco_ref demonstration file")
+    except OSError as err:
+        raise DataError(f"{path}: cannot read ({err.strerror or err})") from None
+    missing = [k + ".npy" for k in ARRAY_FIELDS + ("vocab", "meta") if k not in z]
+    if missing:
+        raise DataError(f"{path}: missing fields {missing}; is this a taco_ref demonstration file?")
+    arrays = {k: z[k] for k in ARRAY_FIELDS}
+    try:
+        vocab = tuple(str(v) for v in z["vocab"].tolist())
+        meta = json.loads(str(z["meta"]))
+    except (TypeError, ValueError, RecursionError) as err:
+        raise DataError(f"{path}: vocab/meta: unreadable ({type(err).__name__}: {err})") from None
     if not isinstance(meta, dict):
         raise DataError(f"{path}: meta: expected a JSON object")
     return Demos(vocab=vocab, meta=meta, **arrays).validate()

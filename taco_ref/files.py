@@ -9,12 +9,21 @@ Nothing here unpickles.
 """
 import hashlib
 import io
+import json
 import os
+import stat
 import tempfile
+import time
 import zipfile
 import zlib
 
 import numpy as np
+
+MAX_JSON_BYTES = 64 * 2**20
+"""Largest JSON metadata file read (model.json, checkpoint.json, results): 64 MiB."""
+MAX_ARRAY_BYTES = 16 * 2**30
+"""Largest array file read (data, weights, checkpoints): 16 GiB, also the bound on the
+uncompressed arrays an .npz may claim."""
 
 TEMP_PREFIX = ".tmp-"
 """Temporary files are named TEMP_PREFIX + random + the target's name, in the target's folder."""
@@ -61,21 +70,121 @@ def npz_blob(arrays):
     return blob, hashlib.sha256(blob).hexdigest()
 
 
-def read_npz(path, sha256, error=ValueError, recorded_in="its metadata"):
-    """{name: array} of the .npz at path, after checking its SHA-256 against sha256.
-
-    Raises error(message naming path) if the file is missing, does not match or is unreadable.
-    """
+def regular_file(path, max_bytes, error=ValueError):
+    """The size of path after checking that it is a regular file (not a FIFO, device or
+    directory, which could hang or never end) of at most max_bytes; error(message) otherwise."""
     try:
-        with open(path, "rb") as f:
-            blob = f.read()
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
     except OSError as err:
         raise error(f"{path}: cannot read ({err.strerror or err})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{path}: not a regular file")
+    if st.st_size > max_bytes:
+        raise error(f"{path}: {st.st_size} bytes, more than the {max_bytes} this reader accepts")
+    return st.st_size
+
+
+def read_bytes(path, max_bytes, error=ValueError):
+    """The contents of the regular file path, at most max_bytes (regular_file), read once."""
+    regular_file(path, max_bytes, error)
+    try:
+        with open(path, "rb") as f:
+            blob = f.read(max_bytes + 1)
+    except OSError as err:
+        raise error(f"{path}: cannot read ({err.strerror or err})") from None
+    if len(blob) > max_bytes:
+        raise error(f"{path}: more than the {max_bytes} bytes this reader accepts")
+    return blob
+
+
+def read_json(path, error=ValueError, max_bytes=MAX_JSON_BYTES):
+    """A JSON object read from path: bounded size, UTF-8, nesting that cannot exhaust the stack,
+    and an object (dict) at the top; error(message naming path) otherwise."""
+    blob = read_bytes(path, max_bytes, error)
+    try:
+        value = json.loads(blob.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise error(f"{path}: not valid JSON ({err})") from None
+    except RecursionError:
+        raise error(f"{path}: JSON nested too deeply") from None
+    if not isinstance(value, dict):
+        raise error(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def load_npz(source, path, error=ValueError, what="array file", max_bytes=MAX_ARRAY_BYTES):
+    """{name: array} of an .npz (source: bytes or a seekable binary file; path and what name
+    it in messages: "PATH: not a readable WHAT (why)").
+
+    Never unpickles; before any array is allocated every member's header is read and its
+    claimed size (shape x item size) checked against the member's stored size and max_bytes, so
+    a forged header cannot ask for terabytes. An .npy or any other file gives error(message).
+    """
+    stream = io.BytesIO(source) if isinstance(source, bytes) else source
+
+    def bad(why):
+        return error(f"{path}: not a readable {what} ({why})")
+    try:
+        if not zipfile.is_zipfile(stream):
+            raise bad("not an .npz archive, a zip of .npy arrays")
+        stream.seek(0)
+        with zipfile.ZipFile(stream) as zf:
+            total = 0
+            for info in zf.infolist():
+                if not info.filename.endswith(".npy"):
+                    raise bad(f"member {info.filename!r} is not an .npy array")
+                with zf.open(info) as member:
+                    version = np.lib.format.read_magic(member)
+                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                   else np.lib.format.read_array_header_2_0)
+                    shape, _, dtype = read_header(member)
+                if dtype.hasobject:
+                    raise bad(f"{info.filename} holds Python objects, which are never unpickled")
+                claimed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                total += claimed
+                if claimed > info.file_size or total > max_bytes:
+                    raise bad(f"{info.filename} claims {claimed} bytes of data but holds "
+                              f"{info.file_size}; limit {max_bytes}")
+        stream.seek(0)
+        with np.load(stream, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+        if isinstance(err, error):
+            raise
+        raise bad(err) from None
+
+
+def read_npz(path, sha256, error=ValueError, recorded_in="its metadata", what="array file"):
+    """{name: array} of the .npz at path, after checking its SHA-256 against sha256.
+
+    Raises error(message naming path) if the file is missing, not a regular file, too large,
+    does not match or is unreadable.
+    """
+    blob = read_bytes(path, MAX_ARRAY_BYTES, error)
     if hashlib.sha256(blob).hexdigest() != sha256:
         raise error(f"{path}: contents do not match the SHA-256 recorded in {recorded_in} "
                     "(truncated, replaced or edited)")
+    return load_npz(blob, path, error, what)
+
+
+def remove_stale_temporaries(directory, older_than=3600.0):
+    """Delete TEMP_PREFIX files in directory left by a killed writer (older than older_than
+    seconds, so that a concurrent writer's file is spared); returns how many."""
+    removed = 0
     try:
-        with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:
-        raise error(f"{path}: unreadable arrays ({err})") from None
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    now = time.time()
+    for name in names:
+        full = os.path.join(directory, name)
+        if name.startswith(TEMP_PREFIX):
+            try:
+                if os.path.isfile(full) and now - os.path.getmtime(full) > older_than:
+                    os.unlink(full)
+                    removed += 1
+            except OSError:
+                pass
+    return removed

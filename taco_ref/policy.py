@@ -85,6 +85,20 @@ def init_params(cfg, rng):
     return params
 
 
+def param_shapes(cfg):
+    """{name: shape} of every array init_params(cfg, rng) makes, computed without allocating
+    (model files are checked against it before their weights are read)."""
+    D, K = cfg.state_dim, cfg.n_subtasks
+    heads = {"act": [D] + cfg.act_hidden + [cfg.action_dim], "stop": [D] + cfg.stop_hidden + [1]}
+    shapes = {}
+    for head, sizes in heads.items():
+        for i in range(len(sizes) - 1):
+            shapes[f"{head}.W{i}"] = (K, sizes[i], sizes[i + 1])
+            shapes[f"{head}.b{i}"] = (K, sizes[i + 1])
+    shapes["norm.mean"] = shapes["norm.std"] = (D,)
+    return shapes
+
+
 TRAINABLE_PREFIXES = ("act.", "stop.")
 
 

@@ -299,9 +299,21 @@ def _save_checkpoint(out_dir, job, state, adam, best):
     files.write_bytes(os.path.join(out_dir, CHECKPOINT_META), json.dumps(meta, indent=1, sort_keys=True).encode())
 
 
+_CHECKPOINT_FIELDS = {"stage": int, "epoch": int, "bad_epochs": int, "saves": int, "history": list,
+                      "config": dict, "adam": dict, "rng": dict, "arrays_file": str,
+                      "arrays_sha256": str}
+
+
 def _load_checkpoint(out_dir, job, data_sha256):
-    with open(os.path.join(out_dir, CHECKPOINT_META), encoding="utf-8") as f:
-        meta = json.load(f)
+    path = os.path.join(out_dir, CHECKPOINT_META)
+    meta = files.read_json(path)
+    for name, kind in _CHECKPOINT_FIELDS.items():
+        if not isinstance(meta.get(name), kind) or isinstance(meta.get(name), bool):
+            raise ValueError(f"cannot resume: {path}: field {name!r} missing or not a {kind.__name__}")
+    if not (0 <= meta["stage"] <= len(job.stages) and meta["epoch"] >= 0 and meta["bad_epochs"] >= 0
+            and meta["epoch"] <= max(cfg_epochs(job.cfg), 0)):
+        raise ValueError(f"cannot resume: {path}: stage {meta['stage']}, epoch {meta['epoch']} are "
+                         f"outside this run's {len(job.stages)} stages and {cfg_epochs(job.cfg)} epochs")
     if meta.get("data_sha256") != data_sha256:
         raise ValueError(f"cannot resume: the checkpoint in {out_dir} was made on different data")
     if meta["config"] != asdict(job.cfg):
@@ -320,18 +332,55 @@ def _load_checkpoint(out_dir, job, data_sha256):
 # The loop
 # ----------------------------------------------------------------------------------------
 
-def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True, stop_after=None):
+def cfg_epochs(cfg):
+    """The most epochs any stage of a run with cfg may have."""
+    return max(cfg.epochs, cfg.warmup_epochs)
+
+
+class DivergedError(ValueError):
+    """Training produced a non-finite or astronomically large loss (e.g. far too high lr)."""
+
+
+DIVERGED_LOSS = 1e6
+"""A per-step training loss above this (a negative log-likelihood per step; a Gaussian action
+model's is a few units) means the nets' outputs left the data's scale: the run stops with
+DivergedError and no model is saved."""
+
+
+def prepare_out_dir(out_dir, resume=False, overwrite=False):
+    """Check out_dir before any work: it must be a directory or not exist; a run already there
+    (a checkpoint or a finished model) is continued only with resume and replaced only with
+    overwrite, never silently. Removes temporary files a killed writer left behind."""
+    if out_dir is None:
+        return
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise ValueError(f"--out: {out_dir} exists and is not a directory")
+    has_run = any(os.path.exists(os.path.join(out_dir, name))
+                  for name in (CHECKPOINT_META, os.path.join("model", "model.json"),
+                               os.path.join("restart-0", CHECKPOINT_META)))
+    if has_run and not (resume or overwrite):
+        raise ValueError(f"--out: {out_dir} already holds a training run; pass --resume to continue "
+                         "it or --overwrite to start again")
+    for folder in (out_dir, os.path.join(out_dir, "model")):
+        files.remove_stale_temporaries(folder)
+
+
+def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True, stop_after=None,
+          overwrite=False):
     """Train on demos (a validated Demos); return the Model (best held-out parameters).
 
-    With out_dir, a checkpoint is written atomically after every epoch and the final model is
-    saved to out_dir/model; resume=True continues from the checkpoint found there (same config
-    and data), so an interrupted run ends exactly as an uninterrupted one would. stop_after=N
-    returns None after N epochs of this call, leaving the checkpoint to resume from.
+    With out_dir, a checkpoint is written atomically at the start and after every epoch and the
+    final model is saved to out_dir/model; resume=True continues from the checkpoint found there
+    (same config and data), so an interrupted run ends exactly as an uninterrupted one would.
+    A run already in out_dir is replaced only with overwrite=True (prepare_out_dir).
+    stop_after=N returns None after N epochs of this call, leaving the checkpoint to resume from.
+    DivergedError if the loss stops being finite or exceeds DIVERGED_LOSS per step.
 
     TACO with cfg.restarts = N > 1 trains N runs one after the other (run r checkpoints in
     out_dir/restart-r) and keeps the one with the highest training log-likelihood per step;
     spec/training.md §7. The returned model's info lists every run's figures.
     """
+    prepare_out_dir(out_dir, resume, overwrite)
     runs = cfg.restarts if cfg.algo == "taco" else 1
     if runs == 1:
         model, _ = _train_run(demos, cfg, 0, out_dir, resume, log, progress, stop_after)
@@ -387,6 +436,8 @@ def _train_run(demos, cfg, restart, out_dir, resume, log, progress, stop_after):
     run = _Run(demos, cfg, restart, out_dir)
     if resume:
         run.resume()
+    else:
+        run.checkpoint()                          # a run stopped before its first epoch resumes too
     epochs = 0
     while run.stage_index < len(run.job.stages):
         if stop_after is not None and epochs >= stop_after:
@@ -462,6 +513,10 @@ class _Run:
             self.adam.step(job.params, {k: g / n for k, g in grads.items()})
             total, steps = total + loss, steps + n
         held = mean_loss(job, stage, stage_held)
+        worst = max(total / steps, held)
+        if not (np.isfinite(worst) and worst <= DIVERGED_LOSS):
+            raise DivergedError(f"training diverged in the {stage} stage at epoch {state['epoch'] + 1}: "
+                                f"loss per step {worst:.3g} (lower lr: it is {self.job.lr(stage):g})")
         state["epoch"] += 1
         if not job.tracks_best(stage, state["epoch"] - 1):
             # warm-up or tempered epoch: hand on the latest parameters, count nothing

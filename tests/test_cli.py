@@ -139,9 +139,66 @@ def test_train_stop_after_then_resume_matches_an_uninterrupted_run(files, capsys
         np.testing.assert_array_equal(resumed.params[name], whole.params[name], err_msg=name)
 
 
+def test_a_run_is_never_overwritten_without_asking(files, capsys):
+    """Issue 11: training into a directory that holds a run, without --resume, overwrote it."""
+    args = ["train", "--data", str(files / "nav.npz"), "--seed", "3"] + SMALL + ["--set", "epochs=2"]
+    out = files / "kept"
+    assert cli.main(args + ["--out", str(out), "--stop-after", "1"]) == 0
+    before = (out / "checkpoint.json").read_bytes()
+    capsys.readouterr()
+    assert cli.main(args + ["--out", str(out)]) == 2
+    assert "--resume" in one_line_error(capsys, "train") and (out / "checkpoint.json").read_bytes() == before
+    assert cli.main(args + ["--out", str(out), "--overwrite"]) == 0
+    assert (out / "model" / "model.json").exists()
+    capsys.readouterr()
+    assert cli.main(args + ["--out", str(out)]) == 2                 # a finished model is a run too
+    assert "already holds a training run" in one_line_error(capsys, "train")
+
+
+def test_stop_after_zero_leaves_a_checkpoint_to_resume_from(files, capsys):
+    args = ["train", "--data", str(files / "nav.npz"), "--seed", "3"] + SMALL + ["--set", "epochs=2"]
+    out = files / "zero"
+    assert cli.main(args + ["--out", str(out), "--stop-after", "0"]) == 0
+    assert (out / "checkpoint.json").exists()
+    assert cli.main(args + ["--out", str(out), "--resume"]) == 0
+    assert cli.main(args + ["--out", str(files / "zero-whole")]) == 0
+    a, b = model_mod.load(out / "model"), model_mod.load(files / "zero-whole" / "model")
+    assert all(np.array_equal(a.params[k], b.params[k]) for k in a.params)
+
+
 # ----------------------------------------------------------------------------------------------
 # Bad input: exit code 2, one line on stderr
 # ----------------------------------------------------------------------------------------------
+
+def test_out_that_is_a_file_is_refused_before_training(files, tmp_path, capsys):
+    target = tmp_path / "a-file"
+    target.write_text("x")
+    assert cli.main(["train", "--data", str(files / "nav.npz"), "--out", str(target)] + SMALL) == 2
+    assert "is not a directory" in one_line_error(capsys, "train")
+
+
+def test_a_diverging_run_stops_with_one_line_and_saves_no_model(files, tmp_path, capsys):
+    out = tmp_path / "diverged"
+    assert cli.main(["train", "--data", str(files / "nav.npz"), "--out", str(out)] + SMALL
+                    + ["--set", "lr=1e10", "--set", "epochs=5"]) == 2
+    assert "diverged" in one_line_error(capsys, "train")
+    assert not (out / "model").exists()
+
+
+def test_a_tampered_checkpoint_is_refused(files, tmp_path, capsys):
+    args = ["train", "--data", str(files / "nav.npz"), "--seed", "3"] + SMALL + ["--set", "epochs=2"]
+    out = tmp_path / "tampered"
+    assert cli.main(args + ["--out", str(out), "--stop-after", "1"]) == 0
+    meta = json.loads((out / "checkpoint.json").read_text())
+    for field, value in (("stage", 7), ("stage", "policy"), ("epoch", -1)):
+        (out / "checkpoint.json").write_text(json.dumps(dict(meta, **{field: value})))
+        capsys.readouterr()
+        assert cli.main(args + ["--out", str(out), "--resume"]) == 2
+        assert "cannot resume" in one_line_error(capsys, "train")
+    del meta["rng"]
+    (out / "checkpoint.json").write_text(json.dumps(meta))
+    assert cli.main(args + ["--out", str(out), "--resume"]) == 2
+    assert "'rng' missing" in one_line_error(capsys, "train")
 
 @pytest.mark.slow
 def test_demo_runs_the_chosen_algorithms_with_overrides(capsys):

@@ -271,7 +271,7 @@ def test_load_rejects_a_file_that_is_not_npz(tmp_path):
 
 
 def test_load_rejects_a_missing_file(tmp_path):
-    with pytest.raises(DataError, match="not a readable"):
+    with pytest.raises(DataError, match="nope.npz: no such file"):
         data.load(tmp_path / "nope.npz")
 
 

@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -59,14 +60,14 @@ def write_weights(directory, arrays):
 
 
 def write_blob(directory, blob):
-    (directory / model_mod.WEIGHTS).write_bytes(blob)
+    pathlib.Path(model_mod.weights_file(directory)).write_bytes(blob)
     meta = read_meta(directory)
     meta["weights_sha256"] = hashlib.sha256(blob).hexdigest()
     write_meta(directory, meta)
 
 
 def load_arrays(directory):
-    with np.load(directory / model_mod.WEIGHTS) as z:
+    with np.load(model_mod.weights_file(directory)) as z:
         return {k: z[k] for k in z.files}
 
 
@@ -112,8 +113,8 @@ def test_missing_model_json(tmp_path):
 
 def test_missing_weights(tmp_path):
     directory = saved(tmp_path)
-    os.remove(directory / model_mod.WEIGHTS)
-    with pytest.raises(ModelError, match=r"weights\.npz is missing"):
+    os.remove(model_mod.weights_file(directory))
+    with pytest.raises(ModelError, match=r"weights-\w+\.npz is missing"):
         model_mod.load(directory)
 
 
@@ -126,7 +127,7 @@ def test_missing_directory(tmp_path):
 def test_corrupted_json(tmp_path, text):
     directory = saved(tmp_path)
     (directory / model_mod.META).write_bytes(text)
-    with pytest.raises(ModelError, match=r"model\.json: unreadable model metadata"):
+    with pytest.raises(ModelError, match=r"model\.json: not valid JSON"):
         model_mod.load(directory)
 
 
@@ -134,31 +135,31 @@ def test_json_that_is_not_a_model(tmp_path):
     directory = saved(tmp_path)
     for meta in ([1, 2], {"format": "something else"}):
         write_meta(directory, meta)
-        with pytest.raises(ModelError, match=r"model\.json: not a taco_ref model"):
+        with pytest.raises(ModelError, match=r"model\.json: (not a taco_ref model|expected a JSON object)"):
             model_mod.load(directory)
 
 
 def test_weights_replaced_by_another_models_weights(tmp_path):
     directory = saved(tmp_path, make_model(3))
     other = saved(tmp_path / "other", make_model(4))
-    (directory / model_mod.WEIGHTS).write_bytes((other / model_mod.WEIGHTS).read_bytes())
-    with pytest.raises(ModelError, match=r"weights\.npz: contents do not match the SHA-256"):
+    pathlib.Path(model_mod.weights_file(directory)).write_bytes(pathlib.Path(model_mod.weights_file(other)).read_bytes())
+    with pytest.raises(ModelError, match=r"weights-\w+\.npz: contents do not match the SHA-256"):
         model_mod.load(directory)
 
 
 def test_truncated_weights(tmp_path):
     directory = saved(tmp_path)
-    blob = (directory / model_mod.WEIGHTS).read_bytes()
-    (directory / model_mod.WEIGHTS).write_bytes(blob[:-100])
-    with pytest.raises(ModelError, match=r"weights\.npz: contents do not match the SHA-256"):
+    blob = pathlib.Path(model_mod.weights_file(directory)).read_bytes()
+    pathlib.Path(model_mod.weights_file(directory)).write_bytes(blob[:-100])
+    with pytest.raises(ModelError, match=r"weights-\w+\.npz: contents do not match the SHA-256"):
         model_mod.load(directory)
 
 
 def test_truncated_weights_with_a_consistent_hash(tmp_path):
     directory = saved(tmp_path)
-    blob = (directory / model_mod.WEIGHTS).read_bytes()
+    blob = pathlib.Path(model_mod.weights_file(directory)).read_bytes()
     write_blob(directory, blob[: len(blob) // 2])
-    with pytest.raises(ModelError, match=r"weights\.npz: unreadable arrays"):
+    with pytest.raises(ModelError, match=r"weights-\w+\.npz: not a readable weights file"):
         model_mod.load(directory)
 
 
@@ -182,7 +183,7 @@ def test_array_shape_inconsistent_with_the_architecture(tmp_path):
     meta["arrays"]["act.W0"], meta["arrays"]["act.b0"] = [2, 3, 6], [2, 6]
     write_meta(directory, meta)
     write_weights(directory, arrays)
-    with pytest.raises(ModelError, match=r"weights\.npz: act\.W0 is \(2, 3, 6\), the architecture in "
+    with pytest.raises(ModelError, match=r"weights-\w+\.npz: act\.W0 is \(2, 3, 6\), the architecture in "
                                          r"model\.json needs \(2, 3, 4\)"):
         model_mod.load(directory)
 
@@ -229,7 +230,7 @@ def test_non_finite_weights(tmp_path, value):
     arrays = load_arrays(directory)
     arrays["stop.W1"][1, 0, 0] = value
     write_weights(directory, arrays)
-    with pytest.raises(ModelError, match=r"weights\.npz: stop\.W1 holds non-finite values"):
+    with pytest.raises(ModelError, match=r"weights-\w+\.npz: stop\.W1 holds non-finite values"):
         model_mod.load(directory)
 
 
@@ -239,10 +240,10 @@ def test_object_array_weights_are_never_unpickled(tmp_path, hostile):
     arrays = load_arrays(directory)
     arrays["act.W0"] = np.array([hostile(marker)], dtype=object)
     write_weights(directory, arrays)
-    with pytest.raises(ModelError, match=r"weights\.npz: unreadable arrays"):
+    with pytest.raises(ModelError, match=r"weights-\w+\.npz: not a readable weights file"):
         model_mod.load(directory)
     assert not os.path.exists(marker), "model.load ran a pickle"
-    with np.load(directory / model_mod.WEIGHTS, allow_pickle=True) as z:   # it really is hostile
+    with np.load(model_mod.weights_file(directory), allow_pickle=True) as z:   # it really is hostile
         z["act.W0"]
     assert os.path.isdir(marker)
 
@@ -269,11 +270,65 @@ def test_vocab_length_must_match_the_subtasks(tmp_path):
 # (c) Atomic saving
 # ----------------------------------------------------------------------------------------------
 
+def test_a_crash_between_the_weights_and_model_json_keeps_the_old_model_whole(tmp_path, monkeypatch):
+    """Issue 11: re-saving into a finished model directory and dying after the weights but
+    before model.json left the old model unusable (SHA mismatch). The new weights now go to a
+    new file and model.json is the commit point."""
+    directory = saved(tmp_path, make_model(5))
+    real = model_mod.write_bytes
+
+    def die_at_model_json(path, blob):
+        if os.path.basename(path) == model_mod.META:
+            raise KeyboardInterrupt                     # the process dies here
+        real(path, blob)
+
+    monkeypatch.setattr(model_mod, "write_bytes", die_at_model_json)
+    with pytest.raises(KeyboardInterrupt):
+        model_mod.save(make_model(6), directory)
+    monkeypatch.undo()
+    loaded = model_mod.load(directory)
+    assert loaded.params["act.W0"].tobytes() == make_model(5).params["act.W0"].tobytes()
+    model_mod.save(make_model(6), directory)             # the next save cleans the orphan up
+    assert len([n for n in os.listdir(directory) if n.endswith(".npz")]) == 1
+
+
+def test_model_json_is_bounded_before_anything_is_allocated(tmp_path):
+    directory = saved(tmp_path, make_model(5))
+    meta = json.loads((directory / model_mod.META).read_text())
+    meta["policy"]["act_hidden"] = [10 ** 6, 10 ** 6]              # a 29 GiB network, if built
+    (directory / model_mod.META).write_text(json.dumps(meta))
+    with pytest.raises(ModelError, match="more than 268435456 parameters"):
+        model_mod.load(directory)
+    (directory / model_mod.META).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ModelError, match="nested too deeply"):
+        model_mod.load(directory)
+    meta["policy"]["act_hidden"] = [4]
+    meta["vocab"] = ["a", "a"] + meta["vocab"][2:]
+    (directory / model_mod.META).write_text(json.dumps(meta))
+    with pytest.raises(ModelError, match="distinct"):
+        model_mod.load(directory)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_weights_that_are_a_fifo_or_a_device_are_refused_without_reading(tmp_path):
+    directory = saved(tmp_path, make_model(5))
+    weights = model_mod.weights_file(directory)
+    os.remove(weights)
+    os.mkfifo(weights)                                    # reading it would block forever
+    with pytest.raises(ModelError, match="not a regular file"):
+        model_mod.load(directory)
+    os.remove(weights)
+    os.symlink("/dev/zero", weights)                      # reading it would never end
+    with pytest.raises(ModelError, match="not a regular file"):
+        model_mod.load(directory)
+
 def test_save_leaves_no_temporary_files_and_replaces_an_old_model(tmp_path):
     directory = saved(tmp_path, make_model(5))
-    assert sorted(os.listdir(directory)) == sorted([model_mod.META, model_mod.WEIGHTS])
+    first = os.path.basename(model_mod.weights_file(directory))
+    assert sorted(os.listdir(directory)) == sorted([model_mod.META, first])
     model_mod.save(make_model(6), directory)
-    assert sorted(os.listdir(directory)) == sorted([model_mod.META, model_mod.WEIGHTS])
+    second = os.path.basename(model_mod.weights_file(directory))
+    assert second != first and sorted(os.listdir(directory)) == sorted([model_mod.META, second])
     loaded = model_mod.load(directory)
     assert loaded.params["act.W0"].tobytes() == make_model(6).params["act.W0"].tobytes()
 

@@ -52,7 +52,8 @@ def cmd_train(args):
     domain = demos.meta.get("domain")
     cfg = config_mod.load(domain if domain in taco_sim.names() else None, args.config, args.set,
                           algo=args.algo, seed=args.seed)
-    model = train.train(demos, cfg, out_dir=args.out, resume=args.resume, stop_after=args.stop_after)
+    model = train.train(demos, cfg, out_dir=args.out, resume=args.resume, stop_after=args.stop_after,
+                        overwrite=args.overwrite)
     if model is None:
         print(f"stopped after {args.stop_after} epochs; continue with --resume --out {args.out}")
         return 0
@@ -172,6 +173,8 @@ def build_parser():
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--out", required=True, help="run directory (checkpoint + model/)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start again in an --out that holds a run (never done without this)")
     p.add_argument("--stop-after", type=int, default=None, metavar="N",
                    help="return after N epochs, leaving a checkpoint to --resume from")
     p.set_defaults(func=cmd_train)
