@@ -20,7 +20,9 @@ from typing import NamedTuple
 import numpy as np
 
 LOGP_TOL = 1e-9
-"""Largest log-probability accepted inside the valid region (rounding slack above 0)."""
+"""Largest log-probability accepted where it is read (rounding slack above 0, used as given:
+nothing is clipped). Applies to log_stop, log_go, log_final_stop and log_p; log_act is a
+log-density and has no upper bound (spec/align.md rule R2)."""
 
 
 class TacoResult(NamedTuple):
@@ -71,28 +73,40 @@ def _lengths(x, name, B, bound, symbol):
     return arr.astype(np.int64)
 
 
-def _valid_mask(traj_len, sketch_len, T, L):
-    """(B, T, L) bool: True where t < T_b and l < L_b; None when every row is full."""
-    if (traj_len == T).all() and (sketch_len == L).all():
-        return None
-    in_t = np.arange(T)[None, :, None] < traj_len[:, None, None]
-    in_l = np.arange(L)[None, None, :] < sketch_len[:, None, None]
-    return in_t & in_l
+def _checked(x, name, read, upper):
+    """x with every entry outside `read` replaced by -inf; ValueError on a bad read entry.
 
-
-def _checked_logp(x, name, valid):
-    """x with padding replaced by -inf; ValueError if the valid region holds NaN, +inf or > 0.
-
-    valid is a boolean mask broadcastable to x, or None when nothing is padding.
+    read is a boolean mask broadcastable to x (None: every entry is read). Read entries must
+    not be NaN or +inf, and must be <= upper (spec/align.md §9, rule R2): upper is LOGP_TOL for
+    probabilities and +inf for log_act, a log-density. Entries in (0, LOGP_TOL] are used as
+    given, not clipped.
     """
-    if valid is not None:
-        x = np.where(valid, x, -np.inf)
-    bad = ~(x <= LOGP_TOL)  # NaN compares False, so it is caught here too
+    if read is not None:
+        x = np.where(read, x, -np.inf)
+    bad = ~(x <= upper) | (x == np.inf)  # NaN compares False, so it is caught here too
     if bad.any():
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"{name} must hold log-probabilities (<= 0, not NaN) inside the valid "
-                         f"region t < traj_len, l < sketch_len; {name}{list(idx)} = {x[idx]!r}")
+        what = ("log-probabilities (<= 0, not NaN)" if upper < np.inf
+                else "finite log-densities or -inf (not NaN, not +inf)")
+        raise ValueError(f"{name} must hold {what} in the entries the recursion reads "
+                         f"(spec/align.md rule R2); {name}{list(idx)} = {x[idx]!r}")
     return x
+
+
+def _read_masks(traj_len, sketch_len, T, L):
+    """(B, T, L) bool masks of the entries some path prefix reads, spec/align.md rule R3.
+
+    0-based: act[t, l] is read iff l <= t; go[t, l] iff l < t; stop[t, l] iff l < t and
+    l < L_b - 1; all three only for t < T_b and l < L_b. Every other entry (padding, stop and go
+    at t = 0, stop at L_b - 1, cells no prefix reaches) may hold anything.
+    """
+    t = np.arange(T)[None, :, None]
+    l = np.arange(L)[None, None, :]
+    valid = (t < traj_len[:, None, None]) & (l < sketch_len[:, None, None])     # (B, T, L)
+    act = valid & (l <= t)
+    go = valid & (l < t)
+    stop = go & (l < sketch_len[:, None, None] - 1)
+    return act, stop, go
 
 
 # ----------------------------------------------------------------------------------------
@@ -136,9 +150,12 @@ RECENTRE_EVERY = 16
 
 
 def _recentre(a_t, shift_t):
-    """Subtract each row's largest log alpha_t(l) from a_t (L + 1, B), recording it in shift_t."""
-    # a dead row (all -inf) gets a finite stand-in so that -inf - shift stays -inf
-    np.max(a_t[1:], axis=0, out=shift_t, initial=-1e300)
+    """Subtract each row's largest log alpha_t(l) from a_t (L + 1, B), recording it in shift_t.
+
+    A dead row (every log alpha_t(l) = -inf) is shifted by 0, spec/align.md eq. (25).
+    """
+    np.max(a_t[1:], axis=0, out=shift_t)
+    shift_t[shift_t == -np.inf] = 0.0
     a_t[1:] -= shift_t
 
 
@@ -251,16 +268,17 @@ def _taco_lattice(log_act, log_stop, log_go, traj_len, sketch_len, log_final_sto
                              f"got {arr.shape}")
     traj_len = _lengths(traj_len, "traj_len", B, T, "T")
     sketch_len = _lengths(sketch_len, "sketch_len", B, L, "L")
-    valid = _valid_mask(traj_len, sketch_len, T, L)
-    act = _checked_logp(act, "log_act", valid)
-    stop = _checked_logp(stop, "log_stop", valid)
-    go = _checked_logp(go, "log_go", valid)
+    read_act, read_stop, read_go = _read_masks(traj_len, sketch_len, T, L)
+    act = _checked(act, "log_act", read_act, np.inf)           # a log-density: any finite value
+    stop = _checked(stop, "log_stop", read_stop, LOGP_TOL)
+    go = _checked(go, "log_go", read_go, LOGP_TOL)
     final = None
     if log_final_stop is not None:
         final = _as_float_array(log_final_stop, "log_final_stop", 2)
         if final.shape != (B, L):
             raise ValueError(f"log_final_stop must have shape (B, L) = ({B}, {L}), got {final.shape}")
-        final = _checked_logp(final, "log_final_stop", None if valid is None else valid[:, 0, :])
+        read_final = np.arange(L)[None, :] == sketch_len[:, None] - 1                 # (B, L)
+        final = _checked(final, "log_final_stop", read_final, LOGP_TOL)
     return _lattice(act, stop, go, traj_len, sketch_len, final)
 
 
@@ -270,9 +288,10 @@ def taco_loglik(log_act, log_stop, log_go, traj_len=None, sketch_len=None, log_f
     Implements spec/align.md eq. (3)-(5) (paper eq. for alpha_1, alpha_t and alpha_T(L)).
 
     Symbol         | Shape     | Meaning
-    log_act        | (B, T, L) | log pi_{tau_l}(a_t | s_t)
-    log_stop       | (B, T, L) | log pi_{tau_l}(STOP | s_t)
-    log_go         | (B, T, L) | log (1 - pi_{tau_l}(STOP | s_t))
+    log_act        | (B, T, L) | log pi_{tau_l}(a_t | s_t); a log-density: any finite value or -inf
+    log_stop       | (B, T, L) | log pi_{tau_l}(STOP | s_t), <= LOGP_TOL
+    log_go         | (B, T, L) | log (1 - pi_{tau_l}(STOP | s_t)), <= LOGP_TOL; independent of
+                   |           | log_stop (rule R1): their exps need not sum to 1
     traj_len       | (B,) int  | T_b in [1, T]; None means T
     sketch_len     | (B,) int  | L_b in [1, L]; None means L
     log_final_stop | (B, L)    | optional terminal STOP, eq. (8): log pi_{tau_l}(STOP | s_final)
@@ -327,7 +346,7 @@ def _ctc_lattice(log_p, sketch, traj_len, sketch_len):
         raise ValueError(f"sketch ids must lie in [0, K) = [0, {K}) for l < sketch_len; "
                          f"sketch[{b}, {l}] = {sketch[b, l]}")
     in_time = np.arange(T)[None, :, None] < traj_len[:, None, None]          # (B, T, 1)
-    log_p = _checked_logp(log_p, "log_p", in_time)
+    log_p = _checked(log_p, "log_p", in_time, LOGP_TOL)       # a classifier: every class is checked
     act = np.take_along_axis(log_p, ids[:, None, :], axis=2)                 # (B, T, L)
     act[~(in_time & in_sketch[:, None, :])] = -np.inf
     free = np.zeros_like(act)                                                # log stop = log go = 0
@@ -371,7 +390,8 @@ def ctc_forward_backward(log_p, sketch, traj_len=None, sketch_len=None):
 # ----------------------------------------------------------------------------------------
 
 def _positions(best, lat, loglik):
-    """(T, B) positions -> (B, T) with -1 where t >= T_b or the row is impossible."""
+    """(T, B) positions -> (B, T) with -1 where t >= T_b or the row is impossible (rule R4;
+    the decoders' lattice has no terminal STOP, so f = 0 does not count, rule R5)."""
     out = best.T.astype(np.int64)                                            # (B, T)
     T = out.shape[1]
     out[np.arange(T)[None, :] >= lat.traj_len[:, None]] = -1
@@ -390,7 +410,7 @@ def _posterior_argmax(lat):
     fwd = _forward(lat)
     loglik = _loglik(lat, fwd)
     gamma, _, _ = _posteriors(lat, fwd, loglik)                              # (B, T, L)
-    return _positions(np.argmax(gamma, axis=2).T, lat, loglik)
+    return _positions(np.argmax(gamma, axis=2).T, lat, loglik)   # gamma itself, not log; R6
 
 
 def _viterbi(lat):
@@ -404,7 +424,7 @@ def _viterbi(lat):
     for t in range(1, T):
         np.add(delta[t - 1, 1:], lat.stay[t], out=from_same)
         np.add(delta[t - 1, :-1], lat.move[t, :L], out=from_prev)
-        np.greater(from_prev, from_same, out=moved[t])                       # ties: stay
+        np.greater(from_prev, from_same, out=moved[t])                       # ties: stay (R6)
         np.maximum(from_same, from_prev, out=delta[t, 1:])
     rows = np.arange(B)
     score = delta[-1, lat.sketch_len, rows] + lat.end
@@ -460,7 +480,7 @@ def align_viterbi(log_act, log_stop, log_go, traj_len=None, sketch_len=None, ret
     """TACO alignment: the single most probable path, eq. (23)-(24); monotone by construction.
 
     Returns (B, T) int64 positions, and with return_score=True also its (B,) log-probability
-    (the terminal STOP is not part of the score: it scales every complete path alike).
+    (the terminal STOP is not part of the score: it scales every complete path alike, rule R5).
     """
     path, score = _viterbi(_taco_lattice(log_act, log_stop, log_go, traj_len, sketch_len, None))
     return (path, score) if return_score else path

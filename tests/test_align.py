@@ -553,11 +553,13 @@ def lengths(B, n):
 
 
 @st.composite
-def taco_batches(draw, max_B=4, max_T=12, max_L=6):
-    """A ragged TACO batch: values in [-40, 0] (a few -inf) in the valid block, garbage elsewhere."""
+def taco_batches(draw, max_B=4, max_T=12, max_L=6, act=LOG_PROB):
+    """A ragged TACO batch: values in [-40, 0] (log_act from `act`; a few -inf) in the valid
+    block, garbage elsewhere."""
     B, T, L = (draw(sizes(n)) for n in (max_B, max_T, max_L))
     traj_len, sketch_len = draw(lengths(B, T)), draw(lengths(B, L))
     values = draw(hnp.arrays(np.float64, (3, B, T, L), elements=LOG_PROB))             # (3, B, T, L)
+    values[0] = draw(hnp.arrays(np.float64, (B, T, L), elements=act))                  # (B, T, L)
     holes = draw(st.lists(st.tuples(st.integers(0, 2), st.integers(0, B - 1),
                                     st.integers(0, T - 1), st.integers(0, L - 1)), max_size=3))
     for index in holes:
@@ -632,6 +634,70 @@ def test_prop_gradients_match_autograd(case):
     for b, _, _ in _rows(case):
         check_row_against_autograd(res, case, b)
     np.testing.assert_allclose(align.taco_loglik(**case), res.loglik, rtol=1e-13, atol=0)
+
+
+LOG_DENSITY = st.floats(min_value=-40.0, max_value=40.0)
+
+
+@given(case=taco_batches(act=LOG_DENSITY))
+def test_prop_log_act_density_matches_autograd(case):
+    """Rule R2 (spec/align.md §9): log_act is a log-density, positive values included."""
+    res = align.taco_forward_backward(**case)
+    for b, _, _ in _rows(case):
+        check_row_against_autograd(res, case, b)
+
+
+@given(case=taco_batches(act=LOG_DENSITY), c=st.floats(min_value=-50.0, max_value=50.0))
+def test_prop_adding_c_to_log_act_shifts_loglik_by_T_c(case, c):
+    """Rule R2: log_act + c on every entry shifts row b's loglik by T_b c; gradients do not move;
+    the decoders do not move wherever the unshifted row has a clear winner."""
+    shifted = dict(case, log_act=case["log_act"] + c)   # -inf stays -inf; garbage stays padding
+    (res, decs), (res_c, decs_c) = run_taco(case), run_taco(shifted)
+    for b, T_b, L_b in _rows(case):
+        if not np.isfinite(res.loglik[b]):
+            assert res_c.loglik[b] == NEG_INF
+            continue
+        np.testing.assert_allclose(res_c.loglik[b], res.loglik[b] + T_b * c, rtol=1e-12, atol=1e-9)
+        for name in GRAD_NAMES + ("posterior", "d_final_stop"):
+            np.testing.assert_allclose(getattr(res_c, name)[b], getattr(res, name)[b], rtol=0, atol=1e-9,
+                                       err_msg=name)
+        block = [case[k][b, :T_b, :L_b] for k in ("log_act", "log_stop", "log_go")]
+        clear = {0: clear_winners(np_forward(*block), margin=1e-6),
+                 1: clear_winners(res.posterior[b, :T_b, :L_b], margin=1e-6)}
+        for i in (0, 1):
+            np.testing.assert_array_equal(decs_c[i][b, :T_b][clear[i]], decs[i][b, :T_b][clear[i]])
+        score = bf.path_logprob(tuple(decs_c[2][b, :T_b]), *block)   # Viterbi: still a best path
+        best = np_forward(*block, combine=np.maximum)[T_b - 1, L_b - 1]
+        np.testing.assert_allclose(score, best, rtol=1e-12, atol=1e-8)
+
+
+def never_read(traj_len, sketch_len, T, L):
+    """(B, T, L) masks of the valid entries no path prefix reads, spec/align.md rule R3 (0-based):
+    act at l > t, go at l >= t, stop at l >= t or l = L_b - 1."""
+    t, l = np.arange(T)[None, :, None], np.arange(L)[None, None, :]
+    valid = valid_mask(traj_len, sketch_len, T, L)
+    last = np.asarray(sketch_len)[:, None, None] - 1
+    return {"log_act": valid & (l > t), "log_go": valid & (l >= t),
+            "log_stop": valid & ((l >= t) | (l == last))}
+
+
+@given(case=taco_batches(), data=st.data())
+def test_prop_never_read_entries_are_irrelevant(case, data):
+    """Rule R3: garbage in the entries no path reads (and in log_final_stop off L_b) changes no
+    output bit, and their gradients are exactly 0."""
+    T, L = case["log_act"].shape[1:]
+    dirty = dict(case)
+    masks = never_read(case["traj_len"], case["sketch_len"], T, L)
+    for key, mask in masks.items():
+        junk = data.draw(hnp.arrays(np.float64, mask.shape, elements=st.sampled_from(GARBAGE)))
+        dirty[key] = np.where(mask, junk, case[key])
+    if case["log_final_stop"] is not None:
+        off = np.arange(L)[None] != case["sketch_len"][:, None] - 1
+        dirty["log_final_stop"] = np.where(off, np.nan, case["log_final_stop"])
+    got = run_taco(dirty)
+    _assert_same_outputs(got, run_taco(case))
+    for key, name in (("log_act", "d_act"), ("log_stop", "d_stop"), ("log_go", "d_go")):
+        assert np.all(getattr(got[0], name)[masks[key]] == 0.0), name
 
 
 @given(case=taco_batches())
@@ -1018,9 +1084,10 @@ PADDING = {"log_act": [(1, 4, 1), (1, 3, 2)], "log_stop": [(1, 4, 0), (1, 1, 2)]
 
 
 @pytest.mark.parametrize("fn", TACO_FNS)
-@pytest.mark.parametrize("arg", ["log_act", "log_stop", "log_go"])
-@pytest.mark.parametrize("bad", [np.nan, np.inf, 1e-3, 1e-6], ids=["nan", "plus_inf", "1e-3", "1e-6"])
+@pytest.mark.parametrize("arg, bad", [(a, b) for a in ("log_act", "log_stop", "log_go") for b in (np.nan, np.inf)]
+                         + [(a, b) for a in ("log_stop", "log_go") for b in (1e-3, 1e-6)])
 def test_rejects_bad_value_inside_valid_region(fn, arg, bad):
+    """Rule R2: NaN and +inf in a read entry are errors; above LOGP_TOL too for stop and go."""
     kwargs = good_taco()
     kwargs[arg][USED[arg]] = bad
     with pytest.raises(ValueError, match=arg):
@@ -1043,6 +1110,41 @@ def test_accepts_bad_values_just_inside_the_padding(fn, arg):
     for i, index in enumerate(PADDING[arg]):
         kwargs[arg][index] = (np.nan, np.inf)[i]
     _assert_same(getattr(align, fn)(**kwargs), getattr(align, fn)(**clean))
+
+
+@pytest.mark.parametrize("fn", TACO_FNS)
+@pytest.mark.parametrize("value", [1e-3, 0.5, 50.0, 700.0])
+def test_accepts_positive_log_act(fn, value):
+    """Rule R2: log_act is a log-density; positive values are valid and give finite results."""
+    kwargs = good_taco()
+    kwargs["log_act"][USED["log_act"]] = value
+    assert all(np.all(np.isfinite(x)) for x in _outputs(getattr(align, fn)(**kwargs)))
+
+
+def test_values_within_tolerance_are_used_as_given():
+    """Rule R2: a read log_go or log_final_stop in (0, LOGP_TOL] is used as given, not clipped.
+    L = 1: the single path's loglik is the plain sum, so it moves by exactly the added values."""
+    rng = np.random.default_rng(12)
+    act = rng.uniform(-3.0, 0.0, size=(1, 5, 1))
+    zeros = np.zeros((1, 5, 1))
+    tol = np.full((1, 5, 1), align.LOGP_TOL)
+    base = align.taco_loglik(act, zeros, zeros, log_final_stop=np.zeros((1, 1)))[0]
+    raised = align.taco_loglik(act, tol, tol, log_final_stop=np.full((1, 1), 5e-10))[0]
+    np.testing.assert_allclose(raised - base, 4 * align.LOGP_TOL + 5e-10, rtol=1e-6, atol=0)
+
+
+def test_recentring_shifts_a_dead_row_by_zero():
+    """spec/align.md eq. (25): c_t is the row maximum when finite and 0 for a dead row."""
+    a_t = np.array([[-np.inf, -np.inf, -np.inf], [-3.0, -np.inf, 5.0], [-7.0, -np.inf, -1.0]])  # (L+1, B)
+    shift = np.empty(3)
+    align._recentre(a_t, shift)
+    np.testing.assert_array_equal(shift, [-3.0, 0.0, 5.0])
+    np.testing.assert_array_equal(a_t[1:], [[0.0, -np.inf, 0.0], [-4.0, -np.inf, -6.0]])
+    dead = np.full((1, 40, 2), -1.0)
+    dead[0, 20] = NEG_INF                                  # every state dies at t = 20
+    with np.errstate(invalid="raise"):
+        res = align.taco_forward_backward(dead, dead, dead)
+    assert res.loglik[0] == NEG_INF and not np.any(res.d_act) and not np.any(np.isnan(res.d_go))
 
 
 @pytest.mark.parametrize("arg", ["log_act", "log_stop", "log_go", "log_final_stop"])

@@ -26,8 +26,53 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import brute_force as bf  # noqa: E402  (the ground truth lives beside this script)
+import exact  # noqa: E402
+import formula  # noqa: E402
 
-FORMAT = "taco_ref conformance vectors v1"
+FORMAT = "taco_ref conformance vectors v2"
+RULES = {   # every rule and numbered equation of spec/align.md a case can name in "rules"
+    "R1": "align.md §1 R1: log_act, log_stop, log_go are three independent inputs; "
+          "exp(log_stop) + exp(log_go) need not be 1",
+    "R2": "align.md §9 R2: log_act is any real or -inf; log_stop, log_go, log_final_stop, log_p "
+          "are <= LOGP_TOL = 1e-9 and used as given (never clipped)",
+    "R3": "align.md §4 R3: padding and never-read entries may hold anything; they change no "
+          "output and get gradient exactly 0",
+    "R4": "align.md §5 R4: an impossible row has loglik -inf, every gradient 0, decoders -1 "
+          "(for the decoders: alpha_T(L_b) = 0)",
+    "R5": "align.md §3 R5: f scales Z only; the decoders take no f; viterbi_score excludes f",
+    "R6": "align.md §7 R6: ties go to the lower position (argmax) or to staying (Viterbi); "
+          "margins >= 1e-9 must be resolved",
+    "R7": "align.md §8 R7: long rows (T in the thousands, |loglik| ~ 1e4) meet the same "
+          "tolerances",
+    "eq. (1)": "align.md eq. (1): the alignment paths",
+    "eq. (2)": "align.md eq. (2): the probability of one path",
+    "eq. (3)": "align.md eq. (3): alpha_1",
+    "eq. (4)": "align.md eq. (4): the forward recursion",
+    "eq. (5)": "align.md eq. (5): log Z = log alpha_T(L)",
+    "eq. (8)": "align.md eq. (8): the terminal STOP factor f",
+    "eq. (10)": "align.md eq. (10): padding steps are identity steps",
+    "eq. (11)": "align.md eq. (11): posteriors sum to 1 per step",
+    "eq. (12)": "align.md eq. (12): d loglik / d log_act = gamma",
+    "eq. (13)": "align.md eq. (13): d loglik / d log_stop = xi(l -> l+1)",
+    "eq. (14)": "align.md eq. (14): d loglik / d log_go = xi(l -> l)",
+    "eq. (15)": "align.md eq. (15): d loglik / d log f = 1 at L_b",
+    "eq. (16)": "align.md eq. (16): edge probabilities",
+    "eq. (17)": "align.md eq. (17): backward smoothing",
+    "eq. (18)": "align.md eq. (18): the blank-free CTC path probability",
+    "eq. (19)": "align.md eq. (19): the CTC forward recursion",
+    "eq. (20)": "align.md eq. (20): d loglik / d log_p sums over repeated classes",
+    "eq. (21)": "align.md eq. (21): forward argmax",
+    "eq. (22)": "align.md eq. (22): posterior argmax",
+    "eq. (23)": "align.md eq. (23): Viterbi max-product",
+    "eq. (24)": "align.md eq. (24): Viterbi back-tracking",
+    "eq. (25)": "align.md eq. (25): recentring (dead rows shift by 0)",
+}
+QUANTITY_EQ = {  # the equation each expected field checks (the conformance kit cites it)
+    "loglik": "eq. (5), (8)", "d_act": "eq. (12)", "d_stop": "eq. (13)", "d_go": "eq. (14)",
+    "d_final_stop": "eq. (15)", "posterior": "eq. (12)", "d_log_p": "eq. (20)",
+    "forward_argmax": "eq. (21)", "posterior_argmax": "eq. (22)", "viterbi": "eq. (23), (24)",
+    "viterbi_score": "eq. (23)",
+}
 TIE_GAP = 1e-6   # decoders whose top two candidates are closer than this are redrawn
 MAX_DRAWS = 100  # give up (an error) if a case still has a near tie after this many draws
 DECIMALS = 9     # inputs are rounded to this many decimal places
@@ -87,52 +132,48 @@ def random_sketch(rng, L, K):
 
 # ----------------------------------------------------------------------------- references
 
-def forward_alphas(log_act, log_stop, log_go):
-    """alpha_t(l) (T, L) by enumeration of prefixes, as in brute_force.taco_reference."""
-    T, L = log_act.shape
-    return np.array([[bf._logsumexp([bf.path_logprob(z, log_act, log_stop, log_go)
-                                     for z in bf.prefixes(t + 1, l)]) for l in range(L)]
-                     for t in range(T)])                                  # (T, L)
+def check_agree(name, bf_ref, ex_ref, gaps):
+    """The two independent references agree: loglik and gradients to 1e-12, decoders exactly
+    wherever the decoder has no near-tie (an error otherwise: a reference is wrong)."""
+    for key in ("loglik", "d_act", "d_stop", "d_go", "d_log_p"):
+        if key not in bf_ref:
+            continue
+        x, y = np.asarray(bf_ref[key], float), np.asarray(ex_ref[key], float)
+        same_inf = np.isinf(x) == np.isinf(y)
+        ok = same_inf.all() and np.allclose(x[~np.isinf(x)], y[~np.isinf(y)], rtol=1e-12, atol=1e-12)
+        if not ok:
+            raise RuntimeError(f"{name}: brute_force and exact disagree on {key}")
+    if bf_ref["loglik"] > -math.inf:
+        for key in DECODERS:
+            if gaps[key] >= TIE_GAP and list(bf_ref[key]) != list(ex_ref[key]):
+                raise RuntimeError(f"{name}: brute_force and exact disagree on {key}")
 
 
-def top_two_gap(values):
-    """Gap between the two largest finite values (inf when fewer than two are finite)."""
-    finite = sorted((v for v in values if v != -math.inf), reverse=True)
-    return finite[0] - finite[1] if len(finite) >= 2 else math.inf
+def taco_row(act, stop, go, final_stop=None, name=""):
+    """Reference outputs and decoder margins for one TACO row (nested lists, valid part only).
 
-
-def decoder_gap(log_act, log_stop, log_go, ref):
-    """Smallest top-two gap over every argmax the three decoders take on this row."""
-    if ref["loglik"] == -math.inf:
-        return math.inf   # impossible row: the decoders return -1, there is nothing to break
-    T, L = log_act.shape
-    gaps = [top_two_gap([bf.path_logprob(z, log_act, log_stop, log_go) for z in bf.paths(T, L)])]
-    alpha = forward_alphas(log_act, log_stop, log_go)                    # (T, L)
-    for t in range(T):
-        gaps.append(top_two_gap(alpha[t]))
-        gaps.append(top_two_gap(ref["posterior"][t]))
-    return min(gaps)
-
-
-def taco_row(act, stop, go, final_stop=None):
-    """Brute-force reference plus decoder gap for one TACO row (nested lists, valid part only)."""
-    act, stop, go = (np.array(x, dtype=float) for x in (act, stop, go))  # (T_b, L_b)
+    loglik and gradients come from the path enumeration (brute_force.py, with the terminal
+    STOP); the decoders and the Viterbi score from exact.py without it (rule R5), whose
+    comparisons are exact and break ties by rule R6. The two references must agree.
+    """
+    ex = exact.taco_exact(act, stop, go)                      # decoders take no f (rule R5)
+    a, s_, g = (np.array(x, dtype=float) for x in (act, stop, go))        # (T_b, L_b)
     fs = None if final_stop is None else np.array(final_stop, dtype=float)
-    ref = bf.taco_reference(act, stop, go, fs)
-    if act.shape[1] > act.shape[0]:
-        return ref, math.inf
-    return ref, decoder_gap(act, stop, go, ref)
+    ref = bf.taco_reference(a, s_, g, fs)
+    check_agree(name, bf.taco_reference(a, s_, g), ex, ex["gaps"])
+    for key in DECODERS + ("viterbi_score",):
+        ref[key] = ex[key]
+    return ref, ex["gaps"]
 
 
-def ctc_row(log_p, sketch):
-    """Brute-force reference plus decoder gap for one CTC row (valid part only)."""
-    log_p = np.array(log_p, dtype=float)                                  # (T_b, K)
-    ref = bf.ctc_reference(log_p, sketch)
-    if len(sketch) > log_p.shape[0]:
-        return ref, math.inf
-    act = log_p[:, list(sketch)]                                          # (T_b, L_b)
-    zeros = np.zeros_like(act)
-    return ref, decoder_gap(act, zeros, zeros, ref)
+def ctc_row(log_p, sketch, name=""):
+    """Reference outputs and decoder margins for one CTC row (valid part only)."""
+    ex = exact.ctc_exact(log_p, list(sketch))
+    ref = bf.ctc_reference(np.array(log_p, dtype=float), sketch)
+    check_agree(name, ref, ex, ex["gaps"])
+    for key in DECODERS + ("viterbi_score",):
+        ref[key] = ex[key]
+    return ref, ex["gaps"]
 
 
 # ----------------------------------------------------------------------------- batching
@@ -172,8 +213,8 @@ def scatter(refs, key, shape, fill, dtype=float):
     return out
 
 
-def expected_outputs(refs, T, L, family, K=None, decoders=True):
-    """The "expected" dict of a case from its per-row brute-force references."""
+def expected_outputs(refs, T, L, family, K=None, decoders=DECODERS):
+    """The "expected" dict of a case from its per-row references."""
     B = len(refs)
     exp = {"loglik": np.array([r["loglik"] for r in refs])}               # (B,)
     if family == "taco":
@@ -183,29 +224,54 @@ def expected_outputs(refs, T, L, family, K=None, decoders=True):
     else:
         exp["d_log_p"] = scatter(refs, "d_log_p", (B, T, K), 0)           # (B, T, K)
     exp["posterior"] = scatter(refs, "posterior", (B, T, L), 0)           # (B, T, L)
-    if decoders:
-        for key in DECODERS:
-            exp[key] = scatter(refs, key, (B, T), -1, np.int64)       # (B, T)
+    for key in decoders:
+        exp[key] = scatter(refs, key, (B, T), -1, np.int64)               # (B, T)
+    if "viterbi" in decoders:
         exp["viterbi_score"] = np.array([r["viterbi_score"] for r in refs])  # (B,)
     return exp
 
 
-def draw_until_untied(name, decoders, attempt):
-    """Call attempt() until no decoder has a near-tie (its last item: [(ref, gap), ...])."""
+def draw_until_untied(name, decoders, min_gap, attempt):
+    """Call attempt() until every listed decoder has margin >= min_gap on every row.
+
+    attempt() returns a tuple whose last item is [(ref, gaps), ...]; min_gap[decoder] = 0 for
+    a decoder whose ties are part of the case (rule R6).
+    """
     for _ in range(MAX_DRAWS):
         out = attempt()
-        if not decoders or min(gap for _, gap in out[-1]) >= TIE_GAP:
+        if all(gaps[d] >= min_gap.get(d, TIE_GAP) for _, gaps in out[-1] for d in decoders):
             return out
     raise RuntimeError(f"{name}: decoders still tied after {MAX_DRAWS} draws")
 
 
-def taco_case(name, seed, B, T, L, draw, description, traj_len=None, sketch_len=None,
-              pad="random", final_stop=None, decoders=True):
+def never_read_mask(Tb, Lb, T, L):
+    """(B, T, L) bool per input: the valid entries no path prefix reads (rule R3), 0-based:
+    act at l > t; go at l >= t; stop at l >= t or l = L_b - 1."""
+    t = np.arange(T)[None, :, None]
+    l = np.arange(L)[None, None, :]
+    Tb, Lb = np.array(Tb)[:, None, None], np.array(Lb)[:, None, None]
+    valid = (t < Tb) & (l < Lb)
+    return {"log_act": valid & (l > t), "log_go": valid & (l >= t),
+            "log_stop": valid & ((l >= t) | (l == Lb - 1))}
+
+
+def case_dict(name, description, family, rules, inputs, expected, tolerance):
+    case = {"name": name, "description": description, "family": family, "rules": list(rules),
+            "inputs": inputs, "expected": expected}
+    if tolerance:
+        case["tolerance"] = tolerance
+    return case
+
+
+def taco_case(name, seed, B, T, L, draw, description, rules, traj_len=None, sketch_len=None,
+              pad="random", final_stop=None, decoders=DECODERS, min_gap=None, never_read=False,
+              tolerance=None):
     """Build one TACO case.
 
     draw(rng, b, T_b, L_b) -> (act, stop, go) nested lists of shape (T_b, L_b);
     final_stop(rng, b, L_b) -> list of length L_b, or None for no terminal STOP.
-    The whole case is redrawn while some decoder has a near tie (when decoders=True).
+    The whole case is redrawn while a listed decoder has a margin below min_gap (default
+    TIE_GAP). never_read=True puts garbage in the valid entries no path reads (rule R3).
     """
     rng = random.Random(seed)
     Tb = traj_len if traj_len is not None else [T] * B
@@ -213,34 +279,41 @@ def taco_case(name, seed, B, T, L, draw, description, traj_len=None, sketch_len=
     def attempt():
         rows = [draw(rng, b, Tb[b], Lb[b]) for b in range(B)]
         fs_rows = None if final_stop is None else [final_stop(rng, b, Lb[b]) for b in range(B)]
-        return rows, fs_rows, [taco_row(*rows[b], None if fs_rows is None else fs_rows[b])
+        return rows, fs_rows, [taco_row(*rows[b], None if fs_rows is None else fs_rows[b], name)
                                for b in range(B)]
 
-    rows, fs_rows, results = draw_until_untied(name, decoders, attempt)
+    rows, fs_rows, results = draw_until_untied(name, decoders, min_gap or {}, attempt)
     refs = [ref for ref, _ in results]
     padder = pad_source(rng, pad)
     valid = lambda b, idx: idx[0] < Tb[b] and idx[1] < Lb[b]          # noqa: E731
     inputs = {name_: batch([r[i] for r in rows], (B, T, L), valid, padder)
               for i, name_ in enumerate(("log_act", "log_stop", "log_go"))}
+    if never_read:
+        junk = pad_source(rng, "garbage")
+        for key, mask in never_read_mask(Tb, Lb, T, L).items():
+            for idx in zip(*np.nonzero(mask)):
+                inputs[key][idx] = junk()
     inputs["traj_len"] = None if traj_len is None else np.array(traj_len, dtype=np.int64)
     inputs["sketch_len"] = None if sketch_len is None else np.array(sketch_len, dtype=np.int64)
     if fs_rows is not None:
-        inputs["log_final_stop"] = batch(fs_rows, (B, L), lambda b, idx: idx[0] < Lb[b], padder)
-    return {"name": name, "description": description, "family": "taco", "inputs": inputs,
-            "expected": expected_outputs(refs, T, L, "taco", decoders=decoders)}
+        read = lambda b, idx: idx[0] == Lb[b] - 1 if never_read else idx[0] < Lb[b]  # noqa: E731
+        fs_pad = pad_source(rng, "garbage") if never_read else padder
+        inputs["log_final_stop"] = batch(fs_rows, (B, L), read, fs_pad)
+    return case_dict(name, description, "taco", rules, inputs,
+                     expected_outputs(refs, T, L, "taco", decoders=decoders), tolerance)
 
 
-def ctc_case(name, seed, B, T, L, K, draw, description, traj_len=None, sketch_len=None,
-             pad="random", decoders=True):
+def ctc_case(name, seed, B, T, L, K, draw, description, rules, traj_len=None, sketch_len=None,
+             pad="random", decoders=DECODERS, tolerance=None):
     """Build one CTC case; draw(rng, b, T_b, L_b) -> (log_p (T_b, K), sketch (L_b,))."""
     rng = random.Random(seed)
     Tb = traj_len if traj_len is not None else [T] * B
     Lb = sketch_len if sketch_len is not None else [L] * B
     def attempt():
         rows = [draw(rng, b, Tb[b], Lb[b]) for b in range(B)]
-        return rows, [ctc_row(log_p, sketch) for log_p, sketch in rows]
+        return rows, [ctc_row(log_p, sketch, name) for log_p, sketch in rows]
 
-    rows, results = draw_until_untied(name, decoders, attempt)
+    rows, results = draw_until_untied(name, decoders, {}, attempt)
     refs = [ref for ref, _ in results]
     padder = pad_source(rng, pad)
     log_p = batch([r[0] for r in rows], (B, T, K), lambda b, idx: idx[0] < Tb[b], padder)
@@ -250,8 +323,106 @@ def ctc_case(name, seed, B, T, L, K, draw, description, traj_len=None, sketch_le
     inputs = {"log_p": log_p, "sketch": sketch,
               "traj_len": None if traj_len is None else np.array(traj_len, dtype=np.int64),
               "sketch_len": None if sketch_len is None else np.array(sketch_len, dtype=np.int64)}
-    return {"name": name, "description": description, "family": "ctc", "inputs": inputs,
-            "expected": expected_outputs(refs, T, L, "ctc", K=K, decoders=decoders)}
+    return case_dict(name, description, "ctc", rules, inputs,
+                     expected_outputs(refs, T, L, "ctc", K=K, decoders=decoders), tolerance)
+
+
+# ----------------------------------------------------------------------------- long cases
+# Inputs are formula objects (formula.py); references come from exact.py row by row.
+
+def fill(shape, seed, lo, hi, step=1 / 64, blocks=()):
+    """A formula object (formula.py): dyadic values in [lo, hi], then the "set" blocks."""
+    return {"formula": formula.NAME, "shape": list(shape), "seed": seed, "lo": lo, "hi": hi,
+            "step": step, "set": [dict(block) for block in blocks]}
+
+
+def block(value, b=None, t=None, l=None, shape=None):
+    """A "set" block; a missing range means the whole axis of shape (B, T, L) or (B, L)."""
+    axes = ("b", "t", "l") if len(shape) == 3 else ("b", "l")
+    given = {"b": b, "t": t, "l": l}
+    return {a: list(given[a]) if given[a] is not None else [0, shape[axes.index(a)]] for a in axes} \
+        | {"value": value}
+
+
+def sample_times(T, extra=()):
+    """The time steps at which long cases store gradients: the ends, 16 spread, and extra."""
+    spread = {round(k * (T - 1) / 15) for k in range(16)}
+    return sorted(spread | {0, 1, 2, T - 3, T - 2, T - 1} | {t for t in extra if 0 <= t < T})
+
+
+def padding_blocks(Tb, Lb, T, L, value=math.nan):
+    """"set" blocks that fill the padding of every row with value (rule R3)."""
+    out = []
+    for b, (tb, lb) in enumerate(zip(Tb, Lb)):
+        if tb < T:
+            out.append(block(value, b=(b, b + 1), t=(tb, T), shape=(1, T, L)))
+        if lb < L:
+            out.append(block(value, b=(b, b + 1), l=(lb, L), shape=(1, T, L)))
+    return out
+
+
+def long_taco_case(name, description, rules, B, T, L, fields, traj_len=None, sketch_len=None,
+                   final=None, decoders=DECODERS, min_gap=None, extra_t=(), tolerance=None):
+    """A long TACO case. fields(seed) -> {"log_act": formula object, ...} (and "log_final_stop"
+    when final); the seed is advanced while a listed decoder has a near tie."""
+    Tb = traj_len if traj_len is not None else [T] * B
+    Lb = sketch_len if sketch_len is not None else [L] * B
+    for attempt in range(MAX_DRAWS):
+        objs = fields(attempt)
+        arrays = {k: formula.expand(v) for k, v in objs.items()}
+        refs, ok = [], True
+        for b in range(B):
+            rows = [[r[:Lb[b]] for r in arrays[k][b][:Tb[b]]] for k in ("log_act", "log_stop", "log_go")]
+            fs = arrays["log_final_stop"][b][:Lb[b]] if final else None
+            ref = exact.taco_exact(*rows, fs)
+            dec = exact.taco_exact(*rows) if final else ref          # decoders take no f (R5)
+            for key in DECODERS + ("viterbi_score",):
+                ref[key] = dec[key]
+            ok = ok and all(dec["gaps"][d] >= (min_gap or {}).get(d, TIE_GAP) for d in decoders)
+            refs.append(ref)
+        if ok:
+            break
+    else:
+        raise RuntimeError(f"{name}: decoders still tied after {MAX_DRAWS} seeds")
+    inputs = dict(objs)
+    inputs["traj_len"] = None if traj_len is None else np.array(traj_len, dtype=np.int64)
+    inputs["sketch_len"] = None if sketch_len is None else np.array(sketch_len, dtype=np.int64)
+    return sampled(case_dict(name, description, "taco", rules, inputs,
+                             expected_outputs(refs, T, L, "taco", decoders=decoders), tolerance),
+                   sample_times(T, extra_t))
+
+
+def long_ctc_case(name, description, rules, B, T, K, sketches, field, traj_len=None,
+                  tolerance=None):
+    """A long CTC case: log_p from the formula object field(seed), sketches given (lists)."""
+    L = max(len(s) for s in sketches)
+    Tb = traj_len if traj_len is not None else [T] * B
+    for attempt in range(MAX_DRAWS):
+        obj = field(attempt)
+        log_p = formula.expand(obj)
+        refs = [exact.ctc_exact(log_p[b][:Tb[b]], sketches[b]) for b in range(B)]
+        if all(r["gaps"][d] >= TIE_GAP for r in refs for d in DECODERS):
+            break
+    else:
+        raise RuntimeError(f"{name}: decoders still tied after {MAX_DRAWS} seeds")
+    sketch = np.full((B, L), -1, dtype=np.int64)
+    for b, sk in enumerate(sketches):
+        sketch[b, :len(sk)] = sk
+    inputs = {"log_p": obj, "sketch": sketch,
+              "traj_len": None if traj_len is None else np.array(traj_len, dtype=np.int64),
+              "sketch_len": np.array([len(sk) for sk in sketches], dtype=np.int64)}
+    return sampled(case_dict(name, description, "ctc", rules, inputs,
+                             expected_outputs(refs, T, L, "ctc", K=K), tolerance),
+                   sample_times(T))
+
+
+def sampled(case, times):
+    """Keep the (B, T, ...) gradient and posterior fields only at the given time steps."""
+    case["sample_t"] = list(times)
+    for key in ("d_act", "d_stop", "d_go", "posterior", "d_log_p"):
+        if key in case["expected"]:
+            case["expected"][key] = case["expected"][key][:, times]
+    return case
 
 
 # ----------------------------------------------------------------------------- the cases
@@ -335,62 +506,198 @@ def ctc_extreme_draw(rng, b, T, L):
     return log_p, sketch
 
 
+def independent_row(rng, b, T, L):
+    """stop and go drawn independently (rule R1): row 0 uniform, so the sum spreads over
+    (0.06, 1.94); row 1 both near 1 (sum near 2); row 2 both small (sum near 0.1)."""
+    act, _, _ = random_taco_row(rng, T, L)
+    lo, hi = ((0.03, 0.97), (0.8, 0.99), (0.02, 0.08))[b]
+    stop = [[log_uniform_prob(rng, lo, hi) for _ in range(L)] for _ in range(T)]
+    go = [[log_uniform_prob(rng, lo, hi) for _ in range(L)] for _ in range(T)]
+    return act, stop, go
+
+
+def tolerance_row(rng, b, T, L):
+    """Read entries above 0 by at most LOGP_TOL = 1e-9 (rule R2: used as given, not clipped).
+    Row 0: every stop and go is 1e-9; row 1: random, with 5e-10 and 1e-9 in places."""
+    act, stop, go = random_taco_row(rng, T, L)
+    if b == 0:
+        return act, [[1e-9] * L for _ in range(T)], [[1e-9] * L for _ in range(T)]
+    for t, l in ((1, 0), (3, 1), (4, 0)):
+        stop[t][l], go[t][l + 1] = 5e-10, 1e-9
+    return act, stop, go
+
+
+def density_rows(c=1.75, big=700.0):
+    """log_act as a log-density (rule R2, issue: continuous actions). Row 0: log_act in
+    [-2, 3]; row 1: row 0 with c added to every log_act (loglik + T_b c, the same gradients
+    and decoders); row 2: row 0's stop and go with log_act near 700 (exp overflows)."""
+    first = {}
+
+    def draw(rng, b, T, L):
+        if b == 0:
+            act, stop, go = random_taco_row(rng, T, L)
+            act = [[q(uniform(rng, -2.0, 3.0)) for _ in range(L)] for _ in range(T)]
+            first["row"] = act, stop, go
+            return act, stop, go
+        act, stop, go = first["row"]
+        shift = c if b == 1 else big
+        return [[v + shift for v in r] for r in act], stop, go
+    return draw
+
+
+def constant_row(value):
+    """Every log input equal to value (dyadic): path scores tie exactly (rule R6)."""
+    def draw(rng, b, T, L):
+        v = value[b] if isinstance(value, (list, tuple)) else value
+        return [[[v] * L for _ in range(T)] for _ in range(3)]
+    return draw
+
+
+def dyadic_row(rng, b, T, L):
+    """Values in {-1, -1.5, -2}: sums are exact in float64, so equal path scores tie exactly
+    and Viterbi must break the ties by eq. (24) (rule R6)."""
+    pick = lambda: -1.0 - 0.5 * int(rng.random() * 3)             # noqa: E731
+    return [[[pick() for _ in range(L)] for _ in range(T)] for _ in range(3)]
+
+
+def near_tie_row(rng, b, T, L):
+    """T = 3, L = 2, all log inputs 0 except one entry set to -eps: the decoders' two
+    candidates at t = 1 differ by about eps (rule R6: margins >= 1e-9 must be resolved).
+    Row 0: act[1][0] = -1e-8 (the argmax decoders must choose position 1, against the tie
+    direction); row 1: act[1][1] = -1e-8 (Viterbi must stay, z = [0, 0, 1]); row 2: as row 0
+    with eps = 3e-9."""
+    act, stop, go = constant_row(0.0)(rng, b, T, L)
+    t, l, eps = ((1, 0, 1e-8), (1, 1, 1e-8), (1, 0, 3e-9))[b]
+    act[t][l] = -eps
+    return act, stop, go
+
+
+def tiny_final(rng, b, L):
+    """Terminal STOP for taco_tiny_rows: row 3 has log f = 1e-9 (rule R2), row 0 log f = 0."""
+    fs = final_stop_row(rng, b, L)
+    if b == 0:
+        fs[L - 1] = 0.0
+    if b == 3:
+        fs[L - 1] = 1e-9
+    return fs
+
+
 def taco_cases():
     return [
         taco_case(
             "taco_L1", 101, B=2, T=5, L=1, draw=random_row, traj_len=[5, 1], sketch_len=[1, 1],
+            rules=["eq. (1)", "eq. (2)", "eq. (5)", "eq. (12)", "eq. (14)"],
             description="L = 1: a single sub-task, one path; row 1 is the smallest row "
                         "(T_b = L_b = 1)."),
         taco_case(
             "taco_T_equals_L", 102, B=2, T=4, L=4, draw=random_row, traj_len=[4, 2], sketch_len=[4, 2],
+            rules=["eq. (1)", "eq. (2)", "eq. (13)", "eq. (24)"],
             description="T_b = L_b: exactly one path (move on at every step); posterior one-hot."),
         taco_case(
             "taco_L_greater_T", 103, B=2, T=2, L=3, draw=random_row,
+            rules=["eq. (1)", "R4"],
             description="Full-size arrays with L > T, lengths omitted: every row impossible "
                         "(loglik -inf, zero gradients, decoders -1)."),
         taco_case(
             "taco_mixed_padding_garbage", 104, B=4, T=6, L=4, draw=random_row,
             traj_len=[6, 3, 5, 2], sketch_len=[4, 2, 1, 3], pad="garbage",
+            rules=["R3", "R4", "eq. (10)"],
             description="Mixed traj_len / sketch_len; padding cycles through NaN, +inf, 7.5, -inf, "
                         "1e300, -3.25 and must not influence anything. Row 3 has L_b > T_b "
                         "(impossible)."),
         taco_case(
             "taco_final_stop", 105, B=3, T=5, L=3, draw=random_row, traj_len=[5, 4, 3],
             sketch_len=[3, 2, 3], pad="garbage", final_stop=final_stop_row,
+            rules=["eq. (8)", "eq. (15)", "R3", "R5"],
             description="Terminal STOP: log_final_stop[b, L_b - 1] is added to loglik and to "
                         "viterbi_score; d_final_stop is 1 there. Padding, including that of "
                         "log_final_stop, is garbage."),
         taco_case(
             "taco_final_stop_zero", 106, B=2, T=5, L=3, draw=random_row,
-            final_stop=final_stop_zero_row, decoders=False,
+            final_stop=final_stop_zero_row,
+            rules=["eq. (8)", "R4", "R5"],
             description="Terminal STOP with probability 0: row 0 has log_final_stop = -inf at "
-                        "L_b - 1 (impossible); row 1 has -inf at l = 0 only (no effect). No decoder "
-                        "fields: the decoders take no log_final_stop."),
+                        "L_b - 1 (loglik -inf and zero gradients, but the decoders, which take "
+                        "no f, decode it normally); row 1 has -inf at l = 0 only (no effect)."),
         taco_case(
             "taco_neg_inf_inside", 107, B=4, T=6, L=3, draw=neg_inf_row, traj_len=[6, 6, 5, 4],
             sketch_len=[3, 3, 3, 2],
+            rules=["R2", "R4", "eq. (4)"],
             description="-inf inside the valid region. Row 0: STOP probability 0 in places; row 1: "
                         "STOP probability 1 in places; row 2: action probability 0 at l = 1 on every "
                         "step (impossible); row 3: action probability 0 at (T_b - 1, L_b - 1) "
                         "(impossible)."),
         taco_case(
             "taco_extreme", 108, B=2, T=7, L=3, draw=extreme_row,
+            rules=["eq. (4)", "eq. (16)", "eq. (17)"],
             description="Extreme log-probabilities. Row 0: every action and STOP log-probability "
                         "near -40 (loglik about -354); row 1: each entry near 0 or near -40, so "
                         "posteriors hold values near exp(-40)."),
         taco_case(
             "taco_uniform_ties", 109, B=2, T=6, L=3, draw=uniform_row, traj_len=[6, 4],
-            sketch_len=[3, 3], decoders=False,
+            sketch_len=[3, 3], decoders=(),
+            rules=["eq. (1)", "eq. (5)", "eq. (11)"],
             description="All action probabilities 1/3, all STOP probabilities 1/2: every path has "
                         "the same probability, loglik = log C(T-1, L-1) + T log(1/3) + (T-1) "
                         "log(1/2). Ties are structural, so there are no decoder fields."),
         taco_case(
             "taco_random_full", 110, B=3, T=7, L=4, draw=random_row,
+            rules=["eq. (3)", "eq. (4)", "eq. (5)", "eq. (12)", "eq. (13)", "eq. (14)", "eq. (21)", "eq. (22)", "eq. (23)", "eq. (24)"],
             description="General random values, full-length rows (traj_len and sketch_len omitted)."),
         taco_case(
             "taco_random_T8", 111, B=5, T=8, L=5, draw=random_row, traj_len=[8, 8, 6, 7, 3],
             sketch_len=[5, 3, 4, 1, 2],
+            rules=["eq. (4)", "eq. (10)", "eq. (12)", "eq. (13)", "eq. (14)", "eq. (21)", "eq. (22)", "eq. (23)", "eq. (24)"],
             description="General random values up to T = 8, L = 5, mixed lengths."),
+        taco_case(
+            "taco_stop_go_independent", 112, B=3, T=6, L=3, draw=independent_row,
+            traj_len=[6, 6, 5], sketch_len=[3, 3, 2], rules=["R1", "eq. (13)", "eq. (14)"],
+            description="exp(log_stop) + exp(log_go) != 1: row 0 sums spread over (0.06, 1.94), "
+                        "row 1 near 2, row 2 near 0.1. Deriving go from stop fails loglik, d_go."),
+        taco_case(
+            "taco_logp_tol_as_given", 113, B=2, T=5, L=3, draw=tolerance_row,
+            final_stop=lambda rng, b, L: [1e-9] * L, rules=["R2", "eq. (8)"],
+            description="Read entries of log_stop, log_go, log_final_stop in (0, LOGP_TOL]: used "
+                        "as given. Row 0: every stop and go is 1e-9 (clipping to 0 moves loglik "
+                        "by 4e-9); row 1: 5e-10 and 1e-9 in places."),
+        taco_case(
+            "taco_log_act_density", 114, B=3, T=6, L=3, draw=density_rows(), traj_len=[6, 6, 6],
+            sketch_len=[3, 3, 3], final_stop=lambda rng, b, L: [-0.25 * (l + 1) for l in range(L)],
+            rules=["R2", "eq. (2)", "eq. (5)"],
+            description="log_act is a log-density, any finite value. Row 0: log_act in [-2, 3]; "
+                        "row 1: row 0 + 1.75 in every log_act (loglik + 6 * 1.75, the same "
+                        "gradients and decoders); row 2: row 0 + 700 (probabilities overflow)."),
+        taco_case(
+            "taco_never_read_garbage", 115, B=3, T=6, L=4, draw=random_row, traj_len=[6, 5, 4],
+            sketch_len=[4, 3, 2], pad="garbage", final_stop=final_stop_row, never_read=True,
+            rules=["R3", "eq. (3)", "eq. (15)"],
+            description="Garbage (NaN, +inf, 7.5, -inf, 1e300) in the valid entries no path reads: "
+                        "stop and go at t = 0, act at l > t, go at l >= t, stop at l >= t and at "
+                        "l = L_b - 1, log_final_stop at l != L_b - 1; and in the padding."),
+        taco_case(
+            "taco_tiny_rows", 116, B=4, T=3, L=3, draw=random_row, traj_len=[1, 2, 1, 3],
+            sketch_len=[1, 2, 3, 1], pad="garbage", final_stop=tiny_final,
+            rules=["eq. (1)", "eq. (3)", "eq. (8)", "eq. (15)", "R2", "R4"],
+            description="Empty-ish rows: T_b = L_b = 1 (log f = 0), T_b = L_b = 2, T_b = 1 < L_b "
+                        "= 3 with f given (impossible: d_final_stop 0), T_b = 3, L_b = 1 (log f = "
+                        "1e-9)."),
+        taco_case(
+            "taco_ties_exact", 117, B=2, T=3, L=2, draw=constant_row([0.0, -0.25]),
+            min_gap={d: 0.0 for d in DECODERS}, rules=["R6", "eq. (21)", "eq. (22)", "eq. (24)"],
+            description="Exact ties in every decoder (all log inputs 0, or all -0.25): at t = 1 "
+                        "both positions tie; argmax takes the lower position [0, 0, 1], Viterbi "
+                        "stays when going back [0, 1, 1]."),
+        taco_case(
+            "taco_ties_viterbi", 118, B=3, T=7, L=3, draw=dyadic_row, decoders=("viterbi",),
+            min_gap={"viterbi": 0.0}, rules=["R6", "eq. (23)", "eq. (24)"],
+            description="Values in {-1, -1.5, -2}: many paths tie exactly in float64; Viterbi "
+                        "must return the one eq. (24) back-tracks to (stay unless moving is "
+                        "strictly better). Only viterbi and viterbi_score are given."),
+        taco_case(
+            "taco_near_ties", 119, B=3, T=3, L=2, draw=near_tie_row,
+            min_gap={d: 1e-9 for d in DECODERS}, rules=["R6", "eq. (21)", "eq. (22)", "eq. (24)"],
+            description="Near-ties of 1e-8 and 3e-9 at t = 1, against the tie direction in rows 0 "
+                        "and 2 (argmax decoders choose position 1) and row 1 (Viterbi stays)."),
     ]
 
 
@@ -399,49 +706,127 @@ def ctc_cases():
         ctc_case(
             "ctc_L1", 201, B=2, T=4, L=1, K=3, draw=ctc_draw(3, [[2], [0]]), traj_len=[4, 2],
             sketch_len=[1, 1],
+            rules=["eq. (18)", "eq. (19)"],
             description="L = 1: a single class for the whole trajectory."),
         ctc_case(
             "ctc_T_equals_L", 202, B=2, T=4, L=4, K=4, draw=ctc_draw(4, [[3, 1, 3, 0], [2, 1]]),
             traj_len=[4, 2], sketch_len=[4, 2],
+            rules=["eq. (18)", "eq. (20)"],
             description="T_b = L_b: one path; row 0's sketch repeats a class non-adjacently."),
         ctc_case(
             "ctc_L_greater_T", 203, B=2, T=6, L=3, K=4, draw=ctc_draw(4, [[0, 1, 2], [3, 1]]),
             traj_len=[2, 6], sketch_len=[3, 2],
+            rules=["R4"],
             description="Row 0 has L_b = 3 > T_b = 2 (impossible: loglik -inf, zero gradients, "
                         "decoders -1); row 1 is ordinary."),
         ctc_case(
             "ctc_repeated_ids_padding", 204, B=4, T=7, L=5, K=4,
             draw=ctc_draw(4, [[1, 3, 1, 0, 1], [2, 0, 2], [3], [0, 1, 0, 1]]),
             traj_len=[7, 5, 6, 4], sketch_len=[5, 3, 1, 4], pad="garbage",
+            rules=["eq. (20)", "R3"],
             description="Sketches with non-adjacent repeated class ids (d_log_p sums over the "
                         "positions sharing a class); sketch padding is -1; log_p padding "
                         "(t >= T_b) is garbage (NaN, +inf, ...)."),
         ctc_case(
             "ctc_extreme", 205, B=3, T=6, L=3, K=4, draw=ctc_extreme_draw, traj_len=[6, 5, 4],
             sketch_len=[3, 3, 2],
+            rules=["R2", "R4", "eq. (19)"],
             description="Peaked class distributions (log-probs down to about -40); row 1: a class "
                         "absent from the sketch has probability 0 everywhere; row 2: the first "
                         "sketch class has probability 0 at t = 0 (impossible)."),
         ctc_case(
             "ctc_adjacent_repeat_ties", 206, B=2, T=5, L=3, K=4, draw=ctc_draw(4, [[1, 1, 2], [0, 0]]),
-            traj_len=[5, 4], sketch_len=[3, 2], decoders=False,
+            traj_len=[5, 4], sketch_len=[3, 2], decoders=(),
+            rules=["eq. (18)", "eq. (20)"],
             description="Adjacent repeated class ids: paths that differ only in where they cross "
                         "the repeat have the same probability, so ties are structural and there "
                         "are no decoder fields."),
         ctc_case(
             "ctc_random_T8", 207, B=4, T=8, L=5, K=5, draw=ctc_draw(5), traj_len=[8, 7, 8, 5],
             sketch_len=[5, 4, 2, 3],
+            rules=["eq. (19)", "eq. (20)", "eq. (21)", "eq. (22)", "eq. (23)"],
             description="General random values up to T = 8, K = 5, L = 5, random sketches (no "
                         "adjacent repeats), mixed lengths."),
         ctc_case(
             "ctc_random_full", 208, B=3, T=6, L=3, K=5, draw=ctc_draw(5),
+            rules=["eq. (19)", "eq. (20)", "eq. (21)", "eq. (22)", "eq. (23)"],
             description="General random values, full-length rows (traj_len and sketch_len omitted)."),
+    ]
+
+
+def long_cases():
+    def random_fields(B, T, L, act=(-40.0, 2.0), stopgo=(-30.0, 0.0), final=False, pad=()):
+        def fields(k):
+            out = {"log_act": fill((B, T, L), 1000 + k, *act, blocks=pad),
+                   "log_stop": fill((B, T, L), 2000 + k, *stopgo, blocks=pad),
+                   "log_go": fill((B, T, L), 3000 + k, *stopgo, blocks=pad)}
+            if final:
+                out["log_final_stop"] = fill((B, L), 4000 + k, -8.0, 0.0)
+            return out
+        return fields
+
+    def underflow(k):
+        """spec/align.md §8's example: two alignments of probability e^-1000 each."""
+        shape = (1, 202, 2)
+        return {"log_act": fill(shape, 0, 0.0, 0.0, blocks=[
+                    block(-10.0, t=(1, 101), l=(1, 2), shape=shape),
+                    block(-10.0, t=(101, 202), l=(0, 1), shape=shape)]),
+                "log_stop": fill(shape, 0, 0.0, 0.0, blocks=[
+                    block("-inf", shape=shape), block(0.0, t=(1, 2), l=(0, 1), shape=shape),
+                    block(0.0, t=(201, 202), l=(0, 1), shape=shape)]),
+                "log_go": fill(shape, 0, 0.0, 0.0)}
+
+    def dead(k):
+        shape = (3, 500, 4)
+        fields = random_fields(3, 500, 4, act=(-12.0, 0.0), stopgo=(-6.0, 0.0))(k)
+        fields["log_act"]["set"] = [block("-inf", b=(0, 1), t=(300, 301), shape=shape),
+                                    block("-inf", b=(1, 2), t=(0, 1), l=(0, 1), shape=shape),
+                                    block("-inf", b=(2, 3), t=(100, 400), l=(1, 2), shape=shape)]
+        return fields
+
+    pad = padding_blocks([1000, 641], [6, 4], 1000, 6)
+    sketches = [[0, 3, 1, 5, 2, 4, 0, 2, 5, 1, 3, 4], [2, 5, 0, 3, 1, 4, 2]]
+    return [
+        long_taco_case(
+            "long_random_T1000", "T = 1000, L = 6, log_act in [-40, 2], log_stop and log_go "
+            "independent in [-30, 0], terminal STOP; row 1 (T_b = 641, L_b = 4) has NaN padding. "
+            "|loglik| is about 2e4.", ["R7", "R1", "R3", "eq. (4)", "eq. (8)", "eq. (17)", "eq. (25)"],
+            B=2, T=1000, L=6, fields=random_fields(2, 1000, 6, final=True, pad=pad),
+            traj_len=[1000, 641], sketch_len=[6, 4], final=True, extra_t=(639, 640, 641)),
+        long_taco_case(
+            "long_underflow_T202", "spec/align.md §8's example: two alignments of probability "
+            "e^-1000 each whose forward masses differ by e^-1000 at t = 100; loglik = log 2 - "
+            "1000. Exact ties in the forward argmax (t = 200) and Viterbi (both paths score "
+            "-1000).", ["R7", "R6", "eq. (4)", "eq. (25)"],
+            B=1, T=202, L=2, fields=underflow, decoders=("forward_argmax", "viterbi"),
+            min_gap={"forward_argmax": 0.0, "viterbi": 0.0}, extra_t=(1, 100, 101, 200, 201)),
+        long_taco_case(
+            "long_density_T2000", "T = 2000, L = 5, log_act in [0, 6] (a density above 1 "
+            "everywhere): loglik grows to about +4000; log_stop, log_go in [-2, 0].",
+            ["R7", "R2", "eq. (25)"], B=1, T=2000, L=5,
+            fields=random_fields(1, 2000, 5, act=(0.0, 6.0), stopgo=(-2.0, 0.0))),
+        long_taco_case(
+            "long_dead_rows_T500", "Rows that die: row 0 has no possible action at t = 300 "
+            "(every state -inf from then on), row 1 from t = 0; row 2 is possible but position "
+            "1 is blocked for t in [100, 400).", ["R4", "R7", "eq. (25)"],
+            B=3, T=500, L=4, fields=dead, extra_t=(99, 100, 299, 300, 399, 400)),
+        long_taco_case(
+            "long_L1_T3000", "L = 1, T = 3000: one path, loglik is the plain sum of log_act "
+            "and log_go (about -5e4); gradients are exact 0s and 1s.", ["R7", "eq. (1)", "eq. (2)"],
+            B=1, T=3000, L=1, fields=random_fields(1, 3000, 1, act=(-30.0, 0.0), stopgo=(-6.0, 0.0))),
+        long_ctc_case(
+            "ctc_long_T1500", "Blank-free CTC, T = 1500, K = 6, sketches of 12 and 7 classes "
+            "(repeats allowed, none adjacent); row 1 has T_b = 900.", ["R7", "eq. (19)", "eq. (20)"],
+            B=2, T=1500, K=6, sketches=sketches, traj_len=[1500, 900],
+            field=lambda k: fill((2, 1500, 6), 5000 + k, -12.0, 0.0)),
     ]
 
 
 FILES = {
     "taco.json": ("TACO alignment (spec/align.md): loglik, gradients, posterior, decoders.", taco_cases),
     "ctc.json": ("Blank-free CTC (spec/align.md): loglik, d_log_p, posterior, decoders.", ctc_cases),
+    "long.json": ("Long rows (spec/align.md rule R7): formula inputs, references from exact.py.",
+                  long_cases),
 }
 
 
@@ -481,7 +866,13 @@ def build():
     """{file name: JSON text} for every vector file."""
     texts = {}
     for fname, (description, make) in FILES.items():
-        doc = {"format": FORMAT, "description": description, "cases": encode_cases(make())}
+        cases = encode_cases(make())
+        for case in cases:
+            unknown = set(case["rules"]) - set(RULES)
+            if unknown:
+                raise RuntimeError(f"{case['name']}: unknown rules {sorted(unknown)}")
+        doc = {"format": FORMAT, "description": description, "rules": RULES,
+               "quantities": QUANTITY_EQ, "cases": cases}
         texts[fname] = dumps(doc) + "\n"
     return texts
 

@@ -239,6 +239,13 @@ def build_parser():
     p.add_argument("--out", required=True, help="contact sheet PNG")
     p.add_argument("--gif", default=None, help="also an animated GIF of every step")
     p.set_defaults(func=cmd_rollout)
+
+    # --- conformance kit (taco_ref/conformance.py owns its arguments and its output) ---
+    from taco_ref import conformance
+    p = sub.add_parser("conformance", help="run an alignment implementation through spec/vectors")
+    conformance.build_parser(p)
+    p.set_defaults(func=conformance.run_args)
+    # --- end conformance kit ---
     return parser
 
 

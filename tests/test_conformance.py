@@ -1,0 +1,228 @@
+"""The conformance kit (taco_ref/conformance.py): taco_ref.align passes it, through the Python
+API, `taco conformance` and `python -m taco_ref.conformance`; deliberately wrong implementations
+fail it on the cases written to catch them, and the report names the rule they break."""
+import io
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from taco_ref import align, cli, conformance
+
+LOADED = conformance.load()
+RULES = LOADED[0][1]
+
+
+def run(impl):
+    """{(case, quantity): Result} for every case."""
+    return {(r.case, r.quantity): r for case, _, q in LOADED for r in conformance.run_case(impl, case, q)}
+
+
+def failed_cases(results):
+    return {case for (case, _), r in results.items() if not r.passed}
+
+
+def test_taco_ref_passes_every_case():
+    results = run(align)
+    bad = [f"{r.case} {r.quantity}: {r.detail}" for r in results.values() if not r.passed]
+    assert not bad, "\n".join(bad)
+    names = {case for case, _ in results}
+    assert len(names) == len(LOADED) and len(results) > 300
+    assert {"long_random_T1000", "taco_never_read_garbage", "ctc_long_T1500"} <= names
+
+
+def test_every_rule_and_equation_is_checked_by_some_case():
+    """Each id in the vector files' rule table is named by at least one case."""
+    named = {rule for case, _, _ in LOADED for rule in case["rules"]}
+    assert set(RULES) == named, f"rules no case checks: {sorted(set(RULES) - named)}"
+
+
+# ------------------------------------------------------------------------------ wrong implementations
+
+def wrapped(**overrides):
+    """A module-like object: taco_ref.align's functions, some replaced."""
+    fns = {name: getattr(align, name) for name in dir(align) if not name.startswith("_")}
+    fns.update(overrides)
+    return types.SimpleNamespace(**fns)
+
+
+def _with_inputs(change):
+    """Wrap every TACO function so that its three log inputs pass through change() first."""
+    def wrap(fn):
+        def inner(log_act, log_stop, log_go, *args, **kwargs):
+            return fn(*change(np.asarray(log_act, float), np.asarray(log_stop, float),
+                              np.asarray(log_go, float)), *args, **kwargs)
+        return inner
+    names = ("taco_loglik", "taco_forward_backward", "align_forward_argmax",
+             "align_posterior_argmax", "align_viterbi")
+    return {name: wrap(getattr(align, name)) for name in names}
+
+
+def go_from_stop(act, stop, go):
+    """Ignores log_go and uses log(1 - exp(log_stop)) (the "one STOP probability" shortcut)."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        return act, stop, np.log1p(-np.exp(stop))
+
+
+def clip_to_zero(act, stop, go):
+    """Clips every log input to <= 0 (treats log_act as a probability and LOGP_TOL as slack)."""
+    with np.errstate(invalid="ignore"):
+        return np.minimum(act, 0.0), np.minimum(stop, 0.0), np.minimum(go, 0.0)
+
+
+def strict_taco_forward_backward(log_act, log_stop, log_go, traj_len=None, sketch_len=None,
+                                 log_final_stop=None):
+    """Rejects NaN or +inf anywhere in t < T_b, l < L_b, entries no path reads included."""
+    B, T, L = np.shape(log_act)
+    T_b = np.full(B, T) if traj_len is None else np.asarray(traj_len)
+    L_b = np.full(B, L) if sketch_len is None else np.asarray(sketch_len)
+    for b in range(B):
+        for x in (log_act, log_stop, log_go):
+            block = np.asarray(x)[b, :T_b[b], :L_b[b]]
+            if np.any(np.isnan(block) | (block == np.inf)):
+                raise ValueError("NaN or +inf inside the valid region")
+    return align.taco_forward_backward(log_act, log_stop, log_go, traj_len, sketch_len, log_final_stop)
+
+
+def _highest_on_ties(decoder):
+    """An argmax decoder that breaks exact ties toward the higher position."""
+    def inner(log_act, log_stop, log_go, traj_len=None, sketch_len=None):
+        out = decoder(log_act, log_stop, log_go, traj_len, sketch_len)
+        if decoder is align.align_forward_argmax:
+            score = align.forward_probabilities(log_act, log_stop, log_go, traj_len, sketch_len)
+        else:
+            score = align.taco_forward_backward(log_act, log_stop, log_go, traj_len, sketch_len).posterior
+        L = score.shape[2]
+        high = L - 1 - np.argmax(score[:, :, ::-1], axis=2)                 # (B, T)
+        return np.where(out >= 0, high, out)
+    return inner
+
+
+def viterbi_moving_on_ties(log_act, log_stop, log_go, traj_len=None, sketch_len=None,
+                           return_score=False):
+    """Viterbi whose back-pointer moves on when both candidates tie (eq. (24) says: stay)."""
+    log_act, log_stop, log_go = (np.asarray(x, float) for x in (log_act, log_stop, log_go))
+    path, score = align.align_viterbi(log_act, log_stop, log_go, traj_len, sketch_len, return_score=True)
+    B, T, L = log_act.shape
+    for b in range(B):
+        T_b = T if traj_len is None else traj_len[b]
+        L_b = L if sketch_len is None else sketch_len[b]
+        if path[b, 0] < 0:
+            continue
+        act, stop, go = (x[b, :T_b, :L_b] for x in (log_act, log_stop, log_go))
+        delta = np.full((T_b, L_b), -np.inf)                                 # (T_b, L_b)
+        delta[0, 0] = act[0, 0]
+        moved = np.zeros((T_b, L_b), bool)
+        for t in range(1, T_b):
+            same = delta[t - 1] + go[t]
+            prev = np.full(L_b, -np.inf)
+            prev[1:] = delta[t - 1, :-1] + stop[t, :-1]
+            moved[t] = prev >= same
+            delta[t] = act[t] + np.maximum(same, prev)
+        z = L_b - 1
+        for t in range(T_b - 1, 0, -1):
+            path[b, t] = z
+            z -= int(moved[t, z])
+        path[b, 0] = z
+    return (path, score) if return_score else path
+
+
+def nan_in_impossible_rows(*args, **kwargs):
+    """Divides by Z without guarding Z = 0: impossible rows get NaN gradients."""
+    res = align.taco_forward_backward(*args, **kwargs)
+    dead = ~np.isfinite(res.loglik)
+    d_act = res.d_act.copy()
+    d_act[dead] = np.nan
+    return res._replace(d_act=d_act, posterior=d_act)
+
+
+def probability_space_loglik(*args, **kwargs):
+    """log of Z formed in float64 probability space: under- and overflows on long rows."""
+    with np.errstate(divide="ignore", over="ignore"):
+        return np.log(np.exp(align.taco_loglik(*args, **kwargs)))
+
+
+WRONG = {
+    "go_from_stop": (wrapped(**_with_inputs(go_from_stop)), {"taco_stop_go_independent", "long_random_T1000"}),
+    "clipping": (wrapped(**_with_inputs(clip_to_zero)), {"taco_logp_tol_as_given", "taco_log_act_density",
+                                                         "long_density_T2000"}),
+    "strict_never_read": (wrapped(taco_forward_backward=strict_taco_forward_backward),
+                          {"taco_never_read_garbage"}),
+    "argmax_ties_high": (wrapped(align_forward_argmax=_highest_on_ties(align.align_forward_argmax),
+                                 align_posterior_argmax=_highest_on_ties(align.align_posterior_argmax)),
+                         {"taco_ties_exact"}),
+    "viterbi_moves_on_ties": (wrapped(align_viterbi=viterbi_moving_on_ties),
+                              {"taco_ties_exact", "taco_ties_viterbi", "long_underflow_T202"}),
+    "nan_in_impossible_rows": (wrapped(taco_forward_backward=nan_in_impossible_rows),
+                               {"taco_L_greater_T", "taco_final_stop_zero", "long_dead_rows_T500"}),
+    "probability_space": (wrapped(taco_loglik=probability_space_loglik),
+                          {"long_random_T1000", "long_density_T2000", "long_L1_T3000"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRONG))
+def test_wrong_implementation_fails_the_cases_meant_to_catch_it(name):
+    impl, must_fail = WRONG[name]
+    results = run(impl)
+    missed = must_fail - failed_cases(results)
+    assert not missed, f"{name} passes {sorted(missed)}"
+    assert failed_cases(results) != set(r.case for r in results.values()), \
+        f"{name} fails every case: the harness, not the cases, caught it"
+
+
+def test_go_from_stop_is_reported_with_the_rule_it_breaks():
+    impl, _ = WRONG["go_from_stop"]
+    case = next(c for c, _, _ in LOADED if c["name"] == "taco_stop_go_independent")
+    results = conformance.run_case(impl, case, LOADED[0][2])
+    bad = {r.quantity: r for r in results if not r.passed}
+    assert {"loglik", "d_go"} <= set(bad)
+    assert bad["d_go"].rules[0] == "eq. (14)" and "R1" in bad["d_go"].rules
+    assert bad["loglik"].max_error > 1e-3
+    out = io.StringIO()
+    assert conformance.report(results, RULES, out=out) == 1
+    text = out.getvalue()
+    assert "FAIL  taco_stop_go_independent" in text and "need not be 1" in text
+
+
+def test_viterbi_tie_breaking_is_caught_only_where_ties_are_exact():
+    impl, _ = WRONG["viterbi_moves_on_ties"]
+    results = run(impl)
+    assert not results[("taco_ties_viterbi", "viterbi")].passed
+    assert results[("taco_ties_viterbi", "viterbi_score")].passed      # same score, other path
+    assert results[("taco_random_T8", "viterbi")].passed               # no ties there
+
+
+def test_missing_function_fails_its_quantities():
+    impl = wrapped()
+    del impl.align_viterbi
+    results = run(impl)
+    r = results[("taco_random_T8", "viterbi")]
+    assert not r.passed and "AttributeError" in r.detail
+    assert results[("taco_random_T8", "loglik")].passed
+
+
+# ------------------------------------------------------------------------------ entry points
+
+def test_cli_subcommand_and_module_entry_point(capsys):
+    assert cli.main(["conformance", "taco_ref.align", "--case", "taco_ties"]) == 0
+    assert "cases pass" in capsys.readouterr().out
+    assert conformance.main(["no_such_module_xyz"]) == 2
+    proc = subprocess.run([sys.executable, "-m", "taco_ref.conformance", "taco_ref.align", "--case", "ctc_L1"],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "quantities pass" in proc.stdout
+
+
+def test_failing_module_exits_1(tmp_path, monkeypatch, capsys):
+    (tmp_path / "bad_align.py").write_text(
+        "from taco_ref.align import *\n"
+        "import numpy as np\n"
+        "def taco_loglik(*a, **k):\n"
+        "    from taco_ref import align\n"
+        "    return align.taco_loglik(*a, **k) + 1e-6\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert conformance.main(["bad_align", "--case", "taco_L1"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "loglik (taco_loglik)" in out and "eq. (5), (8)" in out
