@@ -84,6 +84,26 @@ def check_vocab(model, vocab, what="the domain"):
         raise ValueError(f"model: its vocabulary {list(model.vocab)} is not {what}'s {list(vocab)}")
 
 
+def check_compatible(model, demos, what="the data"):
+    """ValueError unless demos can be scored by model: the same sub-task names in the same order
+    (sketch ids index them, so a permuted or renamed vocabulary would silently mean other
+    sub-tasks), the same state size, and the same kind and size of actions."""
+    check_vocab(model, demos.vocab, what)
+    cfg = model.policy
+    if demos.states.shape[2] != cfg.state_dim:
+        raise ValueError(f"{what}: states have {demos.states.shape[2]} dimensions, the model "
+                         f"expects {cfg.state_dim}")
+    if demos.discrete != cfg.discrete:
+        kinds = {True: "discrete", False: "continuous"}
+        raise ValueError(f"{what}: {kinds[demos.discrete]} actions, the model's are {kinds[cfg.discrete]}")
+    if not demos.discrete and demos.actions.shape[2] != cfg.action_dim:
+        raise ValueError(f"{what}: actions have {demos.actions.shape[2]} dimensions, the model "
+                         f"expects {cfg.action_dim}")
+    if demos.discrete and demos.actions.size and demos.actions.max() >= cfg.action_dim:
+        raise ValueError(f"{what}: action ids up to {demos.actions.max()}, the model has "
+                         f"{cfg.action_dim} actions")
+
+
 def protocol(model, domain, n_tasks, seed=0, sketch_len=None, lengths=(), progress=None):
     """The evaluation protocol of spec/evaluation.md §3, the one used by `taco evaluate`, the
     experiment grid and the ROS bridge's offline check.
@@ -129,6 +149,7 @@ def ctc_log_probs(model, demos):
 def alignments(model, demos, decoders=DECODERS):
     """{decoder: (N, T) sketch positions} for demos. TACO and GT-BC models align with the TACO
     lattice of their sub-policies; CTC-BC models with their CTC classifier (as in the paper)."""
+    check_compatible(model, demos)
     lengths = (demos.traj_len, demos.sketch_len)
     if model.ctc_kind:
         log_p = ctc_log_probs(model, demos)
@@ -140,6 +161,7 @@ def alignments(model, demos, decoders=DECODERS):
 def alignment_accuracy(model, demos, decoders=DECODERS, batch_size=128):
     """{decoder: share of valid steps whose decoded position equals demos.labels};
     spec/evaluation.md eq. (2)."""
+    check_compatible(model, demos)
     hits = dict.fromkeys(decoders, 0)
     total = 0
     for batch in data.batches(demos, batch_size):
@@ -152,6 +174,7 @@ def alignment_accuracy(model, demos, decoders=DECODERS, batch_size=128):
 
 def mean_loglik_per_step(model, demos, batch_size=128):
     """TACO's log p(tau, a | s) per valid step on demos (any model's sub-policies)."""
+    check_compatible(model, demos)
     total, steps = 0.0, 0
     for batch in data.batches(demos, batch_size):
         total += align.taco_loglik(*scores(model, batch), batch.traj_len, batch.sketch_len).sum()

@@ -22,6 +22,8 @@ from taco_ref import model as model_mod
 from taco_ref import files, nn, objectives, optim, policy
 
 ALGOS = ("taco", "gtbc", "ctcbc-mlp", "ctcbc-gru")
+MAX_WIDTH, MAX_LAYERS = 65536, 16
+"""Bounds on the hidden sizes a config may ask for (the paper's largest layer is 400 wide)."""
 
 
 @dataclass
@@ -107,6 +109,13 @@ class TrainConfig:
         for name in ("batch_size", "epochs", "patience", "restarts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        for name in ("act_hidden", "stop_hidden", "ctc_hidden"):
+            sizes = getattr(self, name)
+            if (not isinstance(sizes, list) or not 1 <= len(sizes) <= MAX_LAYERS
+                    or not all(isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= MAX_WIDTH
+                               for h in sizes)):
+                raise ValueError(f"{name} must be a list of 1 to {MAX_LAYERS} integers in "
+                                 f"[1, {MAX_WIDTH}], got {sizes!r}")
         for name in ("warmup_epochs", "temperature_epochs"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {getattr(self, name)!r}")

@@ -9,7 +9,8 @@ import types
 import numpy as np
 import pytest
 
-from taco_ref import align, cli, conformance
+from taco_ref import align, conformance
+from taco_ref.app import cli
 
 LOADED = conformance.load()
 RULES = LOADED[0][1]

@@ -31,6 +31,8 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional
 
+import numpy as np
+
 _REGISTRY = {}
 
 
@@ -119,6 +121,21 @@ def get(name):
     if name not in _REGISTRY:
         raise ValueError(f"domain must be one of {names()}, got {name!r}")
     return _REGISTRY[name]
+
+
+MAX_SKETCH_LEN = 64
+"""Longest sketch a domain collects or executes (taco_ref.runner.MAX_SKETCH_LEN likewise)."""
+
+
+def check_collect_args(n, sketch_len, workers, max_sketch_len=MAX_SKETCH_LEN):
+    """ValueError naming the argument unless n >= 1, 1 <= sketch_len <= max_sketch_len (None
+    allowed: the domain's own mix) and workers >= 1, all integers. Every collect calls it first."""
+    for name, value, low in (("n", n, 1), ("workers", workers, 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
+    if sketch_len is not None and (isinstance(sketch_len, bool) or not isinstance(sketch_len, (int, np.integer))
+                                   or not 1 <= sketch_len <= max_sketch_len):
+        raise ValueError(f"sketch_len: expected an integer in [1, {max_sketch_len}], got {sketch_len!r}")
 
 
 def package_file(*parts):

@@ -46,7 +46,7 @@ import numpy as np
 
 from taco_ref.data import Demos
 from taco_sim import sketch_array
-from taco_sim.domain import Domain, package_file, register
+from taco_sim.domain import Domain, check_collect_args, package_file, register
 
 VOCAB = ("black", "green", "yellow", "red")
 """Sub-task names; sub-task k = "go to destination VOCAB[k]"."""
@@ -335,10 +335,7 @@ def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=
     accepted for the domain contract and not used: the rollout is vectorised over a chunk and
     runs in this process (1000 demonstrations take about a second).
     """
-    if workers < 1:
-        raise ValueError(f"workers: expected at least 1, got {workers}")
-    if n < 1:
-        raise ValueError(f"n: expected at least 1 demonstration, got {n}")
+    check_collect_args(n, sketch_len, workers, K)
     if not dart_sigma >= 0:
         raise ValueError(f"dart_sigma: expected >= 0, got {dart_sigma}")
     rng = np.random.default_rng(seed)

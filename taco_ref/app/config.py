@@ -15,6 +15,7 @@ import os
 
 import yaml
 
+from taco_ref import files
 from taco_ref.train import TrainConfig
 
 
@@ -36,10 +37,27 @@ def shipped_configs():
     return sorted(f[:-5] for f in os.listdir(folder) if f.endswith(".yaml"))
 
 
+MAX_YAML_BYTES = 2 ** 20
+"""Largest config file read (1 MiB; the shipped ones are under 2 kB)."""
+
+
 def read_yaml(path):
-    """The training keys of a YAML file (a mapping, top level or under ``train:``)."""
-    with open(path, encoding="utf-8") as f:
-        loaded = yaml.safe_load(f)
+    """The training keys of a YAML file (a mapping, top level or under ``train:``).
+
+    Read with yaml.safe_load after two guards: at most MAX_YAML_BYTES, and no aliases (a
+    training config never needs them, and nested aliases can expand to billions of entries).
+    A syntax error is reported as one line with its position.
+    """
+    text = files.read_bytes(path, MAX_YAML_BYTES).decode("utf-8", errors="replace")
+    try:
+        if any(isinstance(token, yaml.AliasToken) for token in yaml.scan(text)):
+            raise ValueError(f"{path}: YAML aliases (*name) are not accepted in a config")
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ValueError(f"{path}: not valid YAML{where} ({problem})") from None
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
@@ -55,7 +73,10 @@ def parse_override(text):
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise ValueError(f"--set expects key=value, got {text!r}")
-    return key.strip(), yaml.safe_load(value)
+    try:
+        return key.strip(), yaml.safe_load(value)
+    except yaml.YAMLError:
+        raise ValueError(f"--set {key.strip()}: {value!r} is not a YAML value") from None
 
 
 def settings(domain=None, path=None, overrides=(), **given):

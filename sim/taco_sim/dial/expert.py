@@ -41,6 +41,7 @@ import numpy as np
 
 from taco_ref.data import Demos
 from taco_sim import sketch_array
+from taco_sim.domain import check_collect_args
 from taco_sim.dial.env import (ACTION_DIM, FINGERS_CLOSED, HOME, K, PHYSICS_DT, SLOTS,
                                STATE_DIM, SUBSAMPLE, TORQUE_LIMITS, VOCAB, DialEnv, check_layout,
                                kinematics, sample_layout)
@@ -283,8 +284,7 @@ def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=
     with a new layout and counted in meta["discarded"]. workers > 1 uses a fork pool;
     progress(done, total) is called as chunks of CHUNK finish (in order).
     """
-    if n < 1:
-        raise ValueError(f"n: expected at least 1 demonstration, got {n}")
+    check_collect_args(n, sketch_len, workers)
     if not dart_sigma >= 0:
         raise ValueError(f"dart_sigma: expected >= 0, got {dart_sigma}")
     rng = np.random.default_rng(seed)
