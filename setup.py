@@ -21,7 +21,9 @@ setup(
         "plot": ["matplotlib>=3.8"],
         # ROS 2 from PyPI wheels (real rclpy with Fast DDS), for the ros2_ws bridge
         "ros": ["ros-rclpy", "ros-std-msgs", "ros-sensor-msgs", "ros-rmw-fastrtps-cpp",
-                "colcon-core", "colcon-ros", "colcon-bash"],
+                "colcon-core", "colcon-ros", "colcon-bash",
+                # the package's ament lint tests (ament_copyright is not on PyPI: that one skips)
+                "ros-ament-flake8", "ros-ament-pep257", "flake8", "pydocstyle"],
     },
     entry_points={"console_scripts": ["taco=taco_ref.app.cli:main",
                                       "taco-bridge-dial=taco_bridge.dial:main",

@@ -16,7 +16,15 @@ Every process is killed in teardown.
     timeout after the joint states stop, unknown sub-tasks rejected;
 (d) the package: config/dial.yaml equals the nodes' defaults, the launch file yields the
     expected nodes and arguments (when the launch packages are importable), taco-bridge-dial
-    starts both nodes and stops cleanly on SIGINT.
+    starts both nodes and stops cleanly on SIGINT;
+(e) issue 12: a params file's rate and model apply unless overridden, parameters are read-only,
+    `-r __ns:=/arm1` moves every topic, repeated digits (7 7 2) are dialled, and a keypad that
+    registered another PIN turns done into an error (offline too: taco_bridge.keypad);
+(f) issue 11: implausible joint states (far outside the joint ranges, duplicated names, stale
+    stamps) are rejected, bad parameters give one `cannot start:` line, and a flood of
+    sketches does not raise the command rate above the control rate.
+
+Tests that start ROS processes or colcon builds carry the `slow` marker.
 
 Skipped (with the reason) only when rclpy is not importable: `pip install -e ".[ros]"`.
 """
@@ -34,6 +42,7 @@ from hypothesis import HealthCheck, Phase, given, note, settings
 from hypothesis import strategies as st
 
 rclpy = pytest.importorskip("rclpy", reason='rclpy not importable: pip install -e ".[ros]"')
+from rclpy.duration import Duration  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float64MultiArray, String  # noqa: E402
@@ -49,6 +58,7 @@ WORKSPACE = os.path.join(ROOT, "ros2_ws")
 PACKAGE = os.path.join(WORKSPACE, "src", "taco_bridge")
 SHIPPED_MODEL = taco_sim.get("dial").models["default"]
 DOMAIN_ID = str(1 + os.getpid() % 100)
+PLAUSIBLE_Q = np.concatenate([dial.HOME, [1.2] * 3])      # (J,) home pose, fingers closed
 FUZZ = {"sent": 0, "answered": 0}
 
 
@@ -111,8 +121,9 @@ class Nodes:
     def __init__(self, install, tmp_path):
         self.install, self.tmp_path, self.procs = install, tmp_path, []
 
-    def start(self, executable, **params):
-        args = " ".join(f"-p '{name}:={ros_value(v)}'" for name, v in params.items())
+    def start(self, executable, ros_args=(), **params):
+        args = " ".join([f"-p '{name}:={ros_value(v)}'" for name, v in params.items()]
+                        + [f"'{a}'" for a in ros_args])
         log = open(self.tmp_path / f"{executable}-{len(self.procs)}.log", "w")
         cmd = (f"source '{self.install}/setup.bash' && exec "
                f"'{self.install}/taco_bridge/lib/taco_bridge/{executable}' --ros-args {args}")
@@ -234,6 +245,7 @@ def saved_model(path, act_bias=0.0, stop_bias=0.0, seed=0):
 # (a) end to end with the shipped model
 # ----------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_dial_sketch_end_to_end(nodes, listener):
     if not os.path.exists(os.path.join(SHIPPED_MODEL, "model.json")):
         pytest.fail(f"the shipped Dial model is missing: {SHIPPED_MODEL}/model.json does not exist "
@@ -271,7 +283,7 @@ def fuzz_target(install, tmp_path):
     n = Nodes(install, tmp)
     lis = Listener()
     policy = n.start("policy_node", model=saved_model(tmp / "model", stop_bias=-50.0))
-    lis.fake_q = (list(dial.JOINTS), np.zeros(dial.ACTION_DIM))
+    lis.fake_q = (list(dial.JOINTS), PLAUSIBLE_Q)
     try:
         lis.wait_subscribed()
         yield n, lis, policy
@@ -303,6 +315,8 @@ def expected_status(text):
         return "error", f"sketch rejected: {err}"
 
 
+@pytest.mark.slow
+@pytest.mark.slow
 @settings(max_examples=int(os.environ.get("TACO_FUZZ_EXAMPLES", 150)), deadline=None,
           phases=(Phase.explicit, Phase.reuse, Phase.generate),   # no shrinking: note() says it all
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -332,6 +346,7 @@ def test_fuzz_sketch(fuzz_target, text):
 # (c) safety with a fake arm
 # ----------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_clipping_joint_order_and_watchdog(nodes, listener, tmp_path):
     limits = np.array([3.0, 2.5, 2.0, 1.5, 1.25, 1.0, 0.75, 0.5, 0.25])      # model joint order
     command_joints = list(reversed(dial.JOINTS))
@@ -363,7 +378,7 @@ def test_clipping_joint_order_and_watchdog(nodes, listener, tmp_path):
     time.sleep(0.3)
     assert all(not any(c) for t, c in listener.commands if t > zero_t), "torque after the watchdog"
     # an unknown sub-task is rejected; the node keeps running and accepts the next sketch
-    listener.fake_q = (names, np.zeros(len(names)))
+    listener.fake_q = (names, np.concatenate([[0.0], PLAUSIBLE_Q[::-1]]))
     time.sleep(0.2)                                     # joint states fresh again
     t1 = listener.send("3 x 1")
     rej = listener.wait_for(lambda: listener.status_after(t1, lambda s: s["state"] == "error"), 5.0, "rejection")
@@ -373,6 +388,7 @@ def test_clipping_joint_order_and_watchdog(nodes, listener, tmp_path):
     assert policy.poll() is None
 
 
+@pytest.mark.slow
 def test_policy_node_refuses_a_missing_model(nodes, tmp_path):
     proc = nodes.start("policy_node", model=str(tmp_path / "nowhere"))
     assert proc.wait(timeout=30) == 1
@@ -393,7 +409,7 @@ def test_config_equals_node_defaults():
     with open(os.path.join(PACKAGE, "config", "dial.yaml")) as f:
         config = yaml.safe_load(f)
     for node, table in (("taco_policy", policy_node.PARAMETERS), ("taco_sim", sim_node.PARAMETERS)):
-        values = config[node]["ros__parameters"]
+        values = config[f"/**/{node}"]["ros__parameters"]
         defaults = {k: d for k, (d, _) in table.items() if d is not None}
         assert values == defaults, f"{node}: config/dial.yaml differs from the defaults"
 
@@ -408,13 +424,17 @@ def test_launch_file():
     spec.loader.exec_module(module)
     ld = module.generate_launch_description()
     assert isinstance(ld, launch.LaunchDescription)
-    assert [a.name for a in ld.get_launch_arguments()] == ["use_sim", "model", "params_file", "rate"]
+    assert [a.name for a in ld.get_launch_arguments()] == ["use_sim", "params_file", "model", "rate",
+                                                            "namespace"]
     nodes = [e for e in ld.entities if type(e).__name__ == "Node"]
-    assert sorted(n.node_executable for n in nodes) == ["policy_node", "sim_node"]
-    sim = next(n for n in nodes if n.node_executable == "sim_node")
-    assert sim.condition is not None                    # use_sim
+    assert [n.node_executable for n in nodes] == ["sim_node"]
+    assert nodes[0].condition is not None               # use_sim
+    # the policy node (an OpaqueFunction): the file's values unless an argument is given
+    assert module.policy_parameters("f.yaml", "", "") == ["f.yaml"]
+    assert module.policy_parameters("f.yaml", "/m", "10") == ["f.yaml", {"model": "/m", "rate": 10.0}]
 
 
+@pytest.mark.slow
 def test_console_script_starts_both_nodes(listener, tmp_path):
     model = saved_model(tmp_path / "m")
     script = os.path.join(os.path.dirname(sys.executable), "taco-bridge-dial")
@@ -434,3 +454,253 @@ def test_console_script_starts_both_nodes(listener, tmp_path):
             proc.kill()
             proc.wait()
         log.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# (e) issue 12: params file, read-only parameters, namespaces, repeated digits, keypad check
+# ----------------------------------------------------------------------------------------------
+
+def bridge_module(name):
+    """taco_bridge.<name> (the package source: taco_ref's install maps taco_bridge there)."""
+    import importlib
+    return importlib.import_module(f"taco_bridge.{name}")
+
+
+def test_keypad_check_presses():
+    keypad = bridge_module("keypad")
+    assert keypad.check_presses([], ["7", "7", "2"]) is None
+    assert keypad.check_presses(["7", "7"], ["7", "7", "2"]) is None
+    assert "registered 7 2, not the sketch 7 7 2" in keypad.check_presses(["7", "2"], ["7", "7", "2"])
+    assert keypad.check_presses(["7", "7", "2", "2"], ["7", "7", "2"]) is not None
+
+
+@pytest.mark.parametrize("sketch", [[7, 7, 2], [5, 5, 1], [0, 0, 0], [3, 8, 2, 7, 4, 1, 5]])
+def test_repeated_digits_offline(sketch):
+    """The policy node's control step (release step + press rule) on taco_sim's DialEnv, without
+    DDS: every digit is pressed, repeats included; with the plain runner (no keypad rules) the
+    second of two equal digits is not pressed."""
+    policy_node = bridge_module("policy_node")
+    node = policy_node.PolicyNode()
+    try:
+        for seed in (0, 1):
+            env = dial.DialEnv()
+            env.reset(seed=seed, layout="standard")
+            node.runner.start(sketch, 0.0)
+            node.press_rule = bridge_module("keypad").PressRule()
+            t = 0
+            while node.runner.state == "running" and t < dial.budget(len(sketch)):
+                node.qpos, node.qpos_time = env.qpos, t * dial.CONTROL_DT
+                action = node.control_step(t * dial.CONTROL_DT)
+                if action is None:
+                    break
+                env.step(action)
+                t += 1
+            assert node.runner.state == "done" and env.presses == sketch, (seed, env.presses)
+        if sketch[0] == sketch[1]:            # the plain runner, for contrast
+            env = dial.DialEnv()
+            env.reset(seed=0, layout="standard")
+            node.runner.start(sketch, 0.0)
+            for t in range(dial.budget(len(sketch))):
+                action = node.runner.step(env.obs, t * dial.CONTROL_DT)
+                if action is None:
+                    break
+                env.step(action)
+            assert env.presses[:2] != sketch[:2], "the plain runner dialled a repeat: test is moot"
+    finally:
+        node.destroy_node()
+
+
+def parameter_client(listener, node_name):
+    from rclpy.parameter_client import AsyncParameterClient
+    client = AsyncParameterClient(listener.node, node_name)
+    assert client.wait_for_services(timeout_sec=20.0), f"no parameter services of {node_name}"
+    return client
+
+
+def wait_future(future, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not future.done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert future.done(), "no answer from the parameter service"
+    return future.result()
+
+
+@pytest.mark.slow
+def test_params_file_applies_and_parameters_are_read_only(nodes, listener, tmp_path):
+    """A params file's rate is used unless overridden (as dial.launch.py and taco-bridge-dial pass
+    it), and `ros2 param set` (a SetParameters call) is refused as read-only."""
+    from rclpy.parameter import Parameter
+    params = tmp_path / "p.yaml"
+    params.write_text("/**/taco_policy:\n  ros__parameters:\n    rate: 10.0\n    stop_threshold: 0.7\n")
+    nodes.start("policy_node", ros_args=["--params-file", str(params)])
+    listener.wait_subscribed()
+    client = parameter_client(listener, "taco_policy")
+    got = wait_future(client.get_parameters(["rate", "stop_threshold"]))
+    assert [v.double_value for v in got.values] == [10.0, 0.7]
+    result = wait_future(client.set_parameters([Parameter("rate", value=50.0)]))
+    assert not result.results[0].successful and "read-only" in result.results[0].reason
+    got = wait_future(client.get_parameters(["rate"]))
+    assert got.values[0].double_value == 10.0
+    # the command rate follows the file: 10 Hz while a run goes on
+    listener.fake_q = (list(dial.JOINTS), PLAUSIBLE_Q)
+    listener.wait_joint_states()
+    t0 = listener.send("0")
+    time.sleep(2.0)
+    n = sum(t0 + 0.2 <= t <= t0 + 1.8 for t, _ in listener.commands)
+    assert 12 <= n <= 20, f"{n} commands in 1.6 s at rate 10"
+    # taco-bridge-dial passes rate only when asked to
+    dial_script = bridge_module("dial")
+    cmds = dict(dial_script.node_commands(dial_script.parser().parse_args(["--params-file", "f.yaml"])))
+    assert not any(a.startswith("rate:=") for a in cmds["taco_policy"])
+    cmds = dict(dial_script.node_commands(dial_script.parser().parse_args(["--rate", "30"])))
+    assert "rate:=30.0" in cmds["taco_policy"]
+
+
+@pytest.mark.slow
+def test_namespace_moves_every_topic(nodes, listener):
+    nodes.start("policy_node", ros_args=["-r", "__ns:=/arm1"])
+    nodes.start("sim_node", ros_args=["-r", "__ns:=/arm1"])
+    want = {"/arm1/taco/sketch", "/arm1/taco/status", "/arm1/joint_states",
+            "/arm1/effort_controller/commands", "/arm1/dial/pressed"}
+
+    def node_topics():
+        """Topics the two nodes in /arm1 publish or subscribe (this listener's own are not)."""
+        g = listener.node
+        try:
+            return {n for node in ("taco_policy", "taco_sim")
+                    for get in (g.get_publisher_names_and_types_by_node,
+                                g.get_subscriber_names_and_types_by_node)
+                    for n, _ in get(node, "/arm1") if not n.startswith(("/rosout", "/parameter_events"))}
+        except Exception:                     # a node not discovered yet
+            return set()
+
+    topics = listener.wait_for(lambda: node_topics() if want <= node_topics() else None, 30,
+                               f"topics {want}")
+    assert topics == want, topics
+
+
+@pytest.mark.slow
+def test_repeated_digits_dialled_end_to_end(nodes, listener):
+    """Issue 12: "7 7 2" pressed 7 2 and reported done. Now the keypad registers 7 7 2, and the
+    status (which compares the keypad's presses with the sketch) says done."""
+    sketch = ["7", "7", "2"]
+    sim = nodes.start("sim_node")
+    policy = nodes.start("policy_node")
+    listener.wait_subscribed()
+    listener.wait_joint_states()
+    listener.wait_for(lambda: listener.pressed_sub.get_publisher_count() > 0, 30, "the sim node")
+    t0 = listener.send(" ".join(sketch))
+    budget = dial.budget(len(sketch)) * dial.CONTROL_DT * 1.5 + 5.0
+    end = listener.wait_for(lambda: listener.status_after(t0, lambda s: s["state"] in ("done", "error")),
+                            budget, "the end of the run", nodes.log(policy) + nodes.log(sim))
+    presses = [d for t, d in listener.presses if t >= t0]
+    assert end["state"] == "done", (end, presses)
+    assert end["pressed"] == sketch and presses == sketch, (end, presses)
+
+
+@pytest.mark.slow
+def test_keypad_mismatch_is_an_error(nodes, listener, tmp_path):
+    """A keypad that registers a key off the sketch ends the run in error; a policy that stops
+    its last sub-task before the keypad registered it is not done (press_grace later: error)."""
+    keypad_pub = listener.node.create_publisher(String, "/dial/pressed", 10)
+    policy = nodes.start("policy_node", model=saved_model(tmp_path / "m", stop_bias=50.0),
+                         press_grace=0.3)
+    listener.fake_q = (list(dial.JOINTS), PLAUSIBLE_Q)
+    listener.wait_subscribed()
+    listener.wait_joint_states()
+    listener.wait_for(lambda: keypad_pub.get_subscription_count() > 0, 20, "the policy node on dial/pressed")
+    # the always-stopping model: the press rule holds its STOP (no key goes down), so it runs
+    t0 = listener.send("4")
+    time.sleep(0.5)
+    assert listener.status_after(t0, lambda s: s["state"] == "running")
+    assert not listener.status_after(t0, lambda s: s["state"] in ("done", "error"))
+    keypad_pub.publish(String(data="9"))
+    err = listener.wait_for(lambda: listener.status_after(t0, lambda s: s["state"] == "error"), 5.0,
+                            "the mismatch error", nodes.log(policy))
+    assert "the keypad registered 9, not the sketch 4" in err["error"] and err["pressed"] == ["9"]
+    assert policy.poll() is None
+
+
+# ----------------------------------------------------------------------------------------------
+# (f) issue 11 class 1: joint-state plausibility, parameter checks, command rate
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_implausible_joint_states_are_rejected(nodes, listener, tmp_path):
+    policy = nodes.start("policy_node", model=saved_model(tmp_path / "m", stop_bias=-50.0),
+                         max_subtask_time=100.0)
+    names = list(dial.JOINTS)
+    cases = [("far outside the joint range", names, np.r_[1e6, PLAUSIBLE_Q[1:]], "outside"),
+             ("a duplicated name", names + [names[0]], np.r_[PLAUSIBLE_Q, 3.0], "named twice"),
+             ("NaN", names, np.r_[PLAUSIBLE_Q[:8], np.nan], "outside")]
+    listener.wait_subscribed()
+    for what, jnames, q, expected in cases:
+        listener.fake_q = (names, PLAUSIBLE_Q)
+        time.sleep(0.2)
+        t0 = listener.send("3")
+        listener.wait_for(lambda: listener.status_after(t0, lambda s: s["state"] == "running"), 5, "running")
+        listener.fake_q = (jnames, q)
+        err = listener.wait_for(lambda: listener.status_after(t0, lambda s: s["state"] == "error"), 2.0,
+                                f"the rejection of {what}", nodes.log(policy))
+        assert "joint state rejected" in err["error"] and expected in err["error"], (what, err)
+        t_err = time.monotonic()
+        time.sleep(0.3)
+        after = [c for t, c in listener.commands if t > t_err + 0.1]
+        assert all(not any(c) for c in after), f"torque after rejecting {what}"
+    # a stamped state an hour old is stale: not used, the watchdog ends the run
+    listener.fake_q = (names, PLAUSIBLE_Q)
+    time.sleep(0.2)
+    t0 = listener.send("3")
+    listener.fake_q = None
+    stale = JointState(name=names, position=list(PLAUSIBLE_Q))
+    stale.header.stamp = (listener.node.get_clock().now() - Duration(seconds=3600)).to_msg()
+    for _ in range(50):
+        listener.joint_pub.publish(stale)
+        time.sleep(0.01)
+    err = listener.wait_for(lambda: listener.status_after(t0, lambda s: s["state"] == "error"), 3.0,
+                            "the watchdog on stale joint states", nodes.log(policy))
+    assert "no fresh joint state" in err["error"] and "stamped" in err["error"], err
+    assert policy.poll() is None
+
+
+BAD_PARAMETERS = [
+    ("joint_state_timeout", ".inf"), ("stop_threshold", "2.0"), ("stop_threshold", "-1.0"),
+    ("stop_threshold", ".nan"), ("rate", "abc"), ("rate", "0.0"), ("max_subtask_time", "-3.0"),
+    ("torque_limits", "[1.0e+9,1.0e+9,1.0e+9,1.0e+9,1.0e+9,1.0e+9,1.0e+9,1.0e+9,1.0e+9]"), ("command_topic", "'bad topic'"),
+    ("model", "5"), ("key_positions", "[.nan]"), ("joint_names", "[a,a,a,a,a,a,a,a,a]"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,value", BAD_PARAMETERS)
+def test_bad_parameters_give_one_line(install, tmp_path, name, value):
+    cmd = (f"source '{install}/setup.bash' && exec '{install}/taco_bridge/lib/taco_bridge/policy_node' "
+           f"--ros-args -p \"{name}:={value}\"")
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "Traceback" not in text, text
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("taco_policy: cannot start:") and name in lines[0], text
+
+
+@pytest.mark.slow
+def test_command_rate_under_a_sketch_flood(nodes, listener, tmp_path):
+    """Issue 11: each rejected sketch published a command at once (177 Hz at a 25 Hz rate).
+    Commands are now sent on the control timer only."""
+    policy = nodes.start("policy_node", model=saved_model(tmp_path / "m", stop_bias=-50.0))
+    listener.fake_q = (list(dial.JOINTS), PLAUSIBLE_Q)
+    listener.wait_subscribed()
+    listener.wait_joint_states()
+    t0 = time.monotonic()
+    i = 0
+    while time.monotonic() - t0 < 3.0:               # 200 Hz: bad, valid, stop, ...
+        listener.send(["x y", "3 1", "stop", "", "٣"][i % 5])
+        i += 1
+        time.sleep(0.005)
+    n = sum(t0 + 0.5 <= t <= t0 + 2.5 for t, _ in listener.commands)
+    print(f"command rate under a flood of {i / 3.0:.0f} sketches/s: {n / 2.0:.1f} Hz")
+    assert n <= 2.0 * 25 + 3, f"{n} commands in 2 s at a 25 Hz control rate under a sketch flood"
+    assert policy.poll() is None
+    log = nodes.log(policy)
+    assert log.count("sketch rejected") <= 3, f"unthrottled warnings:\n{log[-2000:]}"

@@ -19,8 +19,8 @@ setup(
     maintainer='taco_ref maintainers',
     maintainer_email='taco_ref@example.invalid',
     description='TACO sub-policies on a JACO2 arm: policy node, MuJoCo sim node, launch file.',
-    license='Same as the taco_ref repository (none declared yet)',
-    tests_require=['pytest'],
+    license='Apache-2.0',
+    extras_require={'test': ['pytest']},
     entry_points={
         'console_scripts': [
             'policy_node = taco_bridge.policy_node:main',

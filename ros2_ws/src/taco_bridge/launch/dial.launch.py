@@ -2,41 +2,66 @@
 
     ros2 launch taco_bridge dial.launch.py                       # simulation, shipped Dial model
     ros2 launch taco_bridge dial.launch.py use_sim:=false params_file:=/path/to/jaco2.yaml
+    ros2 launch taco_bridge dial.launch.py namespace:=arm1       # topics under /arm1
     ros2 topic pub --once /taco/sketch std_msgs/msg/String "{data: '0 5 1 6'}"
 
-Arguments
+Launch arguments:
   use_sim      true: start the sim node (taco_sim.dial's MuJoCo arm) as well
-  model        taco_ref model directory; empty: the shipped Dial model
   params_file  ROS parameter file for both nodes (default: this package's config/dial.yaml)
-  rate         policy control rate in Hz (25: the rate the Dial policies were trained at)
+  model        taco_ref model directory; given: overrides params_file's `model`
+  rate         policy control rate in Hz; given: overrides params_file's `rate`
+  namespace    ROS namespace of both nodes and so of all their (relative) topics
+
+`model` and `rate` override the parameter file only when given on the command line: left out,
+the file's values apply (and the nodes' defaults where the file is silent). When either node
+exits, for whatever reason, the launch shuts down: a policy node that died must not leave the
+simulated arm running on alone, nor a sim that died a policy node commanding nothing.
 """
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument
+from launch.actions import DeclareLaunchArgument, OpaqueFunction, Shutdown
 from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
-from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
 
 
+def policy_parameters(params_file, model, rate):
+    """The policy node's parameters: the file, then only the overrides given (non-empty)."""
+    overrides = {}
+    if model:
+        overrides['model'] = model
+    if rate:
+        overrides['rate'] = float(rate)
+    return [params_file] + ([overrides] if overrides else [])
+
+
+def policy_node(context):
+    params_file, model, rate = (LaunchConfiguration(name).perform(context)
+                                for name in ('params_file', 'model', 'rate'))
+    return [Node(package='taco_bridge', executable='policy_node', name='taco_policy',
+                 namespace=LaunchConfiguration('namespace'), output='screen',
+                 parameters=policy_parameters(params_file, model, rate),
+                 on_exit=Shutdown(reason='taco_policy exited'))]
+
+
 def generate_launch_description():
-    use_sim = LaunchConfiguration('use_sim')
-    model = LaunchConfiguration('model')
     params_file = LaunchConfiguration('params_file')
-    rate = LaunchConfiguration('rate')
     return LaunchDescription([
         DeclareLaunchArgument('use_sim', default_value='true',
                               description='start the MuJoCo JACO2 and dial pad simulation'),
-        DeclareLaunchArgument('model', default_value='',
-                              description='taco_ref model directory (empty: the shipped Dial model)'),
         DeclareLaunchArgument(
             'params_file',
             default_value=PathJoinSubstitution([FindPackageShare('taco_bridge'), 'config', 'dial.yaml']),
             description='parameter file for the taco_sim and taco_policy nodes'),
-        DeclareLaunchArgument('rate', default_value='25.0', description='policy control rate (Hz)'),
+        DeclareLaunchArgument('model', default_value='',
+                              description='taco_ref model directory; empty: params_file\'s model'),
+        DeclareLaunchArgument('rate', default_value='',
+                              description='policy control rate (Hz); empty: params_file\'s rate'),
+        DeclareLaunchArgument('namespace', default_value='',
+                              description='namespace of both nodes and their topics'),
         Node(package='taco_bridge', executable='sim_node', name='taco_sim', output='screen',
-             parameters=[params_file], condition=IfCondition(use_sim)),
-        Node(package='taco_bridge', executable='policy_node', name='taco_policy', output='screen',
-             parameters=[params_file, {'model': ParameterValue(model, value_type=str),
-                                       'rate': ParameterValue(rate, value_type=float)}]),
+             namespace=LaunchConfiguration('namespace'), parameters=[params_file],
+             condition=IfCondition(LaunchConfiguration('use_sim')),
+             on_exit=Shutdown(reason='taco_sim exited')),
+        OpaqueFunction(function=policy_node),
     ])

@@ -25,16 +25,23 @@ from taco_sim import dial
 def node_commands(args):
     """[(name, argv)] of the nodes to start for the parsed arguments."""
     common = ['--ros-args'] + (['--params-file', args.params_file] if args.params_file else [])
-    rate = args.rate if args.rate is not None else args.real_time_factor / dial.CONTROL_DT
-    policy = [sys.executable, '-m', 'taco_bridge.policy_node'] + common + [
-        '-r', '__node:=taco_policy', '-p', f'rate:={float(rate)!r}']
+    # like dial.launch.py: a value given on the command line overrides the parameter file,
+    # one not given leaves the file's (or the node's default)
+    rate = args.rate
+    if rate is None and args.real_time_factor is not None:
+        rate = args.real_time_factor / dial.CONTROL_DT
+    policy = [sys.executable, '-m', 'taco_bridge.policy_node'] + common + ['-r', '__node:=taco_policy']
+    if rate is not None:
+        policy += ['-p', f'rate:={float(rate)!r}']
     if args.model:
         policy += ['-p', f'model:={args.model}']
     commands = [('taco_policy', policy)]
     if not args.no_sim:
-        sim = [sys.executable, '-m', 'taco_bridge.sim_node'] + common + [
-            '-r', '__node:=taco_sim', '-p', f'real_time_factor:={float(args.real_time_factor)!r}',
-            '-p', f'viewer:={"true" if args.viewer else "false"}']
+        sim = [sys.executable, '-m', 'taco_bridge.sim_node'] + common + ['-r', '__node:=taco_sim']
+        if args.real_time_factor is not None:
+            sim += ['-p', f'real_time_factor:={float(args.real_time_factor)!r}']
+        if args.viewer:
+            sim += ['-p', 'viewer:=true']
         commands.insert(0, ('taco_sim', sim))
     return commands
 
@@ -47,9 +54,11 @@ def parser():
     ap.add_argument('--params-file', default='',
                     help='ROS parameter file (e.g. ros2_ws/src/taco_bridge/config/dial.yaml)')
     ap.add_argument('--rate', type=float, default=None,
-                    help='policy control rate, Hz (default: 25 x real-time factor)')
-    ap.add_argument('--real-time-factor', type=float, default=1.0,
-                    help='simulated seconds per wall-clock second')
+                    help='policy control rate, Hz (default: 25 x --real-time-factor if given, '
+                         'else the parameter file\'s or 25)')
+    ap.add_argument('--real-time-factor', type=float, default=None,
+                    help='simulated seconds per wall-clock second (default: the parameter '
+                         'file\'s or 1)')
     ap.add_argument('--viewer', action='store_true', help='open the MuJoCo viewer')
     return ap
 

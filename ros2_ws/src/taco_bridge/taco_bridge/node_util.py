@@ -1,28 +1,61 @@
-"""Small helpers shared by the nodes: parameter tables, shutdown on SIGINT / SIGTERM."""
+"""Small helpers shared by the nodes: parameter tables and their checks, topic names, shutdown
+on SIGINT / SIGTERM."""
+import math
 import signal
 import sys
 
 import rclpy
 from rclpy.signals import SignalHandlerOptions
 from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.exceptions import ParameterUninitializedException
+from rclpy.exceptions import (NameValidationException, ParameterException,
+                              ParameterUninitializedException)
+from rclpy.validate_topic_name import validate_topic_name
+
+READ_ONLY = 'read at start-up; read-only: restart the node to change it'
 
 
 def declare(node, parameters, optional_types):
-    """Declare every parameter of a {name: (default, description)} table up front.
+    """Declare every parameter of a {name: (default, description)} table up front, read-only.
 
-    A default of None declares an optional parameter of type optional_types[name], unset until
-    a parameter file or the command line sets it. Numbers accept ints and floats alike
-    (`-p rate:=25` works for a rate of 25.0).
+    The nodes read their parameters once, at start-up (a control rate, a topic or a safety
+    limit changed under a running sketch would be half applied), so every parameter is declared
+    read_only: `ros2 param set` is refused with "parameter is read-only" instead of being
+    accepted and ignored. A default of None declares an optional parameter of type
+    optional_types[name], unset until a parameter file or the command line sets it. Numbers
+    accept ints and floats alike (`-p rate:=25` works for a rate of 25.0).
     """
     for name, (default, description) in parameters.items():
+        text = f'{description} ({READ_ONLY})'
         if default is None:
             node.declare_parameter(name, optional_types[name],
-                                   ParameterDescriptor(description=description))
+                                   ParameterDescriptor(description=text, read_only=True))
         else:
             dynamic = isinstance(default, (int, float)) and not isinstance(default, bool)
             node.declare_parameter(name, default, ParameterDescriptor(
-                description=description, dynamic_typing=dynamic))
+                description=text, dynamic_typing=dynamic, read_only=True))
+
+
+def number(params, name, low, high, low_open=True, high_open=False):
+    """params[name] as a float in the range from low to high (open or closed at either end, as
+    flagged); ValueError naming the parameter and the range otherwise (NaN, inf, text, bool)."""
+    value = params[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f'parameter {name}: expected a finite number, got {value!r}')
+    if (value <= low if low_open else value < low) or (value >= high if high_open else value > high):
+        raise ValueError(f'parameter {name}: expected {"(" if low_open else "["}{low:g}, {high:g}'
+                         f'{")" if high_open else "]"}, got {value!r}')
+    return float(value)
+
+
+def topic(params, name):
+    """params[name] as a topic name, checked by ROS's rules; ValueError naming the parameter."""
+    value = params[name]
+    try:
+        validate_topic_name(value)
+    except (NameValidationException, TypeError) as err:
+        reason = ' '.join(str(err).split())
+        raise ValueError(f'parameter {name}: {value!r} is not a valid topic name ({reason})')
+    return value
 
 
 def value(node, name):
@@ -58,13 +91,14 @@ def run(make_node, label, args=None, on_exit=None):
     """A node's main(): rclpy up (without rclpy's signal handlers), make_node(), spin until
     SIGINT / SIGTERM, then on_exit(node) (e.g. a last zero-torque command) while the context is
     still valid, and shut down. Returns the exit code: 1 when the node cannot be made (the
-    ValueError / OSError is printed after label), else 0."""
+    error is printed on one line after label: a bad parameter value, type or name, or a model
+    that cannot be loaded), else 0."""
     received = stop_on_signals()
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     try:
         node = make_node()
-    except (ValueError, OSError) as err:
-        print(f'{label}: cannot start: {err}', file=sys.stderr)
+    except (ValueError, OSError, ParameterException, NameValidationException) as err:
+        print(f'{label}: cannot start: {" ".join(str(err).split())}', file=sys.stderr)
         rclpy.try_shutdown()
         return 1
     try:

@@ -1,14 +1,17 @@
 """The simulated arm: taco_sim.dial's MuJoCo JACO2 and keypad, stepped in (scaled) real time.
 
+Topic names are relative (`-r __ns:=/arm1` moves them all); without a namespace:
 Subscribes
   <command_topic>  std_msgs/Float64MultiArray  one effort (N m) per joint of joint_names, the
                    message a ros2_control effort controller takes (default
-                   /effort_controller/commands); held until the next one, zeros after
+                   effort_controller/commands); held until the next one, zeros after
                    command_timeout without one; wrong length or non-finite: ignored
 Publishes
-  /joint_states    sensor_msgs/JointState  name (joint_names), position, velocity, effort (the
-                   applied torques) at joint_state_rate
-  /dial/pressed    std_msgs/String         one message per key press, data = the digit ("5")
+  joint_states     sensor_msgs/JointState  name (joint_names), position, velocity, effort (the
+                   applied torques) at joint_state_rate, stamped with the node's clock
+  dial/pressed     std_msgs/String         one message per key the keypad registers, data =
+                   the digit ("5"): what was really dialled, which the policy node and
+                   taco-bridge-send compare with the sketch
 
 Start: with wait_for_command (the default) physics does not run until the first effort command
 arrives, so a sketch starts exactly at the sampled start pose (home +- HOME_NOISE, as in
@@ -34,7 +37,7 @@ from std_msgs.msg import Float64MultiArray, String
 
 from taco_sim import dial
 
-from taco_bridge.node_util import declare, run, value
+from taco_bridge.node_util import declare, number, run, topic, value
 
 PARAMETERS = {
     'real_time_factor': (1.0, 'simulated seconds per wall-clock second'),
@@ -45,7 +48,7 @@ PARAMETERS = {
                                        'in taco_sim.dial.JOINTS order'),
     'layout': ([int(x) for x in dial.STANDARD_LAYOUT], 'keypad slot of each digit 0..9'),
     'seed': (0, 'seeds the start pose (home +- HOME_NOISE)'),
-    'command_topic': ('/effort_controller/commands', 'topic of the effort command'),
+    'command_topic': ('effort_controller/commands', 'topic of the effort command'),
     'command_timeout': (0.5, 'seconds without an effort command before torques drop to zero'),
     'wait_for_command': (True, 'hold the start pose (no physics) until the first effort command'),
     'viewer': (False, 'open the passive mujoco.viewer window'),
@@ -59,19 +62,22 @@ class SimNode(Node):
         super().__init__('taco_sim', **kwargs)
         declare(self, PARAMETERS, {})
         p = {name: value(self, name) for name in PARAMETERS}
-        self.rtf = float(p['real_time_factor'])
-        self.max_lag = float(p['max_lag'])
+        self.rtf = number(p, 'real_time_factor', 0, 100)
+        self.max_lag = number(p, 'max_lag', 0, 10)
+        step_period = number(p, 'step_period', 0, 1)
+        joint_state_rate = number(p, 'joint_state_rate', 0, 1000)
+        self.command_timeout = number(p, 'command_timeout', 0, 10)
+        command_topic = topic(p, 'command_topic')
         self.joint_names = list(p['joint_names'])
-        self.command_timeout = float(p['command_timeout'])
         self.waiting = bool(p['wait_for_command'])
-        if len(self.joint_names) != dial.ACTION_DIM:
-            raise ValueError(f'joint_names needs {dial.ACTION_DIM} names, got {self.joint_names}')
-        if not (self.rtf > 0 and self.max_lag > 0 and float(p['step_period']) > 0
-                and float(p['joint_state_rate']) > 0 and self.command_timeout > 0):
-            raise ValueError('real_time_factor, step_period, max_lag, joint_state_rate and '
-                             'command_timeout must be positive')
+        if len(self.joint_names) != dial.ACTION_DIM or len(set(self.joint_names)) != dial.ACTION_DIM:
+            raise ValueError(f'parameter joint_names: expected {dial.ACTION_DIM} distinct names, '
+                             f'got {self.joint_names}')
         self.env = dial.DialEnv()
-        self.env.reset(seed=int(p['seed']), layout=np.asarray(p['layout'], dtype=np.int64))
+        try:
+            self.env.reset(seed=int(p['seed']), layout=np.asarray(p['layout'], dtype=np.int64))
+        except ValueError as err:
+            raise ValueError(f'parameter {err}') from None
         self.torque = np.zeros(dial.ACTION_DIM)      # (J,) held command
         self.command_time = None
         self.lag_resets = 0
@@ -80,14 +86,14 @@ class SimNode(Node):
             import mujoco.viewer
             self.viewer = mujoco.viewer.launch_passive(self.env.model, self.env.data)
 
-        self.joint_pub = self.create_publisher(JointState, '/joint_states', 10)
-        self.press_pub = self.create_publisher(String, '/dial/pressed', 10)
-        self.create_subscription(Float64MultiArray, p['command_topic'], self.on_command, 10)
+        self.joint_pub = self.create_publisher(JointState, 'joint_states', 10)
+        self.press_pub = self.create_publisher(String, 'dial/pressed', 10)
+        command_sub = self.create_subscription(Float64MultiArray, command_topic, self.on_command, 10)
         self.wall0, self.sim0 = time.monotonic(), self.env.time
-        self.create_timer(float(p['step_period']), self.on_physics)
-        self.create_timer(1.0 / float(p['joint_state_rate']), self.publish_joint_state)
+        self.create_timer(step_period, self.on_physics)
+        self.create_timer(1.0 / joint_state_rate, self.publish_joint_state)
         self.get_logger().info(f'JACO dial sim, layout {self.env.layout.tolist()}, '
-                               f'real-time factor {self.rtf:g}, commands on {p["command_topic"]}')
+                               f'real-time factor {self.rtf:g}, commands on {command_sub.topic_name}')
 
     def on_command(self, msg):
         torque = np.asarray(msg.data, dtype=np.float64)

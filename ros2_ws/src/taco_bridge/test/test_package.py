@@ -9,7 +9,7 @@ PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_layout():
-    for path in ('package.xml', 'setup.py', 'setup.cfg', 'resource/taco_bridge',
+    for path in ('package.xml', 'setup.py', 'taco_bridge/keypad.py', 'setup.cfg', 'resource/taco_bridge',
                  'launch/dial.launch.py', 'config/dial.yaml', 'README.md',
                  'taco_bridge/__init__.py', 'taco_bridge/policy_node.py', 'taco_bridge/sim_node.py'):
         assert os.path.exists(os.path.join(PACKAGE, path)), path
@@ -39,9 +39,18 @@ def test_exec_depends_cover_ros_imports():
 def test_config_names_the_launch_file_nodes():
     with open(os.path.join(PACKAGE, 'config', 'dial.yaml')) as f:
         config = yaml.safe_load(f)
-    assert set(config) == {'taco_sim', 'taco_policy'}
+    assert set(config) == {'/**/taco_sim', '/**/taco_policy'}
     with open(os.path.join(PACKAGE, 'launch', 'dial.launch.py')) as f:
         launch_text = f.read()
-    for node in config:
+    for key in config:
+        node = key.rsplit('/', 1)[-1]
         assert f"name='{node}'" in launch_text
-        assert 'ros__parameters' in config[node]
+        assert 'ros__parameters' in config[key]
+
+
+def test_license_is_declared():
+    root = ET.parse(os.path.join(PACKAGE, 'package.xml')).getroot()
+    assert root.find('license').text == 'Apache-2.0'
+    with open(os.path.join(PACKAGE, 'setup.py')) as f:
+        setup_text = f.read()
+    assert "license='Apache-2.0'" in setup_text and 'tests_require' not in setup_text

@@ -1,0 +1,112 @@
+"""The keypad as the policy node sees it: presses read from the arm's geometry, the release step
+between repeated digits, and the check of a run against the keys a keypad registered. No ROS.
+
+Why. The Dial sub-policies are Markov: sub-policy k sees the state (joint angles and the offset
+of every key from the fingertip) and nothing else. Right after it has pressed key k the state is
+"finger down on k", which is exactly where its STOP net learned to stop, and its action net
+learned to push down (the expert's rule 1: within PRESS_RADIUS of the target, descend). So in
+"7 7 2" the second 7 cannot tell "just pressed 7" from "press 7 again": it stops one step after
+the first 7, or, if it did not stop, it would push on a key that is already down and never
+re-arms. The training PINs never repeat a digit back to back (taco_sim.dial.sample_sketches).
+Two domain rules, both functions of the observation alone, make the second press explicit:
+
+1. **Release step.** When a sub-task starts with its own key still down (the previous sub-task
+   pressed the same key), the policy node first runs the sub-policy of another digit, the one
+   whose key lies farthest from the key (`release_digit`), until the fingertip is
+   RELEASED_HEIGHT above the key top (`key_clear`). Every sub-policy not aimed at the key under
+   the finger first lifts straight up (the expert's rule 2, seen after every press of the
+   training data), so this is the learned lift; it is cut before the digit travels anywhere.
+   The release steps are not counted in the run's `steps`, and they count towards the repeated
+   sub-task's `max_subtask_time`.
+2. **Press rule.** A sub-task's STOP is honoured only once its key has gone down while it was
+   active, having been clear of the finger before (`PressRule`). This also stops a sub-policy
+   whose STOP fires just before its press (seen with the shipped model on some start poses):
+   it keeps acting and presses.
+
+The geometry. With obs = concat(q (9,), (key_pos - fingertip) (K, 3)) (taco_sim.dial.observe),
+key k's offset gives the fingertip's height above the key's rest top and its horizontal distance
+from the key's centre. The simulation registers a press when the key's travel passes 6 mm; with
+the snap action the fingertip (the DH tool point) is then 9-12 mm below the rest top and snaps on
+to about 20 mm. PRESSED_HEIGHT sits past the registering point, RELEASED_HEIGHT above the rest top.
+On a real arm the same rules use the measured `key_positions`: keep them within a few mm.
+
+Checking a run. Only a keypad knows what was dialled: the simulation publishes every key it
+registers on dial/pressed, and `check_presses` compares those with the sketch.
+
+Symbol | Shape | Meaning
+K      |       | digits (10)
+D      |       | observation size 9 + 3 K = 39
+L      |       | sketch length
+"""
+import numpy as np
+
+PRESSED_HEIGHT = -0.014
+"""m: the fingertip this far below the key's rest top (or lower) means the key is down."""
+RELEASED_HEIGHT = 0.01
+"""m: the fingertip this far above the key's rest top (or higher) means the key is up, re-armed."""
+KEY_RADIUS = 0.02
+"""m: the fingertip is over a key when horizontally within this of its centre (keys are 54 mm wide)."""
+
+
+def key_offset(obs, digit):
+    """(height of the fingertip above key digit's rest top, horizontal distance from its centre)."""
+    offset = np.asarray(obs, dtype=np.float64)[9:].reshape(-1, 3)[digit]     # (3,) key - fingertip
+    return -float(offset[2]), float(np.hypot(offset[0], offset[1]))
+
+
+def key_down(obs, digit):
+    """True when the fingertip is over key digit and PRESSED_HEIGHT or more below its top."""
+    height, distance = key_offset(obs, digit)
+    return distance < KEY_RADIUS and height < PRESSED_HEIGHT
+
+
+def key_clear(obs, digit):
+    """True when the finger cannot be holding key digit down: away from it, or above it by
+    RELEASED_HEIGHT."""
+    height, distance = key_offset(obs, digit)
+    return distance >= KEY_RADIUS or height > RELEASED_HEIGHT
+
+
+def release_digit(obs, digit):
+    """The digit whose key is horizontally farthest from key digit: its sub-policy lifts the
+    finger off key digit (rule 1 of the module docstring)."""
+    offsets = np.asarray(obs, dtype=np.float64)[9:].reshape(-1, 3)             # (K, 3)
+    distance = np.hypot(*(offsets[:, :2] - offsets[digit, :2]).T)             # (K,)
+    return int(np.argmax(distance))
+
+
+class PressRule:
+    """Rule 2 of the module docstring, for the active sub-task of one run.
+
+    `begin(obs, digit)` when a sub-task becomes active; it returns True when the sub-task must
+    first be released (its key is down under the finger). Then `update(obs)` every control step,
+    before the sub-policy is asked; it returns True once the key has been pressed (down after
+    having been clear) since `begin`, i.e. when the sub-policy's STOP may be honoured, and
+    keeps `releasing` up to date.
+    """
+
+    def __init__(self):
+        self.digit, self.clear, self.pressed, self.releasing = None, False, False, False
+
+    def begin(self, obs, digit):
+        self.digit, self.pressed = int(digit), False
+        self.clear = key_clear(obs, self.digit)
+        self.releasing = not self.clear
+        return self.releasing
+
+    def update(self, obs):
+        if not self.clear and key_clear(obs, self.digit):
+            self.clear, self.releasing = True, False
+        if self.clear and key_down(obs, self.digit):
+            self.pressed = True
+        return self.pressed
+
+
+def check_presses(presses, sketch):
+    """None when presses (the digits a keypad registered, in order) can still become sketch (L,)
+    names: a prefix of it; else the reason, one line."""
+    presses, sketch = list(presses), list(sketch)
+    if presses == sketch[:len(presses)]:
+        return None
+    return (f'the keypad registered {" ".join(presses)}, not the sketch {" ".join(sketch)}: '
+            'the PIN was not dialled')
