@@ -180,7 +180,7 @@ def test_out_that_is_a_file_is_refused_before_training(files, tmp_path, capsys):
 def test_a_diverging_run_stops_with_one_line_and_saves_no_model(files, tmp_path, capsys):
     out = tmp_path / "diverged"
     assert cli.main(["train", "--data", str(files / "nav.npz"), "--out", str(out)] + SMALL
-                    + ["--set", "lr=1e10", "--set", "epochs=5"]) == 2
+                    + ["--set", "lr=1e10", "--set", "epochs=5"]) == cli.EXIT_DIVERGED == 4
     assert "diverged" in one_line_error(capsys, "train")
     assert not (out / "model").exists()
 

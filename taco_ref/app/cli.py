@@ -149,17 +149,41 @@ def cmd_rollout(args):
     return 0 if out["success"] else 1
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors as one line (exit 2, like every other bad input)."""
+
+    def error(self, message):
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {_one_line(message)} (see {self.prog} --help)\n")
+
+
+def _integer(low, what):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+        return value
+    parse.__name__ = what
+    return parse
+
+
+positive = _integer(1, "an integer >= 1")
+non_negative = _integer(0, "an integer >= 0")
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(prog="taco", description=__doc__,
+    parser = _Parser(prog="taco", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("collect", help="collect expert demonstrations with DART noise")
     p.add_argument("domain", choices=taco_sim.names())
-    p.add_argument("--n", type=int, required=True, help="number of demonstrations")
-    p.add_argument("--sketch-len", type=int, default=None, help="L (domain default: the paper's)")
-    p.add_argument("--workers", type=int, default=1, help="parallel processes (dial)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n", type=positive, required=True, help="number of demonstrations")
+    p.add_argument("--sketch-len", type=positive, default=None, help="L (domain default: the paper's)")
+    p.add_argument("--workers", type=positive, default=1, help="parallel processes (dial)")
+    p.add_argument("--seed", type=non_negative, default=0)
     p.add_argument("--dart-sigma", type=float, default=None, help="DART noise (domain default)")
     p.add_argument("--out", required=True, help="output .npz")
     p.set_defaults(func=cmd_collect)
@@ -170,32 +194,32 @@ def build_parser():
     p.add_argument("--config", default=None, help="YAML file, or the name of a shipped config (default: the data's domain's)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value (repeatable), e.g. --set lr=1e-3")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=non_negative, default=None)
     p.add_argument("--out", required=True, help="run directory (checkpoint + model/)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     p.add_argument("--overwrite", action="store_true",
                    help="start again in an --out that holds a run (never done without this)")
-    p.add_argument("--stop-after", type=int, default=None, metavar="N",
+    p.add_argument("--stop-after", type=non_negative, default=None, metavar="N",
                    help="return after N epochs, leaving a checkpoint to --resume from")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("evaluate", help="execute sketches; task, sub-task and alignment accuracy")
     p.add_argument("--model", required=True)
     p.add_argument("--domain", default="navworld", choices=taco_sim.names())
-    p.add_argument("--n-tasks", type=int, default=100)
-    p.add_argument("--sketch-len", type=int, default=None,
+    p.add_argument("--n-tasks", type=positive, default=100)
+    p.add_argument("--sketch-len", type=positive, default=None,
                    help="random sketches of this length (default: the domain's zero-shot test sketches)")
-    p.add_argument("--lengths", type=int, nargs="+", default=None, metavar="L",
+    p.add_argument("--lengths", type=positive, nargs="+", default=None, metavar="L",
                    help="also task accuracy for each test sketch length (paper figure 8)")
     p.add_argument("--data", default=None, help="held-out demonstrations for alignment accuracy")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=non_negative, default=0)
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("align", help="alignment accuracy on demonstrations, and a picture")
     p.add_argument("--model", required=True)
     p.add_argument("--data", required=True)
     p.add_argument("--plot", default=None, help="write a PNG of demonstration --index")
-    p.add_argument("--index", type=int, default=0)
+    p.add_argument("--index", type=non_negative, default=0)
     p.set_defaults(func=cmd_align)
 
     p = sub.add_parser("demo", help="collect, train TACO and the baselines, print the results table")
@@ -203,10 +227,10 @@ def build_parser():
     # 400 demonstrations: at 200 TACO's task accuracy still varied from 14 to 42 % over seeds
     # 0-4 (GT-BC 28-34 %); a demo cell is the same computation as a `taco experiment navworld
     # --n-tasks 200` cell of that size and seed (README, Results)
-    p.add_argument("--n", type=int, default=400, help="training demonstrations")
-    p.add_argument("--n-tasks", type=int, default=200)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--n", type=positive, default=400, help="training demonstrations")
+    p.add_argument("--n-tasks", type=positive, default=200)
+    p.add_argument("--seed", type=non_negative, default=0)
+    p.add_argument("--workers", type=positive, default=2)
     # CTC-BC (GRU) is left out by default: its bi-GRU classifier alone takes longer than the
     # other three cells together at 400 demonstrations; add it with --algos ... ctcbc-gru
     p.add_argument("--algos", nargs="+", default=["taco", "gtbc", "ctcbc-mlp"], choices=experiment.ALGOS)
@@ -216,17 +240,17 @@ def build_parser():
 
     p = sub.add_parser("experiment", help="the paper's comparison across dataset sizes and seeds")
     p.add_argument("domain", choices=taco_sim.names())
-    p.add_argument("--sizes", type=int, nargs="+", default=[50, 200, 400, 1000])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    p.add_argument("--sizes", type=positive, nargs="+", default=[50, 200, 400, 1000])
+    p.add_argument("--seeds", type=non_negative, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--algos", nargs="+", default=list(experiment.ALGOS), choices=experiment.ALGOS)
-    p.add_argument("--n-tasks", type=int, default=100)
-    p.add_argument("--n-align", type=int, default=100, help="held-out demonstrations for alignment")
-    p.add_argument("--test-lengths", type=int, nargs="+", default=None, metavar="L",
+    p.add_argument("--n-tasks", type=positive, default=100)
+    p.add_argument("--n-align", type=positive, default=100, help="held-out demonstrations for alignment")
+    p.add_argument("--test-lengths", type=positive, nargs="+", default=None, metavar="L",
                    help="also task accuracy for each test sketch length (paper figure 8)")
     p.add_argument("--config", default=None)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a training config value (repeatable); part of each cell's key")
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", type=positive, default=2)
     p.add_argument("--out", required=True, help="results directory; cells already there are not run again")
     p.set_defaults(func=cmd_experiment)
 
@@ -234,8 +258,8 @@ def build_parser():
     p.add_argument("--model", required=True)
     p.add_argument("--domain", default="dial", choices=taco_sim.names())
     p.add_argument("--sketch", required=True, help='sub-task names, e.g. "0 5 1 6"')
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--every", type=int, default=10, help="one picture every N control steps")
+    p.add_argument("--seed", type=non_negative, default=0)
+    p.add_argument("--every", type=positive, default=10, help="one picture every N control steps")
     p.add_argument("--out", required=True, help="contact sheet PNG")
     p.add_argument("--gif", default=None, help="also an animated GIF of every step")
     p.set_defaults(func=cmd_rollout)
@@ -249,13 +273,40 @@ def build_parser():
     return parser
 
 
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_IO, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+"""Exit codes: 0 done; 1 the command ran but its result is a failure (rollout: the sketch was not
+dialled; conformance: a case failed); 2 bad input (arguments, data, model, config or checkpoint
+files; argparse's usage errors too); 3 the system refused a read or write (disk full, read-only,
+permissions); 4 training diverged (no model saved); 130 interrupted (Ctrl-C; a training run
+resumes from its last checkpoint with --resume). Every non-zero exit prints one line
+"taco COMMAND: ..." on stderr; a traceback means a bug in taco_ref."""
+
+
+def _one_line(text):
+    return " ".join(str(text).split())
+
+
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit:          # --help (0) or a usage error (2, one line): a code, as below
+        return exit.code
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as err:  # bad input: one clear line, no traceback
-        print(f"taco {args.command}: {err}", file=sys.stderr)
-        return 2
+    except train.DivergedError as err:
+        print(f"taco {args.command}: {_one_line(err)}", file=sys.stderr)
+        return EXIT_DIVERGED
+    except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as err:
+        print(f"taco {args.command}: {_one_line(err)}", file=sys.stderr)   # bad input
+        return EXIT_BAD_INPUT
+    except OSError as err:                      # full or read-only disk, permissions
+        where = f" {err.filename}" if err.filename else ""
+        print(f"taco {args.command}: cannot read or write{where}: {err.strerror or err}", file=sys.stderr)
+        return EXIT_IO
+    except KeyboardInterrupt:
+        hint = "; continue with --resume" if args.command == "train" and getattr(args, "out", None) else ""
+        print(f"taco {args.command}: interrupted{hint}", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":
