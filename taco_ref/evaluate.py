@@ -158,16 +158,33 @@ def alignments(model, demos, decoders=DECODERS):
     return {d: align.DECODERS[d](*lattice, *lengths) for d in decoders}
 
 
-def alignment_accuracy(model, demos, decoders=DECODERS, batch_size=128):
-    """{decoder: share of valid steps whose decoded position equals demos.labels};
-    spec/evaluation.md eq. (2)."""
+ALIGNMENT_METRICS = ("position", "subtask")
+"""Alignment accuracy compares sketch positions (ours, spec/evaluation.md eq. (2)) or the
+sub-task ids at those positions (OMPN's and, for sketches without repeats, the same)."""
+
+
+def _subtask_ids(sketch, positions):
+    """(B, T) sub-task id at each decoded position; -2 where the position is -1 (impossible)."""
+    ids = np.take_along_axis(sketch, np.maximum(positions, 0), axis=1)
+    return np.where(positions >= 0, ids, -2)
+
+
+def alignment_accuracy(model, demos, decoders=DECODERS, batch_size=128, by="position"):
+    """{decoder: share of valid steps whose decoded sketch position equals demos.labels}
+    (by="position", spec/evaluation.md eq. (2)), or whose sub-task id equals the true one
+    (by="subtask", eq. (3): OMPN's metric; it forgives confusing two positions of a sketch
+    that repeats a sub-task)."""
+    if by not in ALIGNMENT_METRICS:
+        raise ValueError(f"by must be one of {ALIGNMENT_METRICS}, got {by!r}")
     check_compatible(model, demos)
     hits = dict.fromkeys(decoders, 0)
     total = 0
     for batch in data.batches(demos, batch_size):
         valid = np.arange(batch.labels.shape[1])[None, :] < batch.traj_len[:, None]
+        truth = batch.labels if by == "position" else _subtask_ids(batch.sketch, batch.labels)
         for d, path in alignments(model, batch, decoders).items():
-            hits[d] += int(((path == batch.labels) & valid).sum())
+            got = path if by == "position" else _subtask_ids(batch.sketch, path)
+            hits[d] += int(((got == truth) & valid).sum())
         total += int(valid.sum())
     return {d: hits[d] / total for d in decoders}
 

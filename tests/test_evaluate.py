@@ -117,3 +117,25 @@ def test_a_stop_the_env_rejects_ends_the_episode():
     out = evaluate.execute(ScriptedModel(), env, [0, 1, 2], seed=0)
     assert env.stops == out["stop_times"] == [2] and env.failed
     assert not out["success"] and out["progress"] == 0 and out["steps"] == 3 == env.t
+
+
+def test_alignment_accuracy_by_position_and_by_subtask(monkeypatch):
+    """spec/evaluation.md eq. (2) and eq. (3) on a sketch that repeats a sub-task (3 5 3): a step
+    decoded at position 2 whose truth is position 0 counts for (3) only; an impossible row's -1
+    counts for neither; padding beyond T_b is not counted."""
+    from taco_ref.data import Demos
+    T = 6
+    demos = Demos(states=np.zeros((2, T, 1)), actions=np.zeros((2, T, 1)),
+                  traj_len=np.array([5, 3]), sketch=np.array([[3, 5, 3], [1, 2, -1]]),
+                  sketch_len=np.array([3, 2]),
+                  labels=np.array([[0, 0, 0, 1, 2, -1], [0, 1, 1, -1, -1, -1]]),
+                  final_state=np.zeros((2, 1)), vocab=tuple(str(k) for k in range(6)),
+                  meta={"action_type": "continuous"})
+    decoded = np.array([[0, 1, 2, 2, 2, 2], [-1, -1, -1, -1, -1, -1]])
+    monkeypatch.setattr(evaluate, "alignments", lambda model, batch, decoders: {d: decoded[:, :batch.labels.shape[1]] for d in decoders})
+    model = ScriptedModel(K=6)
+    by_position = evaluate.alignment_accuracy(model, demos, ("viterbi",))["viterbi"]
+    by_subtask = evaluate.alignment_accuracy(model, demos, ("viterbi",), by="subtask")["viterbi"]
+    assert by_position == 2 / 8 and by_subtask == 3 / 8
+    with np.testing.assert_raises(ValueError):
+        evaluate.alignment_accuracy(model, demos, by="id")

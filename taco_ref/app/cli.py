@@ -71,6 +71,8 @@ def cmd_evaluate(args):
     if args.data:
         demos = data.load(args.data)
         result.update({f"align_{k}": v for k, v in evaluate.alignment_accuracy(model, demos).items()})
+        result.update({f"align_subtask_{k}": v
+                       for k, v in evaluate.alignment_accuracy(model, demos, by="subtask").items()})
     print(json.dumps(result, indent=1))
     return 0
 
@@ -79,8 +81,10 @@ def cmd_align(args):
     model = model_mod.load(args.model)
     demos = data.load(args.data)
     acc = evaluate.alignment_accuracy(model, demos)
+    by_id = evaluate.alignment_accuracy(model, demos, by="subtask")
     for name, value in acc.items():
-        print(f"alignment accuracy ({name}): {100 * value:.2f} %")
+        print(f"alignment accuracy ({name}): {100 * value:.2f} % of steps at the right sketch "
+              f"position, {100 * by_id[name]:.2f} % with the right sub-task")
     if args.plot:
         try:
             from taco_ref.app import plots

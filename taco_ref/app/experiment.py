@@ -74,8 +74,10 @@ def run(cell):
     model = train.train(demos, cfg, progress=False)
     acc = evaluate.protocol(model, dom, cell["n_tasks"], seed, lengths=cell.get("test_lengths") or ())
     align_acc = evaluate.alignment_accuracy(model, test_demos)
+    by_subtask = evaluate.alignment_accuracy(model, test_demos, by="subtask")
     policy_stage = [h for h in model.info["history"] if h["stage"] == "policy"]
     out = dict(cell, config=None, **acc, **{f"align_{k}": v for k, v in align_acc.items()},
+               **{f"align_subtask_{k}": v for k, v in by_subtask.items()},
                epochs=len(model.info["history"]), seconds=model.info["seconds"],
                policy_epochs=len(policy_stage),
                best_held_out_loss=min(h["held_out_loss"] for h in policy_stage),
