@@ -2,6 +2,7 @@
 import numpy as np
 
 from taco_ref import evaluate, policy
+from taco_sim import navworld
 
 
 class ScriptedModel:
@@ -117,3 +118,33 @@ def test_a_stop_the_env_rejects_ends_the_episode():
     out = evaluate.execute(ScriptedModel(), env, [0, 1, 2], seed=0)
     assert env.stops == out["stop_times"] == [2] and env.failed
     assert not out["success"] and out["progress"] == 0 and out["steps"] == 3 == env.t
+
+
+def test_task_and_subtask_accuracy_count_whole_tasks_and_completed_subtasks():
+    """Three sketches of lengths 3, 2, 1 on scripted envs: the first fails at step 4 (one
+    sub-task done), the second completes, the third fails at step 1 (none done): task accuracy
+    1/3, sub-task accuracy (1 + 2 + 0) / (3 + 2 + 1).
+    Checks spec/evaluation.md eq. (1)."""
+    envs = iter([CounterEnv(fail_at=4), CounterEnv(), CounterEnv(fail_at=1)])
+    out = evaluate.task_accuracy(ScriptedModel(), lambda: next(envs), [[0, 1, 2], [0, 1], [2]], seed=0)
+    assert out == {"task_accuracy": 1 / 3, "subtask_accuracy": 3 / 6, "n_tasks": 3}
+
+
+def test_alignment_accuracy_pools_the_valid_steps_of_every_demonstration(monkeypatch):
+    """Stand-in alignments: "forward_argmax" is wrong at the first step of every demonstration,
+    "viterbi" right everywhere but holds garbage in the padding. Batches of 2 are pooled: the
+    share is over all valid steps (not a mean of per-batch shares), and padding never counts.
+    Checks spec/evaluation.md eq. (2)."""
+    demos = navworld.collect(5, 2, seed=1)
+
+    def alignments(model, batch, decoders):
+        wrong_first = batch.labels.copy()
+        wrong_first[:, 0] = 1                                # label 0 at t = 1 in every demonstration
+        garbage = np.where(batch.labels >= 0, batch.labels, 7)
+        return {"forward_argmax": wrong_first, "viterbi": garbage}
+
+    monkeypatch.setattr(evaluate, "alignments", alignments)
+    got = evaluate.alignment_accuracy(None, demos, decoders=("forward_argmax", "viterbi"), batch_size=2)
+    steps = int(demos.traj_len.sum())
+    assert got == {"forward_argmax": (steps - demos.n) / steps, "viterbi": 1.0}
+    assert len(set(demos.traj_len.tolist())) > 1             # ragged: pooling differs from a mean of means
