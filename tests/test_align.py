@@ -1,6 +1,6 @@
-"""Tests for taco_ref/align.py (contract: notes/align_api.md; maths: spec/align.md).
+"""Tests for taco_ref/align.py (maths and contract: spec/align.md).
 
-Layered as STYLE.md "Tests in three layers", plus bad input:
+In three layers (an exact reference, properties, smoke and determinism), plus bad input:
 (a) exact references written plainly: brute-force path enumeration (spec/vectors/brute_force.py)
     for every T <= 8 and 1 <= L <= T (and some L > T), and a forward recursion differentiated by
     autograd;
@@ -328,6 +328,7 @@ SMALL = [(T, L) for T in range(1, 9) for L in range(1, T + 1)] + [(1, 2), (2, 3)
 
 @pytest.mark.parametrize("T, L", SMALL)
 def test_taco_matches_brute_force(T, L):
+    """Checks spec/align.md eq. (1), (2), (3), (5), (8), (21), (22)."""
     rng = np.random.default_rng([1, T, L])
     act, stop, go = rng.uniform(-4.0, 0.0, size=(3, T, L))   # each (T, L)
     final = rng.uniform(-4.0, 0.0, size=L)                   # (L,)
@@ -396,7 +397,8 @@ def test_taco_with_neg_inf_matches_brute_force(name, act, stop, go, final):
 
 
 def test_taco_packed_ragged_batch_matches_brute_force():
-    """Every SMALL case as one row of a single padded batch (NaN / +inf padding, int32 lengths)."""
+    """Every SMALL case as one row of a single padded batch (NaN / +inf padding, int32 lengths).
+    Checks spec/align.md eq. (10)."""
     B, T, L = len(SMALL), max(t for t, _ in SMALL), max(l for _, l in SMALL)
     rng = np.random.default_rng(2)
     values = np.where(rng.random((3, B, T, L)) < 0.5, np.nan, np.inf)    # (3, B, T, L) garbage
@@ -418,6 +420,7 @@ def test_taco_packed_ragged_batch_matches_brute_force():
 
 @pytest.mark.parametrize("T, L", SMALL)
 def test_ctc_matches_brute_force(T, L):
+    """Checks spec/align.md eq. (18), (19)."""
     rng = np.random.default_rng([3, T, L])
     K = 3
     log_p = rng.uniform(-4.0, 0.0, size=(T, K))           # (T, K)
@@ -434,6 +437,7 @@ def test_ctc_matches_brute_force(T, L):
 
 
 def test_ctc_packed_ragged_batch_matches_brute_force():
+    """Checks spec/align.md eq. (18)."""
     B, T, L, K = len(SMALL), max(t for t, _ in SMALL), max(l for _, l in SMALL), 4
     rng = np.random.default_rng(4)
     log_p = np.full((B, T, K), np.nan)                     # (B, T, K)
@@ -458,7 +462,8 @@ def test_ctc_packed_ragged_batch_matches_brute_force():
 
 
 def test_argmax_ties_go_to_lowest_position():
-    """All-zero log-probabilities, T = 3, L = 2: at t = 1 both positions tie exactly."""
+    """All-zero log-probabilities, T = 3, L = 2: at t = 1 both positions tie exactly.
+    Checks spec/align.md eq. (21), (22)."""
     z = np.zeros((1, 3, 2))
     # alpha_1 = (0, 0), alpha_2 = (0, log 2); posterior_1 = (1/2, 1/2), posterior_2 = (0, 1)
     assert align.align_forward_argmax(z, z, z)[0].tolist() == [0, 0, 1]
@@ -498,6 +503,7 @@ def check_row_against_autograd(res, case, b):
 
 def test_taco_gradients_match_autograd_on_padded_batch():
     # rows: full, shorter, impossible (L_b = 4 > T_b = 3), single-position sketch
+    """Checks spec/align.md eq. (12), (13), (14), (15)."""
     case = _padded_taco_batch(6, 4, 9, 4, traj_len=[9, 5, 3, 7], sketch_len=[4, 2, 4, 1])
     res = align.taco_forward_backward(**case)
     logliks = [check_row_against_autograd(res, case, b) for b in range(4)]
@@ -510,6 +516,7 @@ def test_taco_gradients_match_autograd_on_padded_batch():
 
 
 def test_ctc_gradients_match_autograd_on_padded_batch():
+    """Checks spec/align.md eq. (20)."""
     B, T, L, K = 4, 9, 4, 5
     rng = np.random.default_rng(7)
     traj_len, sketch_len = np.array([9, 5, 3, 7]), np.array([4, 2, 4, 1])
@@ -630,6 +637,7 @@ def _assert_same_outputs(a, b):
 
 @given(case=taco_batches())
 def test_prop_gradients_match_autograd(case):
+    """Checks spec/align.md eq. (4), (12), (13), (14)."""
     res = align.taco_forward_backward(**case)
     for b, _, _ in _rows(case):
         check_row_against_autograd(res, case, b)
@@ -702,6 +710,7 @@ def test_prop_never_read_entries_are_irrelevant(case, data):
 
 @given(case=taco_batches())
 def test_prop_posterior_is_a_distribution_equal_to_d_act(case):
+    """Checks spec/align.md eq. (11)."""
     res = align.taco_forward_backward(**case)
     np.testing.assert_array_equal(res.posterior, res.d_act)
     for b, T_b, L_b in _rows(case):
@@ -719,7 +728,8 @@ def test_prop_posterior_is_a_distribution_equal_to_d_act(case):
 def test_prop_posterior_is_the_flow_through_transitions(case):
     """For 1 <= t < T_b: gamma_t(l) = d_go[t, l] + d_stop[t, l-1] (in-flow) and
     gamma_{t-1}(l) = d_go[t, l] + d_stop[t, l] (out-flow). Transitions no path uses (t = 0, moving
-    on from L_b - 1) get exactly 0."""
+    on from L_b - 1) get exactly 0.
+    Checks spec/align.md eq. (11)."""
     res = align.taco_forward_backward(**case)
     for b, T_b, L_b in _rows(case):
         post, d_go, d_stop = (x[b, :T_b, :L_b] for x in (res.posterior, res.d_go, res.d_stop))
@@ -730,8 +740,68 @@ def test_prop_posterior_is_the_flow_through_transitions(case):
         assert np.all(d_go[0] == 0.0) and np.all(d_stop[0] == 0.0) and np.all(d_stop[:, L_b - 1] == 0.0)
 
 
+@pytest.mark.parametrize("T, L", [(1, 1), (4, 2), (6, 3), (7, 7), (8, 4)])
+def test_alpha_times_beta_splits_every_path_at_every_step(T, L):
+    """alpha and beta written plainly (np_forward, np_backward, with beta_T(L) = f) against
+    enumeration of every path: alpha_t(l) beta_t(l) is the mass of the paths through (t, l), so
+    their sum over l is Z at every t, and alpha beta / Z, the edge products / Z are taco_ref's
+    posteriors and gradients.
+    Checks spec/align.md eq. (3), (4), (6), (7), (9), (12), (13), (14)."""
+    rng = np.random.default_rng([9, T, L])
+    act, stop, go = rng.uniform(-4.0, 0.0, size=(3, T, L))   # each (T, L)
+    log_f = rng.uniform(-4.0, 0.0, size=L)                    # (L,) terminal STOP, read at L
+    alpha = np_forward(act, stop, go)                         # (T, L) eq. (3), (4)
+    np.testing.assert_allclose(alpha, bf_alpha(act, stop, go), rtol=1e-13, atol=1e-13, err_msg="alpha")
+    beta = np_backward(act, stop, go) + log_f[L - 1]          # (T, L) eq. (6) with f, (7)
+    through = np.full((T, L), NEG_INF)                        # (T, L) log mass of the paths through (t, l)
+    for z in bf.paths(T, L):
+        score = bf.path_logprob(z, act, stop, go) + log_f[L - 1]
+        through[np.arange(T), list(z)] = np.logaddexp(through[np.arange(T), list(z)], score)
+    np.testing.assert_allclose(alpha + beta, through, rtol=1e-13, atol=1e-13, err_msg="alpha beta")
+    res = align.taco_forward_backward(act[None], stop[None], go[None], log_final_stop=log_f[None])
+    log_z = res.loglik[0]
+    np.testing.assert_allclose(logsumexp(alpha + beta, axis=1)[:, 0], log_z, rtol=1e-13,
+                               err_msg="eq. (9) at some t")
+    np.testing.assert_allclose(res.d_act[0], np.exp(alpha + beta - log_z), rtol=0, atol=1e-12, err_msg="(12)")
+    d_stop, d_go = np.zeros((T, L)), np.zeros((T, L))
+    d_stop[1:, :-1] = np.exp(alpha[:-1, :-1] + stop[1:, :-1] + act[1:, 1:] + beta[1:, 1:] - log_z)
+    d_go[1:] = np.exp(alpha[:-1] + go[1:] + act[1:] + beta[1:] - log_z)
+    np.testing.assert_allclose(res.d_stop[0], d_stop, rtol=0, atol=1e-12, err_msg="(13)")
+    np.testing.assert_allclose(res.d_go[0], d_go, rtol=0, atol=1e-12, err_msg="(14)")
+
+
+@given(case=taco_batches())
+def test_prop_posteriors_are_smoothed_back_through_the_entry_probabilities(case):
+    """r_same and r_prev from alpha written plainly (np_forward): they sum to 1 wherever alpha > 0,
+    taco_ref's edge posteriors are gamma times them, and gamma runs backwards from
+    gamma_T = [l = L_b] by the smoothing recursion.
+    Checks spec/align.md eq. (16), (17)."""
+    res = align.taco_forward_backward(**case)
+    for b, T_b, L_b in _rows(case):
+        if not np.isfinite(res.loglik[b]):
+            continue
+        act, stop, go = (case[k][b, :T_b, :L_b] for k in ("log_act", "log_stop", "log_go"))
+        alpha = np_forward(act, stop, go)                     # (T_b, L_b)
+        r_same, r_prev = np.zeros((T_b, L_b)), np.zeros((T_b, L_b))
+        with np.errstate(invalid="ignore"):                   # -inf - (-inf) where alpha_t(l) = 0
+            r_same[1:] = np.exp(alpha[:-1] + go[1:] + act[1:] - alpha[1:])
+            r_prev[1:, 1:] = np.exp(alpha[:-1, :-1] + stop[1:, :-1] + act[1:, 1:] - alpha[1:, 1:])
+        r_same, r_prev = np.nan_to_num(r_same, nan=0.0), np.nan_to_num(r_prev, nan=0.0)
+        alive = alpha[1:] > NEG_INF
+        np.testing.assert_allclose((r_same + r_prev)[1:][alive], 1.0, rtol=0, atol=1e-12, err_msg="r sum")
+        gamma = res.posterior[b, :T_b, :L_b]
+        np.testing.assert_allclose(res.d_go[b, 1:T_b, :L_b], gamma[1:] * r_same[1:], rtol=0, atol=1e-10)
+        np.testing.assert_allclose(res.d_stop[b, 1:T_b, :L_b - 1], gamma[1:, 1:] * r_prev[1:, 1:],
+                                   rtol=0, atol=1e-10)
+        np.testing.assert_allclose(gamma[T_b - 1], np.eye(L_b)[L_b - 1], rtol=0, atol=1e-12)
+        smoothed = gamma[1:] * r_same[1:]                     # (T_b - 1, L_b) gamma_{t-1} by (17)
+        smoothed[:, :-1] += gamma[1:, 1:] * r_prev[1:, 1:]
+        np.testing.assert_allclose(gamma[:-1], smoothed, rtol=0, atol=1e-10, err_msg="(17)")
+
+
 @given(case=taco_batches())
 def test_prop_padding_content_is_irrelevant_and_gets_zero_gradient(case):
+    """Checks spec/align.md eq. (10), (15)."""
     got = run_taco(case)
     _assert_same_outputs(got, run_taco(_zero_padding(case)))
     res = got[0]
@@ -747,7 +817,8 @@ def test_prop_padding_content_is_irrelevant_and_gets_zero_gradient(case):
 @given(case=taco_batches())
 def test_prop_decoders(case):
     """Viterbi scores the brute-force maximum (<= loglik) on a valid path; the argmax decoders
-    attain their maxima; -1 in the padding and on impossible rows."""
+    attain their maxima; -1 in the padding and on impossible rows.
+    Checks spec/align.md eq. (21), (22), (23), (24)."""
     res, (fwd, post, vit) = run_taco(case)
     loglik = align.taco_loglik(**dict(case, log_final_stop=None))
     for b, T_b, L_b in _rows(case):
@@ -761,6 +832,7 @@ def test_prop_decoders(case):
 
 @given(case=taco_batches())
 def test_prop_batch_rows_are_independent(case):
+    """Checks spec/align.md eq. (10)."""
     batch = run_taco(case)
     for b, T_b, L_b in _rows(case):
         alone = {k: (None if v is None else v[b:b + 1]) for k, v in case.items()}
@@ -780,6 +852,7 @@ def test_prop_batch_rows_are_independent(case):
 
 @given(case=ctc_batches())
 def test_prop_ctc_is_taco_on_gathered_log_act(case):
+    """Checks spec/align.md eq. (19), (20)."""
     res, (fwd, post, vit) = run_ctc(case)
     log_act = gather(case["log_p"], case["sketch"])                                  # (B, T, L)
     zeros = np.zeros_like(log_act)
@@ -802,6 +875,7 @@ def test_prop_ctc_is_taco_on_gathered_log_act(case):
 
 @given(case=ctc_batches())
 def test_prop_ctc_gradients_match_autograd(case):
+    """Checks spec/align.md eq. (20)."""
     res = align.ctc_forward_backward(**case)
     for b, T_b, L_b in _rows(case):
         loglik, d_log_p = ag_ctc_row(case["log_p"][b, :T_b], case["sketch"][b, :L_b])
@@ -826,6 +900,7 @@ LONG_GRAD_ATOL = 1e-9
 
 
 def test_long_trajectory_matches_plain_log_space_recursion():
+    """Checks spec/align.md eq. (17), (25)."""
     B, T, L = 2, 20000, 50
     traj_len, sketch_len = np.array([T, 15001]), np.array([L, 37])
     rng = np.random.default_rng(20000)
@@ -861,7 +936,8 @@ def test_long_trajectory_matches_plain_log_space_recursion():
 @given(case=taco_batches(max_T=48))
 def test_prop_longer_rows_match_numpy_reference(case):
     """Rows up to T = 48 (dead rows, -inf holes, impossible rows, ragged padding) against the
-    plain log-space recursion; decoders against its max-product version."""
+    plain log-space recursion; decoders against its max-product version.
+    Checks spec/align.md eq. (4), (5), (6), (7), (23)."""
     res, (fwd, post, vit) = run_taco(case)
     for b, T_b, L_b in _rows(case):
         block = [case[k][b, :T_b, :L_b] for k in ("log_act", "log_stop", "log_go")]
@@ -947,7 +1023,8 @@ def test_exact_where_scaled_probabilities_underflow():
 
 @pytest.mark.parametrize("T, L", [(1, 1), (2000, 1), (2, 2), (40, 40)])
 def test_single_path_rows_sum_the_path(T, L):
-    """L = 1 (always stay) and T = L (move every step) have one path: loglik is its plain sum."""
+    """L = 1 (always stay) and T = L (move every step) have one path: loglik is its plain sum.
+    Checks spec/align.md eq. (1), (2), (8), (24)."""
     rng = np.random.default_rng([8, T, L])
     act, stop, go = rng.uniform(-40.0, 0.0, size=(3, T, L))
     final = rng.uniform(-40.0, 0.0, size=L)

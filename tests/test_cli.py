@@ -1,6 +1,6 @@
 """Smoke tests of the `taco` command line (taco_ref/app/cli.py), run in a temporary directory.
 
-(c) of STYLE.md's three layers: the journey collect -> train -> evaluate -> align through
+(c), the smoke layer: the journey collect -> train -> evaluate -> align through
 cli.main, interrupted training continued with --resume ending where an uninterrupted run ends,
 bad input answered with exit code 2 and one line on stderr (no traceback), and the installed
 console script.

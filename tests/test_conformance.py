@@ -103,7 +103,7 @@ def _highest_on_ties(decoder):
 
 def viterbi_moving_on_ties(log_act, log_stop, log_go, traj_len=None, sketch_len=None,
                            return_score=False):
-    """Viterbi whose back-pointer moves on when both candidates tie (eq. (24) says: stay)."""
+    """Viterbi whose back-pointer moves on when both candidates tie (rule R6 of spec/align.md says: stay)."""
     log_act, log_stop, log_go = (np.asarray(x, float) for x in (log_act, log_stop, log_go))
     path, score = align.align_viterbi(log_act, log_stop, log_go, traj_len, sketch_len, return_score=True)
     B, T, L = log_act.shape

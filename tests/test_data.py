@@ -1,6 +1,6 @@
 """Tests for taco_ref/data.py (format: spec/data.md).
 
-Layered as STYLE.md "Tests in three layers", plus bad input:
+In three layers (an exact reference, properties, smoke and determinism), plus bad input:
 (a) save/load round trips exactly (arrays with dtypes, vocabulary, metadata), continuous,
     discrete and collected Nav-World data;
 (b) hypothesis properties: split and batches cover every demonstration exactly once, trim
@@ -195,6 +195,7 @@ def test_subtask_ids_in_sketch_padding_are_not_checked():
     ("going back", [0, 1, 0, 1, 2, 2, 2]),
 ])
 def test_bad_labels_are_rejected(rule, bad):
+    """Checks spec/data.md eq. (1)."""
     d = make_demos(T=7, L=3)                              # row 0: seven steps, three sketch steps
     labels = d.labels.copy()
     labels[0] = [0, 0, 1, 1, 2, 2, 2]

@@ -1,6 +1,6 @@
 """Tests for sim/taco_sim/dial (taco_sim.dial): the MuJoCo JACO Dial domain of paper Sec. 5.3.
 
-Layered as STYLE.md "Tests in three layers":
+In three layers (an exact reference, properties, smoke and determinism):
 (a) plain references: names resolve in the MJCF; IK poses checked by forward kinematics; the
     observation rebuilt from qpos, fingertip and key positions; recorded actions recomputed;
 (b) hypothesis properties: sketches and layouts are valid for any seed;

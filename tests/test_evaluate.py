@@ -1,7 +1,10 @@
 """taco_ref.evaluate.execute: the execution rules of spec/evaluation.md on scripted envs."""
+import types
+
 import numpy as np
 
 from taco_ref import evaluate, policy
+from taco_sim import navworld
 
 
 class ScriptedModel:
@@ -120,7 +123,7 @@ def test_a_stop_the_env_rejects_ends_the_episode():
 
 
 def test_alignment_accuracy_by_position_and_by_subtask(monkeypatch):
-    """spec/evaluation.md eq. (2) and eq. (3) on a sketch that repeats a sub-task (3 5 3): a step
+    """spec/evaluation.md eq. (2), (3) on a sketch that repeats a sub-task (3 5 3): a step
     decoded at position 2 whose truth is position 0 counts for (3) only; an impossible row's -1
     counts for neither; padding beyond T_b is not counted."""
     from taco_ref.data import Demos
@@ -139,3 +142,35 @@ def test_alignment_accuracy_by_position_and_by_subtask(monkeypatch):
     assert by_position == 2 / 8 and by_subtask == 3 / 8
     with np.testing.assert_raises(ValueError):
         evaluate.alignment_accuracy(model, demos, by="id")
+
+
+def test_task_and_subtask_accuracy_count_whole_tasks_and_completed_subtasks():
+    """Three sketches of lengths 3, 2, 1 on scripted envs: the first fails at step 4 (one
+    sub-task done), the second completes, the third fails at step 1 (none done): task accuracy
+    1/3, sub-task accuracy (1 + 2 + 0) / (3 + 2 + 1).
+    Checks spec/evaluation.md eq. (1)."""
+    envs = iter([CounterEnv(fail_at=4), CounterEnv(), CounterEnv(fail_at=1)])
+    out = evaluate.task_accuracy(ScriptedModel(), lambda: next(envs), [[0, 1, 2], [0, 1], [2]], seed=0)
+    assert out == {"task_accuracy": 1 / 3, "subtask_accuracy": 3 / 6, "n_tasks": 3}
+
+
+def test_alignment_accuracy_pools_the_valid_steps_of_every_demonstration(monkeypatch):
+    """Stand-in alignments: "forward_argmax" is wrong at the first step of every demonstration,
+    "viterbi" right everywhere but holds garbage in the padding. Batches of 2 are pooled: the
+    share is over all valid steps (not a mean of per-batch shares), and padding never counts.
+    Checks spec/evaluation.md eq. (2)."""
+    demos = navworld.collect(5, 2, seed=1)
+
+    def alignments(model, batch, decoders):
+        wrong_first = batch.labels.copy()
+        wrong_first[:, 0] = 1                                # label 0 at t = 1 in every demonstration
+        garbage = np.where(batch.labels >= 0, batch.labels, 7)
+        return {"forward_argmax": wrong_first, "viterbi": garbage}
+
+    monkeypatch.setattr(evaluate, "alignments", alignments)
+    model = types.SimpleNamespace(vocab=demos.vocab, policy=policy.PolicyConfig(
+        state_dim=demos.states.shape[2], n_subtasks=len(demos.vocab), action_dim=demos.actions.shape[2]))
+    got = evaluate.alignment_accuracy(model, demos, decoders=("forward_argmax", "viterbi"), batch_size=2)
+    steps = int(demos.traj_len.sum())
+    assert got == {"forward_argmax": (steps - demos.n) / steps, "viterbi": 1.0}
+    assert len(set(demos.traj_len.tolist())) > 1             # ragged: pooling differs from a mean of means

@@ -1,6 +1,6 @@
 """Tests for sim/taco_sim/navworld.py (taco_sim.navworld): the Nav-World domain of paper Sec. 5.1.
 
-Layered as STYLE.md "Tests in three layers":
+In three layers (an exact reference, properties, smoke and determinism):
 (a) plain references: the observation rebuilt from positions; expert actions recomputed at the
     recorded states; labels and dynamics checked step by step against RADIUS, MAX_SPEED and DT;
     the STOP rule (a sub-task counts only on stop() within RADIUS of the current target, a stop()

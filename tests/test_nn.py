@@ -1,6 +1,6 @@
 """Tests for taco_ref/nn.py.
 
-Layered as STYLE.md "Tests in three layers", plus bad input:
+In three layers (an exact reference, properties, smoke and determinism), plus bad input:
 (a) every backward against autograd applied to the same forward written plainly with
     autograd.numpy here (the GRU one row and one step at a time), differentiating sum(out * R)
     for a random R;
@@ -244,6 +244,7 @@ def test_log_softmax_large_and_masked_logits():
 
 @given(lead=leading_shapes, A=dims, seed=seeds, sigma=st.floats(0.05, 5.0))
 def test_gaussian_logpdf_matches_autograd(lead, A, seed, sigma):
+    """Checks spec/policy.md eq. (1), (6)."""
     rng = np.random.default_rng(seed)
     mu, a, R = rng.normal(size=lead + (A,)), rng.normal(size=lead + (A,)), rng.normal(size=lead)
     logp, cache = nn.gaussian_logpdf_forward(mu, a, sigma)
@@ -262,6 +263,7 @@ def test_gaussian_logpdf_matches_autograd(lead, A, seed, sigma):
 
 @given(lead=leading_shapes, K=dims, seed=seeds)
 def test_categorical_logp_matches_autograd(lead, K, seed):
+    """Checks spec/policy.md eq. (1), (7)."""
     rng = np.random.default_rng(seed)
     logits = 3 * rng.normal(size=lead + (K,))
     a = rng.integers(0, K, size=lead)
@@ -276,6 +278,7 @@ def test_categorical_logp_matches_autograd(lead, K, seed):
 
 @given(x=arrays(st.tuples(dims, dims)), seed=seeds)
 def test_log_sigmoid_pair_matches_autograd(x, seed):
+    """Checks spec/policy.md eq. (2), (3), (5)."""
     rng = np.random.default_rng(seed)
     d_pos, d_neg = rng.normal(size=x.shape), rng.normal(size=x.shape)
     lp, ln = nn.log_sigmoid_pair(x)
@@ -295,6 +298,7 @@ def test_log_sigmoid_pair_matches_autograd(x, seed):
 # ----------------------------------------------------------------------------------------------
 
 def test_log_sigmoid_pair_tails_are_exact():
+    """Checks spec/policy.md eq. (2), (3), (5)."""
     x = np.array([-1000.0, -50.0, 0.0, 50.0, 1000.0])
     with np.errstate(over="raise", invalid="raise", divide="raise"):  # underflow to 0 is fine
         lp, ln = nn.log_sigmoid_pair(x)
@@ -311,6 +315,7 @@ def test_log_sigmoid_pair_tails_are_exact():
 
 @given(shape=st.tuples(dims, dims), rate=st.floats(0.0, 0.95), seed=seeds)
 def test_dropout_mask_backward_and_determinism(shape, rate, seed):
+    """Checks spec/policy.md eq. (4)."""
     x = np.random.default_rng(seed + 1).normal(size=shape)
     out, mask = nn.dropout_forward(x, nn.Dropout(rate, np.random.default_rng(seed)))
     if rate == 0.0:
@@ -329,6 +334,7 @@ def test_dropout_mask_backward_and_determinism(shape, rate, seed):
 
 @given(rate=st.floats(0.0, 0.9), seed=seeds)
 def test_dropout_preserves_mean(rate, seed):
+    """Checks spec/policy.md eq. (4)."""
     n = 100_000
     out, _ = nn.dropout_forward(np.ones(n), nn.Dropout(rate, np.random.default_rng(seed)))
     tol = 6 * np.sqrt(rate / (1 - rate) / n) + 1e-12    # 6 standard errors of the mean
@@ -339,6 +345,7 @@ def test_dropout_preserves_mean(rate, seed):
 
 @given(x=arrays(st.tuples(dims, dims)), rate=st.floats(0.0, 0.99), seed=seeds)
 def test_dropout_eval_is_identity(x, rate, seed):
+    """Checks spec/policy.md eq. (4)."""
     rng = np.random.default_rng(seed)
     state = rng.bit_generator.state
     out, cache = nn.dropout_forward(x, None)

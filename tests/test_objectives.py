@@ -1,6 +1,6 @@
 """Tests for taco_ref/objectives.py.
 
-Layered as STYLE.md "Tests in three layers":
+In three layers (an exact reference, properties, smoke and determinism):
 (a) exact references written plainly: every objective's value against brute-force path
     enumeration (spec/vectors/brute_force.py) on the policy's own scores, per row; every
     objective's gradient against central differences (float64, eps 1e-6, rtol 1e-5 with an
@@ -124,6 +124,7 @@ def check_central_differences(loss_fn, params, grads, names, seed, entries=2):
 @pytest.mark.parametrize("terminal_stop", [False, True])
 @pytest.mark.parametrize("discrete", [False, True])
 def test_taco_loss_is_minus_brute_force_loglik(terminal_stop, discrete):
+    """Checks spec/objectives.md eq. (1)."""
     batch = tiny_batch(0, discrete=discrete)
     cfg, params = tiny_params(batch, 1, discrete)
     loss, _ = objectives.taco(params, cfg, batch, terminal_stop=terminal_stop)
@@ -139,6 +140,7 @@ def test_taco_loss_is_minus_brute_force_loglik(terminal_stop, discrete):
 @pytest.mark.parametrize("terminal_stop", [False, True])
 @pytest.mark.parametrize("discrete, activation", [(False, "tanh"), (True, "tanh"), (False, "relu")])
 def test_taco_gradient_matches_central_differences(terminal_stop, discrete, activation):
+    """Checks spec/objectives.md eq. (1)."""
     batch = tiny_batch(2, discrete=discrete)
     cfg, params = tiny_params(batch, 3, discrete, activation, hidden=(4, 3))
     loss, grads = objectives.taco(params, cfg, batch, terminal_stop=terminal_stop)
@@ -151,7 +153,7 @@ def test_taco_gradient_matches_central_differences(terminal_stop, discrete, acti
 @pytest.mark.parametrize("temperature", [1.0, 2.5, 40.0])
 def test_tempered_taco_is_the_brute_force_free_energy(terminal_stop, temperature):
     """spec/objectives.md eq. (7): loss = -sum_b temp * log sum_z exp(log p(z) / temp) over
-    every path z; temperature 1 is eq. (1)."""
+    every path z; temperature 1 is spec/objectives.md eq. (1)."""
     batch = tiny_batch(7)
     cfg, params = tiny_params(batch, 8)
     loss, _ = objectives.taco(params, cfg, batch, terminal_stop=terminal_stop, temperature=temperature)
@@ -167,8 +169,8 @@ def test_tempered_taco_is_the_brute_force_free_energy(terminal_stop, temperature
 
 @pytest.mark.parametrize("terminal_stop", [False, True])
 def test_tempered_taco_gradient_matches_central_differences(terminal_stop):
-    """The gradient of eq. (7) is minus the tempered lattice's posteriors, carried through the
-    nets (objectives.taco)."""
+    """The gradient of spec/objectives.md eq. (7) is minus the tempered lattice's posteriors,
+    carried through the nets (objectives.taco)."""
     batch = tiny_batch(9)
     cfg, params = tiny_params(batch, 10, hidden=(4, 3))
     loss, grads = objectives.taco(params, cfg, batch, terminal_stop, temperature=3.0)
@@ -177,6 +179,7 @@ def test_tempered_taco_gradient_matches_central_differences(terminal_stop):
 
 
 def test_tempered_taco_rejects_a_temperature_below_one():
+    """Checks spec/objectives.md eq. (7)."""
     batch = tiny_batch(0)
     cfg, params = tiny_params(batch, 1)
     with pytest.raises(ValueError, match="temperature"):
@@ -210,6 +213,7 @@ def test_even_split_labels_follow_their_definition(rows):
 @pytest.mark.parametrize("terminal_stop", [False, True])
 @pytest.mark.parametrize("discrete", [False, True])
 def test_bc_with_monotone_labels_is_minus_the_path_logprob_per_row(terminal_stop, discrete):
+    """Checks spec/objectives.md eq. (2)."""
     batch = tiny_batch(5, B=4, T=6, discrete=discrete)
     cfg, params = tiny_params(batch, 6, discrete)
     out = full_scores(params, cfg, batch)
@@ -229,6 +233,7 @@ def test_bc_with_monotone_labels_is_minus_the_path_logprob_per_row(terminal_stop
 @pytest.mark.parametrize("terminal_stop", [False, True])
 @pytest.mark.parametrize("discrete", [False, True])
 def test_bc_gradient_matches_central_differences(terminal_stop, discrete):
+    """Checks spec/objectives.md eq. (2)."""
     batch = tiny_batch(7, discrete=discrete)
     cfg, params = tiny_params(batch, 8, discrete, hidden=(4, 3))
     labels = batch.labels.copy()
@@ -275,6 +280,7 @@ def labellings(draw, monotone):
 
 @given(case=labellings(monotone=False))
 def test_path_indicators_follow_the_rule_for_any_labelling(case):
+    """Checks spec/objectives.md eq. (2)."""
     labels, traj_len, sketch_len, L, terminal_stop = case
     got = objectives.path_indicators(labels, traj_len, sketch_len, L, terminal_stop)
     expected = plain_indicators(labels, traj_len, L, terminal_stop)
@@ -300,7 +306,8 @@ def test_path_indicators_of_a_monotone_labelling_form_one_lattice_path(case):
 
 def test_path_indicators_non_monotone_example():
     """labels 0 1 0 2 2: act where labelled; STOP of 0 at t=1, of 1 at t=2, of 0 at t=3; GO of 2
-    at t=4; terminal STOP of 2. Padding (t = 5) is ignored."""
+    at t=4; terminal STOP of 2. Padding (t = 5) is ignored.
+    Checks spec/objectives.md eq. (2)."""
     labels = np.array([[0, 1, 0, 2, 2, -1]])
     act, stop, go, final = objectives.path_indicators(labels, np.array([5]), np.array([3]), 3,
                                                       terminal_stop=True)
@@ -317,6 +324,7 @@ def test_path_indicators_non_monotone_example():
 
 
 def test_bc_non_monotone_loss_is_minus_the_indicated_scores():
+    """Checks spec/objectives.md eq. (2)."""
     batch = tiny_batch(10, B=2, T=5, L=3)
     cfg, params = tiny_params(batch, 11)
     labels = batch.labels.copy()
@@ -351,6 +359,7 @@ def ctc_setup(kind, discrete, seed):
 @pytest.mark.parametrize("kind", ["mlp", "gru"])
 @pytest.mark.parametrize("discrete", [False, True])
 def test_ctc_loss_is_minus_brute_force_loglik(kind, discrete):
+    """Checks spec/objectives.md eq. (3)."""
     batch, cfg, params = ctc_setup(kind, discrete, 20)
     loss, _ = objectives.ctc(params, kind, batch, discrete, cfg.action_dim)
     feats = objectives.ctc_features(params, batch, discrete, cfg.action_dim)
@@ -366,6 +375,7 @@ def test_ctc_loss_is_minus_brute_force_loglik(kind, discrete):
 @pytest.mark.parametrize("kind", ["mlp", "gru"])
 @pytest.mark.parametrize("discrete", [False, True])
 def test_ctc_gradient_matches_central_differences(kind, discrete):
+    """Checks spec/objectives.md eq. (3)."""
     batch, cfg, params = ctc_setup(kind, discrete, 30)
     _, grads = objectives.ctc(params, kind, batch, discrete, cfg.action_dim)
     ctc_names = sorted(k for k in params if k.startswith("ctc."))
@@ -413,6 +423,7 @@ def padding(sketch_len, shape):
 
 
 def test_ctc_soft_targets_recover_the_go_probabilities_of_a_markov_chain():
+    """Checks spec/objectives.md eq. (5)."""
     rng = np.random.default_rng(50)
     B, T, L = 3, 12, 4
     sketch_len = np.array([4, 2, 3])
@@ -433,6 +444,7 @@ def test_ctc_soft_targets_recover_the_go_probabilities_of_a_markov_chain():
 
 def test_ctc_soft_targets_clip_to_the_unit_interval():
     # l = 0: p_1(0) / p_0(0) = 0.9 / 0.5 > 1 -> 1;  l = 1: (p_1(1) - p_0(0)(1 - q(0))) / p_0(1) < 0 -> 0
+    """Checks spec/objectives.md eq. (5)."""
     w = np.array([[[0.5, 0.5], [0.9, 0.1]],
                   [[0.8, 0.2], [0.2, 0.1]]])
     targets = objectives.ctc_soft_targets(w, np.array([2, 2]))
@@ -444,6 +456,7 @@ def test_ctc_soft_targets_clip_to_the_unit_interval():
                     elements=st.floats(0.0, 1.0)),
        data_=st.data())
 def test_ctc_soft_targets_always_lie_in_the_unit_interval(w, data_):
+    """Checks spec/objectives.md eq. (5)."""
     B, T, L = w.shape
     sketch_len = data_.draw(hnp.arrays(np.int64, (B,), elements=st.integers(1, L)))
     targets = objectives.ctc_soft_targets(w, sketch_len)
@@ -463,6 +476,7 @@ def soft_inputs(batch, seed):
 
 @pytest.mark.parametrize("discrete", [False, True])
 def test_soft_bc_loss_is_the_weighted_sum_of_scores(discrete):
+    """Checks spec/objectives.md eq. (4)."""
     batch = tiny_batch(60, discrete=discrete)
     cfg, params = tiny_params(batch, 61, discrete)
     weights, targets = soft_inputs(batch, 62)
@@ -477,6 +491,7 @@ def test_soft_bc_loss_is_the_weighted_sum_of_scores(discrete):
 
 @pytest.mark.parametrize("discrete", [False, True])
 def test_soft_bc_gradient_matches_central_differences(discrete):
+    """Checks spec/objectives.md eq. (4)."""
     batch = tiny_batch(70, discrete=discrete)
     cfg, params = tiny_params(batch, 71, discrete, hidden=(4, 3))
     weights, targets = soft_inputs(batch, 72)
@@ -487,8 +502,8 @@ def test_soft_bc_gradient_matches_central_differences(discrete):
 
 
 def test_soft_bc_never_scores_padding():
-    """The STOP term of eq. (4) ends at T_b: what the padding of a short row holds (0, NaN, 5)
-    changes nothing, and the loss stays finite (spec/objectives.md section 5)."""
+    """The STOP term of spec/objectives.md eq. (4) ends at T_b: what the padding of a short row
+    holds (0, NaN, 5) changes nothing, and the loss stays finite (spec/objectives.md §5)."""
     losses = []
     for pad in (0.0, np.nan, 5.0):
         batch = tiny_batch(80, B=3, T=6, pad=pad)

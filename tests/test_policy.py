@@ -1,6 +1,6 @@
 """Tests for taco_ref/policy.py.
 
-Layered as STYLE.md "Tests in three layers", plus bad input:
+In three layers (an exact reference, properties, smoke and determinism), plus bad input:
 (a) the sub-policy scores written plainly with autograd.numpy here (for each scored (b, t, l):
     normalise the state, run the MLPs of sub-task sketch[b, l], Gaussian or categorical
     log-likelihood, log-sigmoid pair for STOP / GO; terminal STOP at final states) and
@@ -185,17 +185,20 @@ def check_against_reference(cfg, params, case, R):
 
 @given(case=policy_cases(discrete=False))
 def test_continuous_scores_and_gradients_match_autograd(case):
+    """Checks spec/policy.md eq. (1), (2), (3), (5), (6)."""
     check_against_reference(*case)
 
 
 @given(case=policy_cases(discrete=True))
 def test_discrete_scores_and_gradients_match_autograd(case):
+    """Checks spec/policy.md eq. (1), (2), (3), (5), (7)."""
     check_against_reference(*case)
 
 
 def test_repeated_subtask_example_gradient_matches_autograd():
     """A hand-picked case: every row uses sub-task 1 at a different sketch position, two hidden
-    layers, terminal STOP at every sketch step, the mask all True."""
+    layers, terminal STOP at every sketch step, the mask all True.
+    Checks spec/policy.md eq. (5), (6)."""
     cfg = PolicyConfig(state_dim=3, n_subtasks=3, action_dim=2, act_hidden=[5, 4], stop_hidden=[3, 2])
     rng = np.random.default_rng(7)
     B, T, L = 3, 5, 3
@@ -269,6 +272,7 @@ def dropout_case(discrete=False):
 
 @pytest.mark.parametrize("discrete", [False, True])
 def test_dropout_in_training_changes_stop_scores_only(discrete):
+    """Checks spec/policy.md eq. (4)."""
     cfg, params, case = dropout_case(discrete)
     plain, _ = run_evaluate(params, cfg, case)
     mask = case["mask"]
@@ -301,7 +305,8 @@ def test_no_dropout_and_rate_zero_are_the_same_deterministic_evaluation():
 
 def test_dropout_backward_matches_central_differences():
     """With the rng reseeded for every call the dropout masks are fixed, so the forward is a
-    smooth function of the parameters (tanh) and backward must match central differences."""
+    smooth function of the parameters (tanh) and backward must match central differences.
+    Checks spec/policy.md eq. (4)."""
     cfg, params, case = dropout_case()
     rng = np.random.default_rng(5)
     B, T, L = case["mask"].shape
@@ -332,6 +337,7 @@ def test_dropout_backward_matches_central_differences():
 
 @pytest.mark.parametrize("discrete", [False, True])
 def test_act_types_action_and_stop_decision(discrete):
+    """Checks spec/policy.md eq. (8)."""
     cfg = PolicyConfig(state_dim=4, n_subtasks=3, action_dim=3, discrete=discrete,
                        act_hidden=[5], stop_hidden=[5])
     rng = np.random.default_rng(2)

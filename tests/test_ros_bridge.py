@@ -86,7 +86,7 @@ def ros_env():
 
 @pytest.fixture(scope="module")
 def install(tmp_path_factory):
-    """colcon build of ros2_ws into a temporary build/install base; returns the install dir."""
+    """colcon build of ros2_ws into temporary build and install bases; returns the install dir."""
     base = tmp_path_factory.mktemp("colcon")
     colcon = os.path.join(os.path.dirname(sys.executable), "colcon")
     assert os.path.exists(colcon), f"colcon not installed next to {sys.executable}: pip install -e \".[ros]\""

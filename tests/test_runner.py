@@ -1,6 +1,6 @@
 """Tests for taco_ref/runner.py (no ROS).
 
-Layered as STYLE.md "Tests in three layers":
+In three layers (an exact reference, properties, smoke and determinism):
 (a) reference: a plain reading of the STOP rule (acted at least once, next sub-policy acts in
     the same state) on a scripted fake policy; and SketchRunner driven step by step in a
     Nav-World episode makes the same decisions as taco_ref.evaluate.execute (which runs it

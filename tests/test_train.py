@@ -12,13 +12,14 @@
 
 Runs are kept small (hidden sizes 8-32, a few epochs) so that the file runs in seconds.
 """
+import dataclasses
 import json
 import os
 
 import numpy as np
 import pytest
 
-from taco_ref import data, evaluate, model as model_mod, objectives, optim, train
+from taco_ref import data, evaluate, model as model_mod, objectives, optim, policy, train
 from taco_ref.app import config as config_mod
 from taco_ref.train import TrainConfig
 from taco_sim import navworld
@@ -138,6 +139,7 @@ def test_same_seed_gives_identical_parameters(nav_small):
 
 
 def test_normalisation_comes_from_the_training_split(nav_small):
+    """Checks spec/training.md eq. (1)."""
     cfg = config(seed=2)
     model = train.train(nav_small, cfg, progress=False)
     train_set, _ = data.split(nav_small, cfg.holdout_fraction, np.random.default_rng(cfg.seed))
@@ -229,6 +231,7 @@ def test_config_fields_have_their_types(key, value):
 # ----------------------------------------------------------------------------------------------
 
 def test_dropout_rate_schedule():
+    """Checks spec/training.md eq. (3)."""
     rates = [optim.dropout_rate(0.3, 0.95, e) for e in range(50)]
     assert rates[0] == 0.3
     np.testing.assert_allclose(rates, 0.3 * 0.95 ** np.arange(50), rtol=1e-15)
@@ -262,7 +265,8 @@ def spy_on_taco(monkeypatch):
 
 
 def test_trainer_applies_the_dropout_schedule(nav_small, monkeypatch):
-    """Training batches of epoch e get stop_dropout * decay**e; held-out losses get none."""
+    """Training batches of epoch e get stop_dropout * decay**e; held-out losses get none.
+    Checks spec/training.md eq. (3)."""
     seen = spy_on_taco(monkeypatch)
     cfg = config(epochs=3, stop_dropout=0.4, dropout_decay=0.5, batch_size=9)
     train.train(nav_small, cfg, progress=False)
@@ -273,12 +277,114 @@ def test_trainer_applies_the_dropout_schedule(nav_small, monkeypatch):
 
 
 def test_adam_first_step_moves_each_entry_by_lr():
+    """Checks spec/training.md eq. (2)."""
     params = {"w": np.array([1.0, -2.0, 3.0])}
     adam = optim.Adam(["w"], [(3,)], lr=0.1)
     adam.step(params, {"w": np.array([0.5, -4.0, 0.0])})
     np.testing.assert_allclose(params["w"], [0.9, -1.9, 3.0], rtol=1e-6)
     with pytest.raises(ValueError, match="lr must be positive"):
         optim.Adam(["w"], [(3,)], lr=0.0)
+
+
+def test_adam_follows_its_update_rule_over_several_steps():
+    """Five steps against the update rule written plainly, with the defaults beta_1 = 0.9,
+    beta_2 = 0.999, eps = 1e-8 and the bias corrections of step i.
+    Checks spec/training.md eq. (2)."""
+    rng = np.random.default_rng(3)
+    theta = rng.normal(size=(2, 3))
+    params = {"w": theta.copy()}
+    adam = optim.Adam(["w"], [(2, 3)], lr=0.01)
+    m, v = np.zeros((2, 3)), np.zeros((2, 3))
+    for i in range(1, 6):
+        g = rng.normal(scale=10.0 ** (i - 3), size=(2, 3))    # scales 1e-2 .. 1e2
+        adam.step(params, {"w": g})
+        m = 0.9 * m + 0.1 * g
+        v = 0.999 * v + 0.001 * g ** 2
+        theta = theta - 0.01 * (m / (1 - 0.9 ** i)) / (np.sqrt(v / (1 - 0.999 ** i)) + 1e-8)
+        np.testing.assert_allclose(params["w"], theta, rtol=1e-13, atol=1e-15, err_msg=f"step {i}")
+
+
+def test_state_statistics_follow_their_definition(nav_small):
+    """Mean and population standard deviation over the valid steps of every demonstration
+    (padding holds NaN), the deviation floored at 1e-6 (here: a constant state dimension).
+    Checks spec/training.md eq. (1)."""
+    states = nav_small.states.copy()
+    valid = np.arange(states.shape[1])[None, :] < nav_small.traj_len[:, None]     # (N, T)
+    states[~valid] = np.nan
+    states[..., 0] = np.where(valid, 7.0, np.nan)
+    demos = dataclasses.replace(nav_small, states=states)
+    rows = [states[n, t] for n in range(demos.n) for t in range(demos.traj_len[n])]
+    mean = np.sum(rows, axis=0) / len(rows)
+    std = np.sqrt(np.sum([(r - mean) ** 2 for r in rows], axis=0) / len(rows))
+    got_mean, got_std = train.state_statistics(demos)
+    np.testing.assert_allclose(got_mean, mean, rtol=1e-12)
+    np.testing.assert_allclose(got_std[1:], std[1:], rtol=1e-12)
+    assert got_std[0] == 1e-6 and std[0] == 0.0
+
+
+def test_mean_loss_pools_the_summed_losses_over_the_valid_steps(nav_small):
+    """The held-out loss is every batch's summed loss over the data set's valid steps (not a
+    mean of batch means: the lengths differ), without dropout.
+    Checks spec/training.md eq. (4)."""
+    cfg = config(warmup_epochs=0, stop_dropout=0.5)
+    job = train._Job(cfg, nav_small, np.random.default_rng(0))
+    rows = [job.loss("policy", row, None, 0, train=False)[0] for row in data.batches(nav_small, 1)]
+    expected = sum(rows) / nav_small.traj_len.sum()
+    np.testing.assert_allclose(train.mean_loss(job, "policy", nav_small, batch_size=7), expected, rtol=1e-12)
+    means = [sum(rows[i:i + 7]) / nav_small.traj_len[i:i + 7].sum() for i in range(0, nav_small.n, 7)]
+    assert abs(np.mean(means) - expected) > 1e-6            # the two readings differ on these data
+
+
+def test_trainer_divides_each_batch_by_its_valid_steps(nav_small, monkeypatch):
+    """Every training batch's gradient reaches Adam divided by the batch's valid steps, and an
+    epoch's train_loss is its summed losses over its summed valid steps.
+    Checks spec/objectives.md eq. (6)."""
+    calls, passed = [], []
+    real_loss, real_step = train._Job.loss, optim.Adam.step
+
+    def loss(self, stage, batch, rng, epoch, train):
+        out = real_loss(self, stage, batch, rng, epoch, train)
+        if train:
+            calls.append((out[0], {k: g.copy() for k, g in out[1].items()}, int(batch.traj_len.sum())))
+        return out
+
+    def step(self, params, grads):
+        passed.append({k: g.copy() for k, g in grads.items()})
+        return real_step(self, params, grads)
+
+    monkeypatch.setattr(train._Job, "loss", loss)
+    monkeypatch.setattr(optim.Adam, "step", step)
+    model = train.train(nav_small, config(epochs=2, warmup_epochs=0, batch_size=9), progress=False)
+    assert len(calls) == len(passed) == 6                  # 27 training demonstrations, 3 batches per epoch
+    for (_, grads, n), got in zip(calls, passed):
+        assert set(got) == set(grads)
+        for name in grads:
+            np.testing.assert_array_equal(got[name], grads[name] / n, err_msg=name)
+    for e, record in enumerate(model.info["history"]):
+        epoch = calls[3 * e:3 * e + 3]
+        np.testing.assert_allclose(record["train_loss"], sum(c[0] for c in epoch) / sum(c[2] for c in epoch),
+                                   rtol=1e-12)
+
+
+@pytest.mark.parametrize("drop, kept_epoch, epochs_run", [(5e-10, 2, 4), (2e-9, 3, 5)])
+def test_early_stopping_keeps_the_best_held_out_epoch(nav_small, monkeypatch, drop, kept_epoch, epochs_run):
+    """Held-out losses 5, 4, 4 - drop, 4.5, 4.5, ... with patience 2: epoch 3 improves only when
+    it is lower than the best by more than 1e-9; the stage ends after two epochs without
+    improvement and hands on the parameters of the best epoch.
+    Checks spec/training.md eq. (5)."""
+    held = iter([5.0, 4.0, 4.0 - drop] + [4.5] * 10)
+    seen = []
+
+    def mean_loss(job, stage, demos, batch_size=64):
+        seen.append({k: v.copy() for k, v in job.params.items()})
+        return next(held)
+
+    monkeypatch.setattr(train, "mean_loss", mean_loss)
+    model = train.train(nav_small, config(epochs=10, patience=2, warmup_epochs=0), progress=False)
+    assert len(model.info["history"]) == epochs_run          # (one more call: the training likelihood)
+    for name in policy.trainable(model.params):
+        np.testing.assert_array_equal(model.params[name], seen[kept_epoch - 1][name], err_msg=name)
+        assert not np.array_equal(model.params[name], seen[epochs_run - 1][name]), name
 
 
 def test_adam_state_round_trip():
@@ -304,6 +410,7 @@ def test_adam_state_round_trip():
 
 
 def test_stop_prior_sets_the_stop_bias_to_the_switch_rate():
+    """Checks spec/training.md eq. (6)."""
     demos = navworld.collect(20, 3, seed=5)
     rate = (demos.sketch_len - 1).sum() / (demos.traj_len - 1).sum()
     logit = train.stop_prior_logit(demos)
@@ -354,7 +461,7 @@ def test_warmup_hands_on_its_last_parameters_not_its_best(tmp_path, nav_small, m
 
 @pytest.mark.parametrize("epoch, expected", [(0, 3.0), (1, 2.5), (2, 2.0), (3, 1.5), (4, 1.0), (9, 1.0)])
 def test_temperature_schedule(epoch, expected):
-    """spec/training.md eq. (8): linear from the initial temperature to 1 over
+    """spec/training.md eq. (7): linear from the initial temperature to 1 over
     temperature_epochs, then 1."""
     cfg = TrainConfig(temperature=3.0, temperature_epochs=4)
     assert train.temperature(cfg, epoch) == pytest.approx(expected)
@@ -363,7 +470,8 @@ def test_temperature_schedule(epoch, expected):
 
 def test_trainer_anneals_the_temperature_and_holds_off_early_stopping(nav_small, monkeypatch):
     """Training batches of epoch e get temperature(cfg, e), held-out losses temperature 1; with
-    patience 1 the stage still runs every tempered epoch plus at least one at temperature 1."""
+    patience 1 the stage still runs every tempered epoch plus at least one at temperature 1.
+    Checks spec/training.md eq. (7)."""
     seen = spy_on_taco(monkeypatch)
     cfg = config(epochs=8, patience=1, temperature=3.0, temperature_epochs=4, batch_size=27, lr=0.5)
     model = train.train(nav_small, cfg, progress=False)
@@ -389,7 +497,8 @@ def test_restart_zero_is_the_plain_run(nav_small, three_restarts):
 
 def test_restarts_keep_the_best_training_likelihood(nav_small, three_restarts):
     """spec/training.md §7: the kept run is the argmax of the training log-likelihood per step,
-    and that figure is the model's TACO log-likelihood on the training split."""
+    and that figure is the model's TACO log-likelihood on the training split.
+    Checks spec/training.md eq. (8)."""
     cfg, model = three_restarts
     runs = model.info["restarts"]
     assert [r["restart"] for r in runs] == [0, 1, 2]
@@ -402,7 +511,8 @@ def test_restarts_keep_the_best_training_likelihood(nav_small, three_restarts):
 
 
 def test_restarts_select_by_likelihood_not_by_order():
-    """select_restart on stand-in models: the highest train_loglik wins, ties go to the first."""
+    """select_restart on stand-in models: the highest train_loglik wins, ties go to the first.
+    Checks spec/training.md eq. (8)."""
     class M:
         def __init__(self, ll):
             self.info = {"train_loglik": ll, "run_seed": 0, "seconds": 1.0,
