@@ -19,6 +19,8 @@ setup(
         # matplotlib: the picture code (alignment plots, rollout sheets and GIFs) is tested too
         "test": ["pytest>=8", "hypothesis>=6.100", "autograd>=1.7", "matplotlib>=3.8"],
         "plot": ["matplotlib>=3.8"],
+        # the experiment grid on a Dask cluster (`taco experiment --scheduler`); also the `dask` command
+        "dist": ["distributed>=2024.1"],
         # ROS 2 from PyPI wheels (real rclpy with Fast DDS), for the ros2_ws bridge
         "ros": ["ros-rclpy", "ros-std-msgs", "ros-sensor-msgs", "ros-rmw-fastrtps-cpp",
                 "colcon-core", "colcon-ros", "colcon-bash",

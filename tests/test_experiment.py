@@ -1,6 +1,8 @@
-"""taco_ref.app.experiment: one real (tiny) cell end to end, incremental saving, the results table."""
+"""taco_ref.app.experiment: one real (tiny) cell end to end, cell records and files, the
+migration of results.json, and the report's tables (the engine: tests/test_engine.py)."""
 import json
 import os
+import re
 
 import pytest
 
@@ -8,11 +10,12 @@ import taco_sim
 from taco_ref.app import experiment
 
 TINY = dict(act_hidden=[16], stop_hidden=[16], ctc_hidden=[8], epochs=2, patience=2)
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def cell(algo, size=30, seed=0):
+def cell(algo, size=30, seed=0, **config):
     return dict(domain="navworld", algo=algo, size=size, seed=seed, train_sketch_len=3,
-                n_tasks=3, n_align=5, config=TINY)
+                n_tasks=3, n_align=5, test_lengths=None, config=dict(TINY, **config))
 
 
 @pytest.mark.slow
@@ -22,31 +25,42 @@ def test_a_real_cell_reports_every_metric_as_a_share(algo):
     for key in ("task_accuracy", "subtask_accuracy", "align_forward_argmax",
                 "align_posterior_argmax", "align_viterbi"):
         assert 0.0 <= out[key] <= 1.0, key
-    assert out["n_tasks"] == 3 and out["epochs"] >= 1 and out["algo"] == algo
+    assert out["n_tasks"] == 3 and out["epochs"] >= 1
 
 
-def test_results_are_saved_after_every_cell(tmp_path, monkeypatch):
-    seen = []
+@pytest.mark.slow
+def test_a_cell_record_holds_its_config_data_and_figures_and_data_given_equal_data_collected(tmp_path):
+    """run_cell on data from collect(data_specs) gives the figures of run collecting its own;
+    the record carries the key, the full config, the data's seeds and fingerprints."""
+    c = dict(cell("gtbc", size=12), test_lengths=[2])
+    train_spec, test_spec = experiment.data_specs(c)
+    assert train_spec == ("navworld", 12, 3, 10_000) and test_spec == ("navworld", 5, 3, 20_000)
+    demos, test_demos = experiment.collect(train_spec), experiment.collect(test_spec)
+    assert experiment.collect(train_spec).fingerprint() == demos.fingerprint()   # deterministic
+    record = experiment.run_cell(c, demos, test_demos)
+    alone = experiment.run(c)
+    alone.pop("train_seconds")
+    assert record["figures"] == alone
+    assert record["key"] == experiment.cell_key(c)
+    assert record["config"]["act_hidden"] == [16] and record["config"]["algo"] == "gtbc"
+    assert record["config"]["lr"] > 0                       # defaults included: the full config
+    assert record["data"]["train"] == {"n": 12, "sketch_len": 3, "seed": 10_000,
+                                       "fingerprint": demos.fingerprint()}
+    assert set(record["figures"]["task_accuracy_by_length"]) == {"2"}
+    path = experiment.write_cell(tmp_path, record)
+    assert path == str(tmp_path / "cells" / "navworld" / "gtbc" / "n12" / "seed0.json")
+    assert experiment.finished(tmp_path, c) == record
+    assert experiment.finished(tmp_path, dict(c, config=dict(TINY, lr=1e-4))) is None
 
-    def fake_run(c):
-        # by the time a cell runs, every earlier cell is already on disk
-        saved = tmp_path / "results.json"
-        seen.append(len(json.loads(saved.read_text())) if saved.exists() else 0)
-        return dict(c, config=None, task_accuracy=0.5, subtask_accuracy=0.75,
-                    align_forward_argmax=0.9, align_posterior_argmax=0.95, align_viterbi=1.0)
 
-    monkeypatch.setattr(experiment, "run", fake_run)
-    cells = [cell(a, seed=s) for s in (0, 1) for a in ("taco", "gtbc")]
-    results = experiment.run_all(cells, workers=1, out_dir=tmp_path)
-    assert seen == [0, 1, 2, 3]
-    assert [r["algo"] for r in results] == ["taco", "gtbc", "taco", "gtbc"]
-    assert len(json.loads((tmp_path / "results.json").read_text())) == 4
-    table = (tmp_path / "results.md").read_text()
-    assert "| TACO | 30 | 2 | 50.0 ± 0.0 | 75.0 ± 0.0 | 90.0 ± 0.0 | 95.0 ± 0.0 | 100.0 ± 0.0 |" in table
-    assert "| GT-BC | 30 | 2 |" in table
-    assert "| task acc. | demos | seed 0 | seed 1 | mean ± std |" in table
-    assert "| TACO | 30 | 50.0 | 50.0 | 50.0 ± 0.0 |" in table
-    assert "| TACO | 30 | 90.0 | 90.0 | 90.0 ± 0.0 |" in table          # the alignment table
+def test_a_damaged_cell_file_is_never_reused(tmp_path):
+    c = cell("taco")
+    path = experiment.cell_path(tmp_path, c)
+    os.makedirs(os.path.dirname(path))
+    for text in ("{not json", "[]", json.dumps({"key": experiment.cell_key(c)})):
+        with open(path, "w") as f:
+            f.write(text)
+        assert experiment.finished(tmp_path, c) is None, text
 
 
 def test_seed_table_marks_missing_seeds():
@@ -58,67 +72,98 @@ def test_seed_table_marks_missing_seeds():
     assert "| GT-BC | 10 | - | 100.0 | - | 100.0 ± 0.0 |" in text
 
 
+def row(algo, seed, acc, align, **more):
+    return dict(domain="dial", algo=algo, size=400, seed=seed, task_accuracy=acc, subtask_accuracy=acc,
+                align_forward_argmax=align, align_posterior_argmax=align, align_viterbi=align, **more)
+
+
+def test_the_report_shows_every_seed_lengths_and_the_papers_alignment():
+    rows = [row("taco", 0, 0.5, 0.98, task_accuracy_by_length={"3": 0.75, "4": 0.5}),
+            row("taco", 1, 0.25, 0.96, task_accuracy_by_length={"3": 0.25, "4": 0.5}),
+            row("ctcbc-mlp", 0, 0.0, 0.3)]
+    failure = {"cell": dict(domain="dial", algo="gtbc", size=400, seed=0), "error": "DivergedError: boom"}
+    text = experiment.report(rows, [failure])
+    assert "| TACO | 400 | 2 | 37.5 ± 12.5 | 37.5 ± 12.5 | 97.0 ± 1.0 |" in text
+    assert "| TACO | 400 | 50.0 | 25.0 | 37.5 ± 12.5 |" in text            # every seed visible
+    assert "| TACO | 400 | 2 | 50.0 ± 25.0 | 50.0 ± 0.0 |" in text          # by L_test
+    # the paper's Dial figures of its Sec. 5 table and its appendix B table
+    assert "| TACO | 99.8 | 98.9 | 97.0 ± 1.0 |" in text
+    assert "| CTC-BC (MLP) | 90.1 | 31.4 | 30.0 |" in text
+    assert "- dial gtbc n400 seed 0: DivergedError: boom" in text
+
+
+def test_paper_alignment_values_are_the_papers():
+    """PAPER_ALIGNMENT holds the two tables of alignment accuracy of the paper's text."""
+    tex = "/work/shared/paper/taco-icml2018.tex"
+    if not os.path.exists(tex):
+        pytest.skip("the paper's text is not on this machine")
+    tex_text = open(tex, encoding="utf-8").read()
+    blocks = [b for b in re.findall(r"\\begin\{table\}.*?\\end\{table\}", tex_text, re.S)
+              if "tab:seq_alignment" in b]
+    assert len(blocks) == 2                       # the Sec. 5 table and the appendix B table
+    algo = {"TACO": "taco", "CTC-BC (MLP)": "ctcbc-mlp", "CTC-BC (GRU)": "ctcbc-gru"}
+    tables = []
+    for block in blocks:
+        rows = re.findall(r"^\s*(TACO|CTC-BC \(MLP\)|CTC-BC \(GRU\)|GT-BC[^&]*)\s*&([^\n]*)", block, re.M)
+        tables.append({algo.get(name.strip(), "gtbc"): [float(v) for v in re.findall(r"\d+\.\d", values)]
+                       for name, values in rows})
+    for a in experiment.ALGOS:
+        for t in (0, 1):
+            nav, craft, dial = tables[t][a][:3]
+            assert experiment.PAPER_ALIGNMENT["navworld"][a][t] == nav
+            assert experiment.PAPER_ALIGNMENT["craft"][a][t] == craft
+            assert experiment.PAPER_ALIGNMENT["dial"][a][t] == dial
+
+
+def legacy_entry(c, **figures):
+    base = dict(task_accuracy=0.5, subtask_accuracy=0.75, align_forward_argmax=0.9,
+                align_posterior_argmax=0.95, align_viterbi=1.0, epochs=3, seconds=12.5)
+    return dict(c, config=None, data="old/path.npz", key=experiment.cell_key(c), **dict(base, **figures))
+
+
+def test_results_json_cells_of_the_same_config_become_cell_files(tmp_path):
+    same, other = cell("taco", seed=0), cell("taco", seed=1)
+    changed = dict(other, config=dict(TINY, lr=1e-4))             # recorded with another config
+    entries = [legacy_entry(same), legacy_entry(changed, task_accuracy=0.25)]
+    (tmp_path / "results.json").write_text(json.dumps(entries))
+    before = experiment.load_results(tmp_path)                    # not migrated: still reported
+    assert sorted(r["task_accuracy"] for r in before) == [0.25, 0.5] and all(r["legacy"] for r in before)
+    written = experiment.migrate([same, other], tmp_path)
+    assert [r["cell"]["seed"] for r in written] == [0]            # the other config matches no key
+    record = experiment.finished(tmp_path, same)
+    assert record["migrated"] == "results.json" and record["config"]["act_hidden"] == [16]
+    assert record["figures"]["task_accuracy"] == 0.5 and "data" not in record["figures"]
+    assert record["data"]["train"]["seed"] == 10_000 and record["data"]["train"]["fingerprint"] is None
+    assert experiment.finished(tmp_path, other) is None
+    assert experiment.migrate([same, other], tmp_path) == []     # once
+    rows = experiment.load_results(tmp_path)
+    assert len(rows) == 2 and [r.get("legacy") for r in rows] == [None, True]
+
+
+def test_the_committed_nav_world_cells_reproduce_the_readme_tables(tmp_path):
+    """results/navworld's cell files (migrated from its results.json) give README's tables."""
+    if not os.path.isdir(os.path.join(REPO, "results", "navworld", "cells")):
+        pytest.skip("no cell files in results/navworld")
+    text, written, _ = experiment.write_report([os.path.join(REPO, "results", "navworld")], tmp_path)
+    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    section = readme.split("### Nav-World", 1)[1].split("### Dial", 1)[0]
+    tables = ["\n".join(block) for block in _tables(section)]
+    assert len(tables) >= 3
+    for table in tables:
+        assert table in text
+    assert written[0] == str(tmp_path / "results.md")
+
+
+def _tables(text):
+    block = []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            block.append(line)
+        elif block:
+            yield block
+            block = []
+
+
 def test_unknown_domain_is_named():
     with pytest.raises(ValueError, match="domain"):
         taco_sim.get("atari")
-
-
-@pytest.mark.slow
-def test_prepare_data_collects_each_set_once_and_cells_load_it(tmp_path):
-    cells = [cell(a, size=12) for a in ("taco", "gtbc")]
-    ready = experiment.prepare_data(cells, tmp_path)
-    assert ready[0]["data"] == ready[1]["data"] and ready[0]["test_data"] == ready[1]["test_data"]
-    stamp = [os.stat(p).st_mtime_ns for p in (ready[0]["data"], ready[0]["test_data"])]
-    again = experiment.prepare_data(cells, tmp_path)              # reused, not collected again
-    assert [os.stat(p).st_mtime_ns for p in (again[0]["data"], again[0]["test_data"])] == stamp
-    from taco_ref import data
-    demos = data.load(ready[0]["data"])
-    assert demos.n == 12 and demos.meta["seed"] == 10_000         # the seed run() would use
-    loaded = experiment.run(dict(ready[1], test_lengths=[2]))
-    collected = experiment.run(dict(cells[1], test_lengths=[2]))
-    for key in ("task_accuracy", "align_forward_argmax", "task_accuracy_by_length"):
-        assert loaded[key] == collected[key], key
-    assert set(loaded["task_accuracy_by_length"]) == {"2"}
-
-
-def test_a_stopped_grid_resumes_and_a_changed_config_runs_again(tmp_path, monkeypatch):
-    """run_all with out_dir skips every cell whose key (cell_key) already has a result there;
-    a cell whose config differs in any field has another key and runs."""
-    ran = []
-
-    def fake_run(c):
-        ran.append((c["algo"], c["seed"], c["config"].get("lr")))
-        return dict(c, config=None, task_accuracy=0.5, subtask_accuracy=0.75,
-                    align_forward_argmax=0.9, align_posterior_argmax=0.95, align_viterbi=1.0)
-
-    monkeypatch.setattr(experiment, "run", fake_run)
-    cells = [cell(a, seed=s) for s in (0, 1) for a in ("taco", "gtbc")]
-    experiment.run_all(cells[:3], workers=1, out_dir=tmp_path)          # stopped after 3 cells
-    assert len(ran) == 3
-    results = experiment.run_all(cells, workers=1, out_dir=tmp_path)
-    assert ran[3:] == [("gtbc", 1, None)]                                # only the missing cell
-    assert [r["key"] for r in results] == [experiment.cell_key(c) for c in cells]
-    changed = dict(cells[0], config=dict(TINY, lr=1e-3))
-    assert experiment.cell_key(changed) != experiment.cell_key(cells[0])
-    experiment.run_all([changed], workers=1, out_dir=tmp_path)
-    assert ran[4:] == [("taco", 0, 1e-3)]
-    saved = json.loads((tmp_path / "results.json").read_text())
-    assert len(saved) == 5                                  # a new grid keeps the earlier cells
-
-
-@pytest.mark.slow
-def test_parallel_cells_run_in_single_threaded_worker_processes(monkeypatch):
-    """Worker processes started under _single_threaded see one BLAS thread (numpy reads it when it
-    loads there); the caller's environment is restored; real tiny cells run in such workers."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "7")
-    with experiment._single_threaded(), \
-            ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        assert os.environ["OMP_NUM_THREADS"] == "1"
-        assert pool.submit(os.getenv, "OPENBLAS_NUM_THREADS").result() == "1"
-    assert os.environ["OPENBLAS_NUM_THREADS"] == "7"
-    cells = [cell("gtbc", size=12), cell("taco", size=12)]
-    parallel = experiment.run_all(cells, workers=2)
-    for got, c in zip(parallel, cells):
-        assert got["algo"] == c["algo"] and 0.0 <= got["align_forward_argmax"] <= 1.0

@@ -16,7 +16,7 @@ A new spec page with tags is covered without editing this file. Parametrised tes
 their function name.
 """
 import ast
-import io
+
 import re
 import tokenize
 from pathlib import Path

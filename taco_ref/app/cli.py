@@ -6,6 +6,8 @@
     taco align --model runs/nav-taco/model --data data/nav-test.npz --plot alignment.png
     taco demo                                  # the whole journey on a small embedded default
     taco experiment navworld --sizes 50 400 1000 --seeds 0 1 2 --out results/navworld
+    taco experiment navworld --scheduler tcp://HOST:8786 --out results/navworld   # on a Dask cluster
+    taco report results/navworld               # results.md and figures from the cell files
     taco collect dial --n 1200 --sketch-len 4 --workers 2 --out data/dial.npz
     taco evaluate --model runs/dial-taco/model --domain dial --lengths 3 4 5 6 7
     taco rollout --model runs/dial-taco/model --domain dial --sketch "0 5 1 6" --out dial.png
@@ -19,7 +21,7 @@ import time
 
 import taco_sim
 from taco_ref import data, evaluate, model as model_mod, runner, train
-from taco_ref.app import config as config_mod, experiment
+from taco_ref.app import config as config_mod, engine, experiment
 
 
 def _progress(label):
@@ -109,7 +111,13 @@ def cmd_demo(args):
     print(f"{args.domain}: {args.n} demonstrations with sketches of length {dom.train_sketch_len}; "
           f"evaluation on {args.n_tasks} test sketches of length {dom.test_sketch_len}; alignment on "
           f"100 held-out demonstrations.", file=sys.stderr)
-    results = experiment.run_all(cells, workers=args.workers, progress=_progress("train + evaluate"))
+    progress = engine.Progress()
+    with engine.Local(args.workers) as ex:
+        grid = engine.run_grid(cells, ex, progress=progress)
+    progress.end()
+    if grid.failures:
+        raise grid_error(grid)
+    results = grid.results
     print(experiment.table(results))
     by_algo = {r["algo"]: r for r in results}
     for algo, r in sorted(by_algo.items(), key=lambda kv: experiment.ALGOS.index(kv[0])):
@@ -118,24 +126,62 @@ def cmd_demo(args):
     return 0
 
 
+def _unique(values):
+    """values without repeats, in order (a size, seed or algorithm given twice runs once)."""
+    return list(dict.fromkeys(values))
+
+
+def grid_error(grid):
+    """A failed cell of taco demo as one line (bad input: the demo's cells fail only on it)."""
+    f = grid.failures[0]
+    return ValueError(f"{f['cell']['algo']} cell failed: {f['error']}")
+
+
 def cmd_experiment(args):
     dom = taco_sim.get(args.domain)
     base = config_mod.settings(args.domain, args.config, args.set)
     cells = [dict(domain=args.domain, algo=a, size=n, seed=s, train_sketch_len=dom.train_sketch_len,
                   n_tasks=args.n_tasks, n_align=args.n_align, config=base,
                   test_lengths=args.test_lengths)
-             for n in args.sizes for s in args.seeds for a in args.algos]
-    cells = experiment.prepare_data(cells, args.out, workers=args.workers, progress=_progress)
-    results = experiment.run_all(cells, workers=args.workers, progress=_progress("cells"), out_dir=args.out)
-    print(experiment.report(results))
-    everything = experiment.load(args.out)      # the plots show every cell saved in --out
-    try:
-        experiment.plot(everything, os.path.join(args.out, "accuracy.png"))
-        if any(r.get("task_accuracy_by_length") for r in everything):
-            experiment.plot_lengths(everything, os.path.join(args.out, "accuracy_by_length.png"))
-    except ImportError:
-        print("(no plot: matplotlib is not installed)", file=sys.stderr)
-    return 0
+             for n in _unique(args.sizes) for s in _unique(args.seeds) for a in _unique(args.algos)]
+    if args.migrate:
+        written = experiment.migrate(cells, args.out)
+        left = sum(experiment.finished(args.out, c) is None for c in cells)
+        print(f"converted {len(written)} cells of {os.path.join(args.out, 'results.json')} into cell files "
+              f"under {os.path.join(args.out, 'cells')}; {left} of the grid's {len(cells)} cells are not "
+              f"finished there (a run computes them)")
+        return EXIT_OK
+    with engine.executor(args.scheduler, args.workers) as ex:
+        for line in ex.check_workers():
+            print(f"taco experiment: warning: {line}", file=sys.stderr)
+        progress = engine.Progress()
+        try:
+            grid = engine.run_grid(cells, ex, out_dir=args.out, retries=args.retries, force=args.force,
+                                   progress=progress)
+        finally:
+            progress.end()
+    text, written, note = experiment.write_report([args.out])
+    print(text)
+    for line in engine.summary(grid):
+        print(line, file=sys.stderr)
+    print(f"wrote {', '.join(written)}" + (f" ({note})" if note else ""), file=sys.stderr)
+    if grid.failures:
+        print(f"taco experiment: {len(grid.failures)} of {len(cells)} cells failed (errors in "
+              f"{os.path.join(args.out, 'failures.json')}); the others are in the report", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def cmd_report(args):
+    text, written, note = experiment.write_report(args.dirs, args.out)
+    print(text)
+    rows = [r for d in args.dirs for r in experiment.load_results(d)]
+    hours = sum(r.get("seconds") or 0.0 for r in rows) / 3600
+    print(f"{len(rows)} cells, {hours:.1f} h of computation in their cells; wrote {', '.join(written)}",
+          file=sys.stderr)
+    if note:
+        print(f"taco report: {note}", file=sys.stderr)
+    return EXIT_OK
 
 
 def cmd_rollout(args):
@@ -254,9 +300,25 @@ def build_parser():
     p.add_argument("--config", default=None)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a training config value (repeatable); part of each cell's key")
-    p.add_argument("--workers", type=positive, default=2)
-    p.add_argument("--out", required=True, help="results directory; cells already there are not run again")
+    p.add_argument("--workers", type=positive, default=2, help="local worker processes (without --scheduler)")
+    p.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                   help=f"run the cells on this Dask scheduler's workers (default: ${engine.SCHEDULER_ENV}, "
+                        f"else this machine); needs the 'dist' extra")
+    p.add_argument("--retries", type=non_negative, default=2,
+                   help="times a task whose worker died is submitted again")
+    p.add_argument("--force", action="store_true", help="recompute the cells already finished in --out")
+    p.add_argument("--migrate", action="store_true",
+                   help="only convert the grid's cells found in OUT/results.json (earlier versions' "
+                        "record, same config) into cell files; compute nothing")
+    p.add_argument("--out", required=True,
+                   help="results directory: OUT/cells/<domain>/<algo>/n<size>/seed<seed>.json per cell; "
+                        "finished cells of the same config are not run again")
     p.set_defaults(func=cmd_experiment)
+
+    p = sub.add_parser("report", help="results.md and figures from the cell files of one or more grids")
+    p.add_argument("dirs", nargs="+", metavar="OUT", help="a directory given to taco experiment --out")
+    p.add_argument("--out", default=None, help="where to write (default: OUT, when there is one)")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("rollout", help="execute one sketch and draw it (contact sheet PNG, GIF)")
     p.add_argument("--model", required=True)
@@ -279,11 +341,12 @@ def build_parser():
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_IO, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 """Exit codes: 0 done; 1 the command ran but its result is a failure (rollout: the sketch was not
-dialled; conformance: a case failed); 2 bad input (arguments, data, model, config or checkpoint
-files; argparse's usage errors too); 3 the system refused a read or write (disk full, read-only,
-permissions); 4 training diverged (no model saved); 130 interrupted (Ctrl-C; a training run
-resumes from its last checkpoint with --resume). Every non-zero exit prints one line
-"taco COMMAND: ..." on stderr; a traceback means a bug in taco_ref."""
+dialled; conformance: a case failed; experiment: a cell failed); 2 bad input (arguments, data,
+model, config or checkpoint files; argparse's usage errors too); 3 the system refused a read or
+write (disk full, read-only, permissions); 4 training diverged (no model saved); 130 interrupted
+(Ctrl-C; a training run resumes from its last checkpoint with --resume, an experiment grid from
+its cell files). Every non-zero exit prints one line "taco COMMAND: ..." on stderr; a traceback
+means a bug in taco_ref."""
 
 
 def _one_line(text):
@@ -308,7 +371,8 @@ def main(argv=None):
         print(f"taco {args.command}: cannot read or write{where}: {err.strerror or err}", file=sys.stderr)
         return EXIT_IO
     except KeyboardInterrupt:
-        hint = "; continue with --resume" if args.command == "train" and getattr(args, "out", None) else ""
+        hint = {"train": "; continue with --resume" if getattr(args, "out", None) else "",
+                "experiment": "; the same command again runs only the unfinished cells"}.get(args.command, "")
         print(f"taco {args.command}: interrupted{hint}", file=sys.stderr)
         return EXIT_INTERRUPTED
 

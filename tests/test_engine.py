@@ -1,0 +1,258 @@
+"""taco_ref.app.engine: the experiment grid on real processes, locally and on a real Dask cluster
+(a `dask scheduler` and two `dask worker` processes on 127.0.0.1): resume, forced and changed
+cells, a raising cell, a worker killed mid-grid, an interrupted grid, local against Dask figures.
+
+Every grid here is real and tiny: Nav-World, TACO and GT-BC, a few demonstrations and epochs.
+"""
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from taco_ref import files
+from taco_ref.app import engine, experiment
+
+pytestmark = pytest.mark.slow
+
+# cells of about a second each, so that a grid of six lasts a few seconds on two workers
+SETTINGS = ["act_hidden=[16]", "stop_hidden=[16]", "epochs=40", "patience=40"]
+GRID = ["navworld", "--sizes", "40", "--seeds", "0", "1", "2", "--algos", "taco", "gtbc",
+        "--n-tasks", "4", "--n-align", "5"] + [a for s in SETTINGS for a in ("--set", s)]
+N_CELLS = 6
+
+
+def cells(**config):
+    base = dict(act_hidden=[16], stop_hidden=[16], epochs=40, patience=40)
+    return [dict(domain="navworld", algo=a, size=40, seed=s, train_sketch_len=3, n_tasks=4, n_align=5,
+                 test_lengths=None, config=dict(base, **config))
+            for s in (0, 1, 2) for a in ("taco", "gtbc")]
+
+
+def env():
+    out = dict(os.environ)
+    out.pop(engine.SCHEDULER_ENV, None)
+    return out
+
+
+def taco(*args, **kwargs):
+    """`taco ...` in a new process (its own session: a Ctrl-C goes to it and its workers)."""
+    return subprocess.Popen([sys.executable, "-m", "taco_ref.app.cli", *args], env=env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, **kwargs)
+
+
+def finish(proc, timeout=300):
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def cell_files(out):
+    root = os.path.join(out, "cells")
+    return sorted(os.path.relpath(os.path.join(d, f), out) for d, _, fs in os.walk(root) for f in fs
+                  if f.endswith(".json") and not f.startswith(files.TEMP_PREFIX))   # not one being written
+
+
+def figures(out):
+    return {p: json.load(open(os.path.join(out, p)))["figures"] for p in cell_files(out)}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The tiny grid run locally, uninterrupted (two worker processes): its OUT directory."""
+    out = str(tmp_path_factory.mktemp("reference"))
+    code, _, err = finish(taco("experiment", *GRID, "--workers", "2", "--out", out))
+    assert code == 0, err
+    assert len(cell_files(out)) == N_CELLS
+    return out
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def dask_cluster(tmp_path):
+    """A real Dask cluster on 127.0.0.1 as the README starts one: `dask scheduler` and two
+    `dask worker ... --nthreads 1` processes (each under its nanny, which gives its worker one
+    BLAS thread). Yields (address, the worker processes); everything is stopped afterwards."""
+    distributed = pytest.importorskip("distributed", reason="the 'dist' extra is not installed")
+    dask = os.path.join(os.path.dirname(sys.executable), "dask")
+    if not os.path.exists(dask):
+        pytest.skip("no `dask` command beside this Python")
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    log = open(tmp_path / "cluster.log", "w")
+    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+                              stdout=log, stderr=subprocess.STDOUT, env=env())]
+    try:
+        for _ in range(2):
+            procs.append(subprocess.Popen([dask, "worker", address, "--nthreads", "1", "--nworkers", "1",
+                                           "--host", "127.0.0.1", "--no-dashboard"],
+                                          stdout=log, stderr=subprocess.STDOUT, env=env()))
+        with distributed.Client(address, timeout=60) as client:
+            client.wait_for_workers(2, timeout=120)
+        yield address, procs[1:]
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        log.close()
+
+
+def test_a_grid_on_dask_gives_the_local_figures_and_report(dask_cluster, reference, tmp_path):
+    """The same grid through --scheduler: the same cell files' figures and data fingerprints,
+    byte-identical results.md."""
+    address, _ = dask_cluster
+    out = str(tmp_path / "dask")
+    code, _, err = finish(taco("experiment", *GRID, "--scheduler", address, "--out", out))
+    assert code == 0, err
+    assert "(dask)" in err and f"{N_CELLS} cells computed, 0 reused" in err
+    assert figures(out) == figures(reference)
+    for p in cell_files(out):
+        mine, local = (json.load(open(os.path.join(d, p))) for d in (out, reference))
+        assert mine["data"] == local["data"] and mine["key"] == local["key"]
+        assert mine["threads"]["OPENBLAS_NUM_THREADS"] == "1"
+    assert open(os.path.join(out, "results.md")).read() == open(os.path.join(reference, "results.md")).read()
+
+
+def _parent(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_worker_killed_mid_grid_loses_no_cell(dask_cluster, reference, tmp_path):
+    """SIGKILL the worker process that is running a cell: the grid still completes, every cell
+    computed once, with the local figures."""
+    distributed = pytest.importorskip("distributed")
+    address, workers = dask_cluster
+    out = str(tmp_path / "killed")
+    grid = taco("experiment", *GRID, "--scheduler", address, "--out", out)
+    killed = None
+    with distributed.Client(address, timeout=30) as client:
+        deadline = time.time() + 120
+        while killed is None and time.time() < deadline and grid.poll() is None:
+            for worker, keys in client.processing().items():
+                if any(k.startswith("taco-navworld-") for k in keys):      # a cell, not a data set
+                    pid = client.run(os.getpid, workers=[worker])[worker]
+                    # the worker process is the child of a nanny this test started
+                    assert _parent(pid) in {w.pid for w in workers}
+                    os.kill(pid, signal.SIGKILL)
+                    killed = worker
+                    break
+            time.sleep(0.05)
+    code, _, err = finish(grid)
+    assert killed is not None, "no cell was seen running"
+    assert code == 0, err
+    assert f"{N_CELLS} cells computed, 0 reused" in err and "0 failed" in err
+    assert len(cell_files(out)) == N_CELLS
+    assert figures(out) == figures(reference)
+
+
+def test_an_interrupted_local_grid_resumes_without_recomputing(reference, tmp_path):
+    """Ctrl-C (SIGINT to the grid's process group) after the first cell file: exit 130; the same
+    command again computes only the missing cells, leaves the finished files untouched, and
+    writes the report of an uninterrupted run."""
+    out = str(tmp_path / "stopped")
+    grid = taco("experiment", *GRID, "--workers", "2", "--out", out)
+    deadline = time.time() + 120
+    while not cell_files(out) and time.time() < deadline and grid.poll() is None:
+        time.sleep(0.02)
+    os.killpg(grid.pid, signal.SIGINT)
+    code, _, err = finish(grid)
+    assert code == 130, err
+    assert "interrupted; the same command again runs only the unfinished cells" in err
+    done = cell_files(out)
+    assert 1 <= len(done) < N_CELLS
+    stamps = {p: (os.stat(os.path.join(out, p)).st_mtime_ns, open(os.path.join(out, p)).read()) for p in done}
+    code, _, err = finish(taco("experiment", *GRID, "--workers", "2", "--out", out))
+    assert code == 0, err
+    assert f"{N_CELLS - len(done)} cells computed, {len(done)} reused" in err
+    assert {p: (os.stat(os.path.join(out, p)).st_mtime_ns, open(os.path.join(out, p)).read()) for p in done} == stamps
+    assert figures(out) == figures(reference)
+    assert open(os.path.join(out, "results.md")).read() == open(os.path.join(reference, "results.md")).read()
+
+
+def test_finished_cells_are_reused_changed_ones_rerun_and_force_reruns_all(tmp_path):
+    grid_cells = cells(epochs=3, patience=3)[:2]
+    with engine.Local(1) as ex:
+        first = engine.run_grid(grid_cells, ex, out_dir=tmp_path)
+        stamps = [os.stat(experiment.cell_path(tmp_path, c)).st_mtime_ns for c in grid_cells]
+        again = engine.run_grid(grid_cells, ex, out_dir=tmp_path)
+        assert (again.computed, again.reused) == (0, 2) and again.results == first.results
+        assert [os.stat(experiment.cell_path(tmp_path, c)).st_mtime_ns for c in grid_cells] == stamps
+        changed = [dict(grid_cells[0], config=dict(grid_cells[0]["config"], lr=1e-3)), grid_cells[1]]
+        third = engine.run_grid(changed, ex, out_dir=tmp_path)
+        assert (third.computed, third.reused, third.stale) == (1, 1, 1)
+        assert experiment.finished(tmp_path, changed[0])["config"]["lr"] == 1e-3
+        forced = engine.run_grid(changed, ex, out_dir=tmp_path, force=True)
+        assert (forced.computed, forced.reused) == (2, 0)
+
+
+def test_a_raising_cell_is_reported_with_its_error_and_the_others_finish(tmp_path):
+    grid_cells = cells(epochs=3, patience=3)[:4]
+    grid_cells[1] = dict(grid_cells[1], config=dict(grid_cells[1]["config"], lr=1e12))   # diverges
+    with engine.Local(2) as ex:
+        grid = engine.run_grid(grid_cells, ex, out_dir=tmp_path, retries=2)
+    assert grid.computed == 3 and len(grid.failures) == 1
+    failure = grid.failures[0]
+    assert failure["error"].startswith("DivergedError: training diverged")
+    assert failure["attempts"] == 1                              # raised: not submitted again
+    assert "train.py" in failure["traceback"] and failure["cell"]["algo"] == grid_cells[1]["algo"]
+    assert grid.results[1] is None and all(grid.results[i] for i in (0, 2, 3))
+    assert json.load(open(tmp_path / "failures.json"))[0]["error"] == failure["error"]
+    text, _, _ = experiment.write_report([str(tmp_path)])
+    assert "Failed in the last run (1 cells)" in text and "DivergedError" in text
+    assert any("FAILED navworld-gtbc-n40-seed0: DivergedError" in line for line in engine.summary(grid))
+    fixed = [c for i, c in enumerate(grid_cells) if i != 1]
+    with engine.Local(1) as ex:
+        again = engine.run_grid(fixed, ex, out_dir=tmp_path)
+    assert again.reused == 3 and not os.path.exists(tmp_path / "failures.json")
+
+
+def test_a_local_worker_killed_mid_grid_is_replaced_and_its_cells_rerun(tmp_path):
+    """SIGKILL one of the local pool's processes while cells run: the pool is replaced, the
+    cells it held are submitted again, every cell finishes once."""
+    grid_cells = cells()
+    result = {}
+
+    def drive():
+        with engine.Local(2) as ex:
+            result["grid"] = engine.run_grid(grid_cells, ex, out_dir=tmp_path, retries=2)
+
+    before = {p.pid for p in multiprocessing.active_children()}
+    thread = threading.Thread(target=drive)
+    thread.start()
+    deadline = time.time() + 120
+    while not cell_files(tmp_path) and time.time() < deadline and thread.is_alive():
+        time.sleep(0.02)
+    ours = [p for p in multiprocessing.active_children() if p.pid not in before]
+    assert ours, "no pool process seen"
+    os.kill(ours[0].pid, signal.SIGKILL)
+    thread.join(timeout=300)
+    grid = result["grid"]
+    assert grid.computed == N_CELLS and not grid.failures
+    assert len(cell_files(tmp_path)) == N_CELLS
+
+
+def test_without_a_scheduler_the_engine_is_local_and_an_unreachable_one_is_one_line(monkeypatch):
+    monkeypatch.delenv(engine.SCHEDULER_ENV, raising=False)
+    assert isinstance(engine.executor(None, 2), engine.Local)
+    pytest.importorskip("distributed")
+    monkeypatch.setattr(engine, "CONNECT_TIMEOUT", 3)
+    monkeypatch.setenv(engine.SCHEDULER_ENV, f"tcp://127.0.0.1:{_free_port()}")     # nothing listens
+    with pytest.raises(ValueError, match=r"^--scheduler tcp://127.0.0.1:\d+: cannot connect") as err:
+        engine.executor(None, 2)
+    assert "\n" not in str(err.value)
