@@ -56,13 +56,25 @@ def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5, observer=
             "stop_times": list(run.stop_steps)}
 
 
+def unpad(sketch):
+    """A sketch row as a list of ids, without the -1 padding of a batch of sketches of mixed
+    lengths (as data.md pads them); ValueError if -1 is followed by an id."""
+    ids = [int(k) for k in sketch]
+    n = ids.index(-1) if -1 in ids else len(ids)
+    if any(k != -1 for k in ids[n:]) or n == 0:
+        raise ValueError(f"sketch: expected ids followed only by -1 padding, got {ids}")
+    return ids[:n]
+
+
 def task_accuracy(model, make_env, sketches, seed=0, progress=None):
     """Execute every sketch (one seed each, derived from seed); task and sub-task accuracy,
-    spec/evaluation.md eq. (1)."""
+    spec/evaluation.md eq. (1). sketches: rows of ids, each possibly padded with -1 (mixed
+    lengths)."""
     seeds = np.random.default_rng(seed).integers(0, 2**31, size=len(sketches))
     done = completed = attempted = 0
-    for i, (sketch, s) in enumerate(zip(sketches, seeds)):
-        out = execute(model, make_env(), list(sketch), int(s))
+    for i, (row, s) in enumerate(zip(sketches, seeds)):
+        sketch = unpad(row)
+        out = execute(model, make_env(), sketch, int(s))
         done += out["success"]
         completed += out["progress"]
         attempted += len(sketch)

@@ -76,7 +76,10 @@ def test_test_sketches_are_deterministic_and_in_range(dom):
     assert np.array_equal(a, b) and a.dtype == np.int64 and a.shape[0] == 5
     if dom.test_sketch_len is not None:
         assert a.shape[1] == dom.test_sketch_len
-    assert ((0 <= a) & (a < dom.K)).all()
+        assert ((0 <= a) & (a < dom.K)).all()
+    else:                          # a mix of lengths: each row ids, then -1 padding (data.md)
+        assert all(len(evaluate.unpad(row)) >= 1 for row in a)
+        assert ((a == -1) | ((0 <= a) & (a < dom.K))).all()
     L = dom.train_sketch_len or a.shape[1]
     pool = dom.sample_sketches(6, L, np.random.default_rng(2))
     rest = dom.sample_sketches(20, L, np.random.default_rng(3), exclude=pool[:1])

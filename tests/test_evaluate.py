@@ -174,3 +174,16 @@ def test_alignment_accuracy_pools_the_valid_steps_of_every_demonstration(monkeyp
     steps = int(demos.traj_len.sum())
     assert got == {"forward_argmax": (steps - demos.n) / steps, "viterbi": 1.0}
     assert len(set(demos.traj_len.tolist())) > 1             # ragged: pooling differs from a mean of means
+
+
+def test_sketches_of_mixed_lengths_are_unpadded():
+    """Test sketches of mixed lengths come padded with -1 (a domain's test_sketches, e.g.
+    Craft's ten tasks); each is executed at its own length, and sub-task accuracy counts only
+    real sub-tasks. Checks spec/evaluation.md eq. (1)."""
+    assert evaluate.unpad(np.array([2, 0, -1, -1])) == [2, 0]
+    envs = iter([CounterEnv(), CounterEnv()])
+    out = evaluate.task_accuracy(ScriptedModel(), lambda: next(envs), np.array([[0, 1, 2], [2, -1, -1]]), seed=0)
+    assert out == {"task_accuracy": 1.0, "subtask_accuracy": 1.0, "n_tasks": 2}
+    for bad in ([0, -1, 1], [-1, -1]):
+        with np.testing.assert_raises(ValueError):
+            evaluate.unpad(bad)
