@@ -13,7 +13,8 @@ setup(
               + find_packages("sim", include=["taco_sim", "taco_sim.*"]) + ["taco_bridge"]),
     package_dir={"taco_sim": "sim/taco_sim", "taco_bridge": "ros2_ws/src/taco_bridge/taco_bridge"},
     # the domains' training configs and shipped models are package data: found after any install
-    package_data={"taco_sim": ["configs/*.yaml"], "taco_sim.dial": ["*.xml", "models/*/*"]},
+    package_data={"taco_sim": ["configs/*.yaml"], "taco_sim.dial": ["*.xml", "models/*/*"],
+                  "taco_sim.craft": ["*.yaml"]},
     install_requires=["numpy>=1.26", "scipy>=1.11", "pyyaml>=6", "mujoco>=3.2"],
     extras_require={
         # matplotlib: the picture code (alignment plots, rollout sheets and GIFs) is tested too
