@@ -93,7 +93,7 @@ PARAMETERS = {
                'keypad slot of each digit 0..9 (taco_sim.dial); used unless key_positions is set'),
     'key_positions': (None, 'world (x, y, z) of each digit key top, 30 numbers (m), digit order'),
     'joint_state_timeout': (0.25, 'watchdog: seconds without a joint state before zero torque, (0, 2]'),
-    'joint_limit_margin': (0.1, 'rad beyond the MJCF joint ranges a joint state may report, [0, 0.5]'),
+    'joint_limit_margin': (0.25, 'rad beyond the MJCF joint ranges a joint state may report, [0, 0.5]'),
     'max_subtask_time': (20.0, 'seconds one sub-task may stay active before an error, (0, 600]'),
     'stop_threshold': (0.5, 'a sub-policy stops when P(STOP) exceeds this, (0, 1)'),
     'press_grace': (0.5, 'seconds after the last STOP for the keypad to report the last key, (0, 5]'),
