@@ -27,7 +27,7 @@ def demos(dom):
 
 
 def test_the_builtin_domains_are_registered():
-    assert {"navworld", "dial"} <= set(NAMES)
+    assert {"navworld", "dial", "dial-velocity"} <= set(NAMES)
     with pytest.raises(ValueError, match="domain must be one of"):
         taco_sim.get("no-such-domain")
 

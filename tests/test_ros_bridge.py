@@ -22,7 +22,11 @@ Every process is killed in teardown.
     registered another PIN turns done into an error (offline too: taco_bridge.keypad);
 (f) issue 11: implausible joint states (far outside the joint ranges, duplicated names, stale
     stamps) are rejected, bad parameters give one `cannot start:` line, and a flood of
-    sketches does not raise the command rate above the control rate.
+    sketches does not raise the command rate above the control rate;
+(g) issue 12, the velocity interface: command_interface velocity publishes six clipped joint
+    velocities on velocity_controller/commands in command_joints order, a model of the other
+    interface or an unknown interface gives one `cannot start:` line, the shipped velocity model
+    dials PINs through the node's control step offline and through both nodes end to end.
 
 Tests that start ROS processes or colcon builds carry the `slow` marker.
 
@@ -57,6 +61,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKSPACE = os.path.join(ROOT, "ros2_ws")
 PACKAGE = os.path.join(WORKSPACE, "src", "taco_bridge")
 SHIPPED_MODEL = taco_sim.get("dial").models["default"]
+SHIPPED_VELOCITY_MODEL = taco_sim.get("dial-velocity").models["default"]
 DOMAIN_ID = str(1 + os.getpid() % 100)
 PLAUSIBLE_Q = np.concatenate([dial.HOME, [1.2] * 3])      # (J,) home pose, fingers closed
 FUZZ = {"sent": 0, "answered": 0}
@@ -177,6 +182,9 @@ class Listener:
             String, "/dial/pressed", lambda m: self.presses.append((time.monotonic(), m.data)), 100)
         self.node.create_subscription(Float64MultiArray, "/effort_controller/commands",
                                       lambda m: self.commands.append((time.monotonic(), list(m.data))), 100)
+        self.velocities = []
+        self.node.create_subscription(Float64MultiArray, "/velocity_controller/commands",
+                                      lambda m: self.velocities.append((time.monotonic(), list(m.data))), 100)
         self.fake_q = None                 # (names, positions) published at 100 Hz while set
         self.node.create_timer(0.01, self._publish_joints)
         self.executor = SingleThreadedExecutor()
@@ -230,9 +238,10 @@ def listener():
     lis.close()
 
 
-def saved_model(path, act_bias=0.0, stop_bias=0.0, seed=0):
-    """A random Dial-sized model saved to path; the biases shift every action / STOP logit."""
-    cfg = PolicyConfig(state_dim=dial.STATE_DIM, n_subtasks=dial.K, action_dim=dial.ACTION_DIM,
+def saved_model(path, act_bias=0.0, stop_bias=0.0, seed=0, action_dim=dial.ACTION_DIM):
+    """A random Dial-sized model saved to path; the biases shift every action / STOP logit.
+    action_dim 6: a model of the velocity interface."""
+    cfg = PolicyConfig(state_dim=dial.STATE_DIM, n_subtasks=dial.K, action_dim=action_dim,
                        act_hidden=[32], stop_hidden=[32])
     params = init_params(cfg, np.random.default_rng(seed))
     params["act.b1"] = params["act.b1"] + act_bias                       # (K, A)
@@ -425,13 +434,15 @@ def test_launch_file():
     ld = module.generate_launch_description()
     assert isinstance(ld, launch.LaunchDescription)
     assert [a.name for a in ld.get_launch_arguments()] == ["use_sim", "params_file", "model", "rate",
-                                                            "namespace"]
-    nodes = [e for e in ld.entities if type(e).__name__ == "Node"]
-    assert [n.node_executable for n in nodes] == ["sim_node"]
-    assert nodes[0].condition is not None               # use_sim
-    # the policy node (an OpaqueFunction): the file's values unless an argument is given
+                                                            "namespace", "command_interface"]
+    assert [type(e).__name__ for e in ld.entities][-1] == "OpaqueFunction"
+    # both nodes (an OpaqueFunction): the file's values unless an argument is given
     assert module.policy_parameters("f.yaml", "", "") == ["f.yaml"]
     assert module.policy_parameters("f.yaml", "/m", "10") == ["f.yaml", {"model": "/m", "rate": 10.0}]
+    velocity = {"command_interface": "velocity"}
+    assert module.policy_parameters("f.yaml", "", "", "velocity") == ["f.yaml", velocity]
+    assert module.sim_parameters("f.yaml", "") == ["f.yaml"]
+    assert module.sim_parameters("f.yaml", "velocity") == ["f.yaml", velocity]
 
 
 @pytest.mark.slow
@@ -668,6 +679,8 @@ BAD_PARAMETERS = [
     ("stop_threshold", ".nan"), ("rate", "abc"), ("rate", "0.0"), ("max_subtask_time", "-3.0"),
     ("torque_limits", "[1.0e+9,1.0e+9,1.0e+9,1.0e+9,1.0e+9,1.0e+9,1.0e+9,1.0e+9,1.0e+9]"), ("command_topic", "'bad topic'"),
     ("model", "5"), ("key_positions", "[.nan]"), ("joint_names", "[a,a,a,a,a,a,a,a,a]"),
+    ("command_interface", "torque"), ("command_interface", "''"), ("command_interface", "3"),
+    ("velocity_limits", "[9.0,9.0,9.0,9.0,9.0,9.0]"), ("velocity_limits", "[0.1,0.1]"),
 ]
 
 
@@ -704,3 +717,101 @@ def test_command_rate_under_a_sketch_flood(nodes, listener, tmp_path):
     assert policy.poll() is None
     log = nodes.log(policy)
     assert log.count("sketch rejected") <= 3, f"unthrottled warnings:\n{log[-2000:]}"
+
+
+# ----------------------------------------------------------------------------------------------
+# (g) issue 12: the velocity command interface
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_velocity_interface_publishes_clipped_velocities(nodes, listener, tmp_path):
+    """command_interface velocity: Float64MultiArray of 6 arm joint velocities on
+    /velocity_controller/commands (nothing on the effort topic), saturated at velocity_limits,
+    in command_joints order; zeros when the run ends."""
+    limits = np.array([0.6, 0.5, 0.4, 0.3, 0.2, 0.1])                   # model joint order
+    command_joints = list(reversed(dial.JOINTS[:6]))
+    policy = nodes.start("policy_node", model=saved_model(tmp_path / "m", act_bias=1e3, stop_bias=-50.0,
+                                                          action_dim=6),
+                         command_interface="velocity", velocity_limits=limits,
+                         command_joints=command_joints)
+    listener.fake_q = (list(dial.JOINTS), PLAUSIBLE_Q)
+    listener.wait_subscribed()
+    listener.wait_joint_states()
+    t0 = listener.send("3 1")
+    listener.wait_for(lambda: sum(t >= t0 for t, _ in listener.velocities) >= 10, 5.0,
+                      "10 velocity commands", nodes.log(policy))
+    for _, c in [(t, c) for t, c in listener.velocities if t >= t0]:
+        np.testing.assert_array_equal(c, limits[::-1])                  # saturated, clipped, reversed
+    assert not listener.commands, "an effort command from a velocity node"
+    t1 = listener.send("stop")
+    listener.wait_for(lambda: any(t >= t1 and not any(c) for t, c in listener.velocities), 2.0, "zeros")
+    assert policy.poll() is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("interface,action_dim", [("velocity", 9), ("effort", 6)])
+def test_a_model_of_the_other_interface_is_refused(install, tmp_path, interface, action_dim):
+    model = saved_model(tmp_path / "m", action_dim=action_dim)
+    cmd = (f"source '{install}/setup.bash' && exec '{install}/taco_bridge/lib/taco_bridge/policy_node' "
+           f"--ros-args -p command_interface:={interface} -p model:={model}")
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 1 and len(lines) == 1, out.stdout + out.stderr
+    assert lines[0].startswith("taco_policy: cannot start:") and f"command_interface {interface}" in lines[0]
+
+
+@pytest.mark.slow
+def test_sim_node_refuses_an_unknown_interface(install):
+    cmd = (f"source '{install}/setup.bash' && exec '{install}/taco_bridge/lib/taco_bridge/sim_node' "
+           f"--ros-args -p command_interface:=position")
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 1 and len(lines) == 1, out.stdout + out.stderr
+    assert lines[0].startswith("taco_sim: cannot start: parameter command_interface"), lines
+
+
+def test_velocity_interface_dials_offline():
+    """The policy node's control step with command_interface velocity and the shipped velocity
+    model, on taco_sim's DialEnv executing the commands with its velocity loop, without DDS:
+    the commands are 6 velocities within the limits and the keypad registers the PIN (a repeated
+    digit included, through the release step)."""
+    from rclpy.parameter import Parameter
+    policy_node = bridge_module("policy_node")
+    node = policy_node.PolicyNode(parameter_overrides=[Parameter("command_interface", value="velocity")])
+    try:
+        assert node.model_path == SHIPPED_VELOCITY_MODEL and node.interface == "velocity"
+        assert node.command_pub.topic_name == "/velocity_controller/commands"
+        for sketch, seed in (([0, 5, 1, 6], 0), ([7, 7, 2], 1)):
+            env = dial.DialEnv()
+            env.reset(seed=seed, layout="standard")
+            node.runner.start(sketch, 0.0)
+            node.press_rule = bridge_module("keypad").PressRule()
+            for t in range(dial.budget(len(sketch))):
+                node.qpos, node.qpos_time = env.qpos, t * dial.CONTROL_DT
+                action = node.control_step(t * dial.CONTROL_DT)
+                if action is None:
+                    break
+                assert action.shape == (6,) and (np.abs(action) <= dial.VELOCITY_LIMITS + 1e-12).all()
+                env.velocity_step(action)
+            assert node.runner.state == "done" and env.presses == sketch, (sketch, env.presses)
+    finally:
+        node.destroy_node()
+
+
+@pytest.mark.slow
+def test_velocity_interface_dials_end_to_end(nodes, listener):
+    """Both nodes with command_interface velocity (the sim's velocity loop, the shipped velocity
+    model): the keypad registers the PIN and the status says done."""
+    sketch = ["0", "5", "1", "6"]
+    sim = nodes.start("sim_node", command_interface="velocity")
+    policy = nodes.start("policy_node", command_interface="velocity")
+    listener.wait_subscribed()
+    listener.wait_joint_states()
+    listener.wait_for(lambda: listener.pressed_sub.get_publisher_count() > 0, 30, "the sim node")
+    t0 = listener.send(" ".join(sketch))
+    budget = dial.budget(len(sketch)) * dial.CONTROL_DT * 1.5 + 5.0
+    end = listener.wait_for(lambda: listener.status_after(t0, lambda s: s["state"] in ("done", "error")),
+                            budget, "the end of the run", nodes.log(policy) + nodes.log(sim))
+    presses = [d for t, d in listener.presses if t >= t0]
+    assert end["state"] == "done" and end["pressed"] == sketch and presses == sketch, (end, presses)
+    assert any(len(c) == 6 for t, c in listener.velocities if t >= t0) and not listener.commands

@@ -1,19 +1,22 @@
 """The Dial domain (paper Sec. 5.3): a MuJoCo JACO2 arm dials PINs on a 4 x 3 keypad.
 
-``env`` holds the model (``jaco_dial.xml`` beside it), observation and physics (DialEnv);
-``expert`` the state-based expert, the task interface (DialTask) and DART collection.
+``env`` holds the model (``jaco_dial.xml`` beside it), observation and physics (DialEnv, with
+the velocity loop of the velocity variant); ``expert`` the state-based expert, the task
+interface (DialTask) and DART collection; ``velocity`` the velocity variant (domain
+"dial-velocity": joint velocity targets instead of torques).
 """
 from taco_sim.dial.env import (ACTION_DIM, CONTROL_DT, DIGIT_SLOTS, HOME, JOINTS, K, MODEL_PATH,
                                PHYSICS_DT, SLOT_LABELS, SLOTS, STANDARD_LAYOUT, STATE_DIM, SUBSAMPLE,
-                               TORQUE_LIMITS, VOCAB, DialEnv, key_positions, observation_from_joints,
-                               observe, sample_layout)
+                               TORQUE_LIMITS, VELOCITY_KV, VELOCITY_LIMITS, VOCAB, DialEnv,
+                               key_positions, observation_from_joints, observe, sample_layout)
 from taco_sim.dial.expert import (DART_SIGMA, TEST_SKETCH_LEN, TRAIN_SKETCH_LEN, DialTask, budget,
                                   collect, expert_torque, expert_torque_from_obs, sample_sketches,
                                   task_env, zero_shot_sketches)
 
 __all__ = ["ACTION_DIM", "CONTROL_DT", "DART_SIGMA", "DIGIT_SLOTS", "HOME", "JOINTS", "K", "MODEL_PATH",
            "PHYSICS_DT", "SLOT_LABELS", "SLOTS", "STANDARD_LAYOUT", "STATE_DIM", "SUBSAMPLE",
-           "TEST_SKETCH_LEN", "TORQUE_LIMITS", "TRAIN_SKETCH_LEN", "VOCAB", "DialEnv", "DialTask", "budget", "collect", "expert_torque",
+           "TEST_SKETCH_LEN", "TORQUE_LIMITS", "TRAIN_SKETCH_LEN", "VELOCITY_KV", "VELOCITY_LIMITS",
+           "VOCAB", "DialEnv", "DialTask", "budget", "collect", "expert_torque",
            "expert_torque_from_obs", "key_positions", "observation_from_joints", "observe",
            "sample_layout", "sample_sketches", "task_env", "zero_shot_sketches"]
 
@@ -27,3 +30,15 @@ DOMAIN = register(Domain(
     models={"default": package_file("dial", "models", "dial")}, renders=True))
 """The Dial (joint-state variant) on the domain contract; its shipped model is the ROS 2
 bridge's default ("default": TACO, sim/taco_sim/configs/dial-small.yaml)."""
+
+from taco_sim.dial import velocity  # noqa: E402
+
+VELOCITY_DOMAIN = register(Domain(
+    name="dial-velocity", vocab=VOCAB, state_dim=STATE_DIM, action_dim=velocity.ACTION_DIM,
+    discrete=False, train_sketch_len=TRAIN_SKETCH_LEN, test_sketch_len=TEST_SKETCH_LEN,
+    collect=velocity.collect, task_env=velocity.task_env, sample_sketches=sample_sketches,
+    test_sketches=zero_shot_sketches, config=package_file("configs", "dial-velocity.yaml"),
+    models={"default": package_file("dial", "models", "dial-velocity")}, renders=True))
+"""The Dial's velocity variant (taco_sim.dial.velocity): six arm joint velocity targets per
+control step, executed by the simulated arm's velocity loop; its shipped model is the ROS 2
+bridge's default for command_interface velocity."""

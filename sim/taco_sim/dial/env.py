@@ -67,6 +67,16 @@ Each has a torque motor of the same name."""
 TORQUE_LIMITS = np.array([30.5, 30.5, 30.5, 6.8, 6.8, 6.8, 1.5, 1.5, 1.5])
 """(A,) peak torque per joint (N m), = the motors' ctrlrange: large actuators 1-3, small 4-6, fingers."""
 
+VELOCITY_LIMITS = np.deg2rad([36.0, 36.0, 36.0, 48.0, 48.0, 48.0])
+"""(6,) the JACO2 6-DoF arm's joint speed limits (rad/s): 36 deg/s for the large actuators 1-3,
+48 deg/s for the small ones 4-6 (the joint_velocity_limit of Kinova's j2n6s300 description in
+kinova-ros, kinova_description/urdf/j2n6s300.xacro). The velocity loop clamps its targets to them."""
+VELOCITY_KV = np.array([100.0, 100.0, 100.0, 20.0, 20.0, 20.0])
+"""(6,) velocity-loop gain (N m s / rad) of ``velocity_torque`` (spec/dial.md §7): a time
+constant (armature + link inertia) / (KV + damping) of 10 ms or less, stable at the 2 ms step."""
+FINGER_HOLD_KP = 2.0
+"""Finger P gain (N m / rad) of the velocity mode's gripper loop, which holds FINGERS_CLOSED."""
+
 SLOTS = 12
 """Key slots on the 4 x 3 pad, s = 3 row + col."""
 SLOT_LABELS = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "*", "0", "#")
@@ -363,6 +373,42 @@ class DialEnv:
         """One control step: torque (A,) clipped to TORQUE_LIMITS, held for SUBSAMPLE physics steps.
         Returns the new observation (D,)."""
         self.physics_step(torque, SUBSAMPLE)
+        self.t += 1
+        return self.obs
+
+    def velocity_torque(self, velocity):
+        """Torques (A,) of the velocity loop for arm joint velocity targets (6,) (rad/s), at the
+        current state; implements spec/dial.md eq. (1)-(2):
+
+          v*  = clip(velocity, -VELOCITY_LIMITS, VELOCITY_LIMITS)
+          tau = clip(b v* + KV (v* - qdot), -TORQUE_LIMITS, TORQUE_LIMITS)     (arm, on top of
+                                                                              gravity compensation)
+          tau_f = FINGER_HOLD_KP (FINGERS_CLOSED - q_f)                       (fingers: held closed)
+
+        b (6,) is the arm joints' viscous damping in the MJCF (the drives' friction, which a
+        firmware compensates with its friction model): with it, a constant target is tracked
+        without steady-state error by a P loop alone."""
+        v = np.asarray(velocity, dtype=np.float64)
+        if v.shape != (6,) or not np.isfinite(v).all():
+            raise ValueError(f"velocity: expected 6 finite numbers, got {v.tolist()}")
+        v = np.clip(v, -VELOCITY_LIMITS, VELOCITY_LIMITS)                                # (6,)
+        qdot = self.data.qvel[self.names.arm_dof]                                        # (6,)
+        damping = self.model.dof_damping[self.names.arm_dof]                             # (6,)
+        torque = np.empty(ACTION_DIM)
+        torque[:6] = damping * v + VELOCITY_KV * (v - qdot)
+        torque[6:] = FINGER_HOLD_KP * (FINGERS_CLOSED - self.data.qpos[self.names.qpos[6:]])
+        return np.clip(torque, -TORQUE_LIMITS, TORQUE_LIMITS)
+
+    def velocity_physics_step(self, velocity, n=1):
+        """n physics steps of the velocity loop (velocity_torque re-evaluated every step, like
+        an arm's firmware loop) towards arm joint velocity targets (6,) (rad/s)."""
+        for _ in range(n):
+            self.physics_step(self.velocity_torque(velocity), 1)
+
+    def velocity_step(self, velocity):
+        """One control step of the velocity interface: targets (6,) (rad/s) held for SUBSAMPLE
+        physics steps of the velocity loop. Returns the new observation (D,)."""
+        self.velocity_physics_step(velocity, SUBSAMPLE)
         self.t += 1
         return self.obs
 

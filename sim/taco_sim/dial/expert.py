@@ -36,6 +36,8 @@ K      |       | digits = 10
 D, A   |       | state 39, action 9
 """
 import multiprocessing
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -248,26 +250,49 @@ class DialTask:
         STOP decisions (a real PIN pad sees only keys), so progress and failed change in step."""
 
 
+@dataclass(frozen=True)
+class Variant:
+    """What differs between the Dial's action variants in collection (module-level objects, so
+    that a fork pool's jobs carry them by reference).
+
+    Field  | Meaning
+    name   | the domain's name, meta["domain"] of its data
+    task   | the task class: DialTask (torques) or a subclass acting otherwise
+    expert | expert(obs (D,), digit) -> clean action (A,)
+    noise  | (A,) DART noise scale: a demonstration's noise is N(0, (level * noise)^2),
+           | level ~ U(0, dart_sigma)
+    """
+
+    name: str
+    task: type
+    expert: Callable
+    noise: np.ndarray
+
+
 def _demo(args):
     """One DART demonstration: (states (T, D), actions (T, A), labels (T,), final (D,), discarded)."""
-    sketch, seed, dart_sigma = args
+    variant, sketch, seed, dart_sigma = args
     rng = np.random.default_rng(seed)
-    task = DialTask(layout="standard")
+    task = variant.task(layout="standard")
     L = len(sketch)
     for attempt in range(MAX_ATTEMPTS):
         task.layout = sample_layout(rng)
         obs = task.reset(sketch, seed=int(rng.integers(2 ** 31)))
-        scale = rng.uniform(0.0, dart_sigma) * TORQUE_LIMITS                          # (A,)
+        scale = rng.uniform(0.0, dart_sigma) * variant.noise                           # (A,)
         states, actions, labels = [], [], []
         while not task.done and not task.failed and task.t < budget(L):
-            clean = expert_torque_from_obs(obs, task.target)
+            clean = variant.expert(obs, task.target)
             states.append(obs)
             actions.append(clean)
             labels.append(task.progress)
-            obs = task.step(clean + scale * rng.standard_normal(ACTION_DIM))
+            obs = task.step(clean + scale * rng.standard_normal(len(clean)))
         if task.done:
             return np.array(states), np.array(actions), np.array(labels), obs, attempt
     raise RuntimeError(f"collect: a demonstration failed {MAX_ATTEMPTS} times; dart_sigma = {dart_sigma} too large?")
+
+
+TORQUE = Variant("dial", DialTask, expert_torque_from_obs, TORQUE_LIMITS)
+"""The torque variant: the domain "dial" (this module's expert and DialTask)."""
 
 
 def _chunk(jobs):
@@ -275,14 +300,23 @@ def _chunk(jobs):
 
 
 def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=None, workers=1):
-    """n expert demonstrations with DART noise on random (never standard) layouts, as a validated Demos.
+    """n expert demonstrations of the torque variant (domain "dial"); see collect_variant."""
+    return collect_variant(TORQUE, n, sketch_len, seed, dart_sigma=dart_sigma, sketches=sketches,
+                           progress=progress, workers=workers)
+
+
+def collect_variant(variant, n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=None,
+                    workers=1):
+    """n demonstrations of variant's expert with DART noise on random (never standard) layouts,
+    as a validated Demos (meta["domain"] = variant.name).
 
     Same contract as taco_sim.navworld.collect: states (N, T, D) at control steps, actions the
-    clean expert torque at each visited state, labels the progress at s_t, final_state the state
-    after the last press. Demonstration i runs from its own seed (derived from seed and i), so the
-    result does not depend on workers; a failed attempt (wrong press or over budget) is redrawn
-    with a new layout and counted in meta["discarded"]. workers > 1 uses a fork pool;
-    progress(done, total) is called as chunks of CHUNK finish (in order).
+    clean expert action (torques, or velocities) at each visited state, labels the progress at
+    s_t, final_state the state after the last press. Demonstration i runs from its own seed
+    (derived from seed and i), so the result does not depend on workers; a failed attempt (wrong
+    press or over budget) is redrawn with a new layout and counted in meta["discarded"].
+    workers > 1 uses a fork pool; progress(done, total) is called as chunks of CHUNK finish (in
+    order).
     """
     check_collect_args(n, sketch_len, workers)
     if not dart_sigma >= 0:
@@ -294,7 +328,7 @@ def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=
     if len(sketches) != n:
         raise ValueError(f"sketches: expected {n} rows (n), got {len(sketches)}")
     seeds = np.random.SeedSequence(rng.integers(2 ** 63)).spawn(n)
-    jobs = [(sketches[i], seeds[i], float(dart_sigma)) for i in range(n)]
+    jobs = [(variant, sketches[i], seeds[i], float(dart_sigma)) for i in range(n)]
     chunks = [jobs[i:i + CHUNK] for i in range(0, n, CHUNK)]
     poses()                                                  # solve IK before forking
     results = []
@@ -311,17 +345,17 @@ def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=
                 progress(len(results), n)
     traj_len = np.array([len(r[0]) for r in results], dtype=np.int64)
     T = int(traj_len.max())
+    A = results[0][1].shape[1]
     states = np.zeros((n, T, STATE_DIM))
-    actions = np.zeros((n, T, ACTION_DIM))
+    actions = np.zeros((n, T, A))
     labels = np.full((n, T), -1, dtype=np.int64)
     for i, r in enumerate(results):
         states[i, :traj_len[i]], actions[i, :traj_len[i]], labels[i, :traj_len[i]] = r[0], r[1], r[2]
     final_state = np.array([r[3] for r in results])
-    meta = {"domain": "dial", "action_type": "continuous", "sketch_len": int(sketch_len),
+    meta = {"domain": variant.name, "action_type": "continuous", "sketch_len": int(sketch_len),
             "dart_sigma": float(dart_sigma),
             "seed": int(seed) if isinstance(seed, (int, np.integer)) else None,
             "discarded": int(sum(r[4] for r in results)), "subsample": SUBSAMPLE,
             "physics_dt": PHYSICS_DT}
     return Demos(states, actions, traj_len, sketches, np.full(n, sketch_len, dtype=np.int64),
                  labels, final_state, VOCAB, meta).validate()
-

@@ -2,6 +2,7 @@
 
     pip install -e ".[ros]"
     taco-bridge-dial                       # sim node + policy node, shipped Dial model
+    taco-bridge-dial --command-interface velocity   # joint velocity commands, its shipped model
     # in another shell of the same environment:
     python -m taco_bridge.send "0 5 1 6"   # or, with a ROS install: ros2 topic pub --once ...
 
@@ -35,6 +36,8 @@ def node_commands(args):
         policy += ['-p', f'rate:={float(rate)!r}']
     if args.model:
         policy += ['-p', f'model:={args.model}']
+    if args.command_interface:
+        policy += ['-p', f'command_interface:={args.command_interface}']
     commands = [('taco_policy', policy)]
     if not args.no_sim:
         sim = [sys.executable, '-m', 'taco_bridge.sim_node'] + common + ['-r', '__node:=taco_sim']
@@ -42,6 +45,8 @@ def node_commands(args):
             sim += ['-p', f'real_time_factor:={float(args.real_time_factor)!r}']
         if args.viewer:
             sim += ['-p', 'viewer:=true']
+        if args.command_interface:
+            sim += ['-p', f'command_interface:={args.command_interface}']
         commands.insert(0, ('taco_sim', sim))
     return commands
 
@@ -60,6 +65,9 @@ def parser():
                     help='simulated seconds per wall-clock second (default: the parameter '
                          'file\'s or 1)')
     ap.add_argument('--viewer', action='store_true', help='open the MuJoCo viewer')
+    ap.add_argument('--command-interface', choices=('effort', 'velocity'), default=None,
+                    help='joint torques or joint velocities, for both nodes (default: the parameter '
+                         'file\'s or effort)')
     return ap
 
 

@@ -9,19 +9,23 @@ Subscribes
   joint_states        sensor_msgs/JointState joints matched by name; implausible ones rejected
   dial/pressed        std_msgs/String       the keys a keypad registered (the sim node), if any
 Publishes
-  <command_topic>     std_msgs/Float64MultiArray  one effort (N m) per joint of command_joints,
-                      default effort_controller/commands (the ros2_control effort controller's
-                      topic), only on the control timer (at most `rate` messages per second):
-                      the policy's torques at every tick while a sketch runs; one message of
-                      zeros at the first tick after a run ends (done, error, watchdog, "stop",
-                      a rejected sketch), and one on shutdown. Nothing while idle: an effort
-                      controller holds the last command it got, which is then zeros.
+  <command_topic>     std_msgs/Float64MultiArray  the command of command_interface in
+                      command_joints order: effort, one torque (N m) per joint (9), default
+                      topic effort_controller/commands (a ros2_control effort controller);
+                      velocity, one velocity (rad/s) per arm joint (6), default topic
+                      velocity_controller/commands (a JointGroupVelocityController). Only on
+                      the control timer (at most `rate` messages per second): the policy's
+                      action at every tick while a sketch runs; one message of zeros at the
+                      first tick after a run ends (done, error, watchdog, "stop", a rejected
+                      sketch), and one on shutdown. Nothing while idle: a forward command
+                      controller holds the last command it got, which is then zeros (zero
+                      torque on top of gravity compensation, or standing still).
   taco/status         std_msgs/String       JSON of taco_ref.runner.SketchRunner.status() plus
                       "joint_state_age" (s, or null) and "pressed" (the keys the keypad
                       registered in this run, or null without a keypad); on every change and
                       at status_rate
 
-Everything that decides a torque is in taco_ref.runner (parse_sketch, SketchRunner),
+Everything that decides an action is in taco_ref.runner (parse_sketch, SketchRunner),
 taco_sim.dial.observation_from_joints (forward kinematics on the project's MJCF) and
 taco_bridge.keypad (the release step between repeated digits and the press rule: a sub-task's
 STOP counts only once its key went down). Control runs on a wall-clock timer at `rate` Hz; a
@@ -32,7 +36,8 @@ exactly the sketch (checked within press_grace of the last STOP; a key off the s
 run at once); without one (a real arm), the policy's own claim that its last sub-task stopped.
 
 Safety: parameters are checked at start-up (a bad one: `cannot start: ...`, exit 1); torques
-clipped to torque_limits (at most the arm's peak torques); joint states must name each joint
+clipped to torque_limits (at most the arm's peak torques), velocities to velocity_limits (at
+most the arm's joint speed limits); joint states must name each joint
 once, be finite, lie within the MJCF's joint ranges plus joint_limit_margin and, when stamped,
 be younger than joint_state_timeout: others are rejected (an implausible one ends a run at
 once); no accepted joint state fresher than joint_state_timeout while running ends the run in
@@ -43,7 +48,8 @@ max_subtask_time bounds each sub-task; an exception inside a callback ends the r
 instead of killing the node.
 
 Symbol | Shape | Meaning
-J      |       | joints in the model's action order (9: six arm joints, three fingers)
+J      |       | joints of the joint states, the model's observation order (9: six arm joints, 3 fingers)
+A      |       | commanded joints: 9 (effort) or the 6 arm joints (velocity), the model's action order
 K      |       | sub-tasks (digits)
 D      |       | observation size = 39
 """
@@ -52,6 +58,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 from rclpy.node import Node
@@ -70,8 +77,43 @@ from taco_sim.dial.env import load_model as load_arm
 from taco_bridge import keypad
 from taco_bridge.node_util import declare, number, run, topic, value
 
-DEFAULT_MODEL = taco_sim.get('dial').models['default']
-"""The shipped Dial model (weights.npz + model.json), used when the model parameter is empty."""
+
+@dataclass(frozen=True)
+class Interface:
+    """A command interface of the policy node: what its model outputs and where it goes.
+
+    Field     | Meaning
+    domain    | taco_sim domain of its models ('dial': torques, 'dial-velocity': arm joint velocities)
+    limits    | name of the parameter of its per-joint limits
+    peak      | (A,) the arm's maxima those limits may not exceed (N m or rad/s)
+    unit      | unit of the command
+    topic     | default command topic: the ros2_control controller's (relative)
+    """
+
+    domain: str
+    limits: str
+    peak: np.ndarray
+    unit: str
+    topic: str
+
+    @property
+    def action_dim(self):
+        return len(self.peak)
+
+    @property
+    def default_model(self):
+        """The domain's shipped model, used when the model parameter is empty."""
+        return taco_sim.get(self.domain).models['default']
+
+
+INTERFACES = {
+    'effort': Interface('dial', 'torque_limits', dial.TORQUE_LIMITS, 'N m', 'effort_controller/commands'),
+    'velocity': Interface('dial-velocity', 'velocity_limits', dial.VELOCITY_LIMITS, 'rad/s',
+                          'velocity_controller/commands'),
+}
+"""command_interface -> Interface."""
+DEFAULT_MODEL = INTERFACES['effort'].default_model
+"""The shipped Dial (torque) model, used when the model parameter is empty (effort)."""
 HALT_WORDS = ('', 'stop')
 CONTINUOUS_RANGE = (-2 * math.pi, 4 * math.pi)
 """rad: the range accepted for a joint the MJCF leaves unlimited (JACO2 joint 1 turns freely):
@@ -83,12 +125,19 @@ WARN_PERIOD = 5.0
 
 PARAMETERS = {
     # name: (default, description); None: an optional array, unset by default
-    'model': ('', 'taco_ref model directory; empty: the shipped Dial model'),
+    'model': ('', 'taco_ref model directory; empty: the shipped Dial model of command_interface'),
+    'command_interface': ('effort', 'effort: joint torques (N m) on top of gravity compensation; '
+                                    'velocity: arm joint velocities (rad/s); the model must match'),
     'rate': (1.0 / dial.CONTROL_DT, 'control rate (Hz), (0, 500]; the policies were trained at 25 Hz'),
     'joint_names': (list(dial.JOINTS), 'robot joint names in the model action order'),
-    'command_joints': (None, 'joint order of the effort command; unset: joint_names'),
+    'command_joints': (None, 'joint order of the command; unset: joint_names (effort), its first '
+                             'six, the arm joints (velocity)'),
     'torque_limits': ([float(x) for x in dial.TORQUE_LIMITS],
-                      'per-joint torque limits (N m), joint_names order, each in [0, the arm\'s peak]'),
+                      'per-joint torque limits (N m), joint_names order, each in [0, the arm\'s peak] '
+                      '(effort)'),
+    'velocity_limits': ([float(x) for x in dial.VELOCITY_LIMITS],
+                        'arm joint velocity limits (rad/s), joint_names order, each in [0, the '
+                        'arm\'s maximum] (velocity)'),
     'layout': ([int(x) for x in dial.STANDARD_LAYOUT],
                'keypad slot of each digit 0..9 (taco_sim.dial); used unless key_positions is set'),
     'key_positions': (None, 'world (x, y, z) of each digit key top, 30 numbers (m), digit order'),
@@ -98,24 +147,29 @@ PARAMETERS = {
     'stop_threshold': (0.5, 'a sub-policy stops when P(STOP) exceeds this, (0, 1)'),
     'press_grace': (0.5, 'seconds after the last STOP for the keypad to report the last key, (0, 5]'),
     'status_rate': (1.0, 'Hz of the periodic status message (also sent on every change), (0, 100]'),
-    'command_topic': ('effort_controller/commands', 'topic of the effort command'),
+    'command_topic': ('', 'topic of the command; empty: effort_controller/commands (effort) or '
+                          'velocity_controller/commands (velocity)'),
 }
 OPTIONAL_TYPES = {'command_joints': Parameter.Type.STRING_ARRAY,
                   'key_positions': Parameter.Type.DOUBLE_ARRAY}
 
 
-def dial_model(path):
-    """Load and check a model for the Dial domain; ModelError / ValueError with the reason."""
-    path = path or DEFAULT_MODEL
+def dial_model(path, interface='effort'):
+    """Load and check a model for the Dial domain of command interface (a key of INTERFACES);
+    ModelError / ValueError with the reason."""
+    iface = INTERFACES[interface]
+    path = path or iface.default_model
     if not os.path.isdir(path):
-        hint = ' (the shipped Dial model has not been installed)' if path == DEFAULT_MODEL else ''
+        hint = (f' (the shipped {iface.domain} model has not been installed)'
+                if path == iface.default_model else '')
         raise model_mod.ModelError(f'model directory {path} does not exist{hint}')
     model = model_mod.load(path)
     cfg = model.policy
-    if (cfg.state_dim, cfg.action_dim, cfg.discrete) != (dial.STATE_DIM, dial.ACTION_DIM, False):
-        raise ValueError(f'{path}: a Dial model has D={dial.STATE_DIM}, A={dial.ACTION_DIM} '
-                         f'continuous actions; this one D={cfg.state_dim}, A={cfg.action_dim}, '
-                         f'discrete={cfg.discrete}')
+    A = iface.action_dim
+    if (cfg.state_dim, cfg.action_dim, cfg.discrete) != (dial.STATE_DIM, A, False):
+        raise ValueError(f'{path}: a model for command_interface {interface} ({iface.domain}) has '
+                         f'D={dial.STATE_DIM}, A={A} continuous actions ({iface.unit}); this one '
+                         f'D={cfg.state_dim}, A={cfg.action_dim}, discrete={cfg.discrete}')
     if list(model.vocab) != list(dial.VOCAB):
         raise ValueError(f'{path}: a Dial model names the digits {" ".join(dial.VOCAB)}; '
                          f'this one {" ".join(model.vocab)}')
@@ -157,28 +211,42 @@ def checked_parameters(p):
     """The policy node's parameters p (name: value) checked; returns the derived values as a
     dict, or raises ValueError naming the first bad parameter and what was expected."""
     J, K = dial.ACTION_DIM, dial.K
-    out = {'rate': number(p, 'rate', 0, 500),
+    interface = p['command_interface']
+    if interface not in INTERFACES:
+        raise ValueError(f'parameter command_interface: expected one of {", ".join(INTERFACES)}, '
+                         f'got {interface!r}')
+    iface = INTERFACES[interface]
+    A = iface.action_dim
+    out = {'interface': interface,
+           'rate': number(p, 'rate', 0, 500),
            'timeout': number(p, 'joint_state_timeout', 0, 2),
            'margin': number(p, 'joint_limit_margin', 0, 0.5, low_open=False),
            'max_subtask_time': number(p, 'max_subtask_time', 0, 600),
            'stop_threshold': number(p, 'stop_threshold', 0, 1, high_open=True),
            'press_grace': number(p, 'press_grace', 0, 5),
            'status_rate': number(p, 'status_rate', 0, 100),
-           'command_topic': topic(p, 'command_topic')}
+           'command_topic': topic(dict(p, command_topic=p['command_topic'] or iface.topic),
+                                  'command_topic')}
     names = list(p['joint_names'])
     if len(names) != J or len(set(names)) != J or not all(names):
         raise ValueError(f'parameter joint_names: expected {J} distinct names, got {names}')
     out['joint_names'] = names
-    command = list(p['command_joints'] or names)
-    if sorted(command) != sorted(names):
-        raise ValueError(f'parameter command_joints: expected a permutation of joint_names '
-                         f'{names}, got {command}')
+    commanded = names[:A]                      # effort: all J joints; velocity: the six arm joints
+    command = list(p['command_joints'] or commanded)
+    if sorted(command) != sorted(commanded):
+        raise ValueError(f'parameter command_joints: expected a permutation of '
+                         f'{"joint_names" if A == J else f"the first {A} joint_names"} {commanded}, '
+                         f'got {command}')
     out['command_joints'] = command
-    limits = np.asarray(p['torque_limits'], dtype=np.float64)                  # (J,)
-    if limits.shape != (J,) or not np.all((limits >= 0) & (limits <= dial.TORQUE_LIMITS)):
-        raise ValueError(f'parameter torque_limits: expected {J} numbers (N m) each between 0 and '
-                         f'the arm\'s peak torque {dial.TORQUE_LIMITS.tolist()}, got {limits.tolist()}')
-    out['limits'] = limits
+    for name, peak, unit in (('torque_limits', dial.TORQUE_LIMITS, 'N m'),
+                             ('velocity_limits', dial.VELOCITY_LIMITS, 'rad/s')):
+        limits = np.asarray(p[name], dtype=np.float64)                         # (A,) of its interface
+        if limits.shape != peak.shape or not np.all((limits >= 0) & (limits <= peak)):
+            raise ValueError(f'parameter {name}: expected {len(peak)} numbers ({unit}) each between 0 '
+                             f'and the arm\'s maximum {[round(x, 4) for x in peak.tolist()]}, got '
+                             f'{limits.tolist()}')
+        if name == iface.limits:
+            out['limits'] = limits
     if p['key_positions'] is not None:
         key_pos = np.asarray(p['key_positions'], dtype=np.float64)
         if key_pos.shape != (3 * K,) or not np.isfinite(key_pos).all():
@@ -205,10 +273,11 @@ class PolicyNode(Node):
         declare(self, PARAMETERS, OPTIONAL_TYPES)
         p = {name: value(self, name) for name in PARAMETERS}
         c = checked_parameters(p)
-        self.model, self.model_path = dial_model(p['model'])
+        self.interface = c['interface']
+        self.model, self.model_path = dial_model(p['model'], self.interface)
         self.rate, self.timeout, self.press_grace = c['rate'], c['timeout'], c['press_grace']
         self.joint_names, self.command_joints = c['joint_names'], c['command_joints']
-        self.to_command = np.array([self.joint_names.index(n) for n in self.command_joints])
+        self.to_command = np.array([self.joint_names.index(n) for n in self.command_joints])  # (A,)
         self.key_pos = c['key_pos']                                             # (K, 3)
         self.low, self.high = joint_bounds(c['margin'])                         # (J,), (J,)
         self.stop_threshold = c['stop_threshold']
@@ -235,7 +304,8 @@ class PolicyNode(Node):
         self.create_timer(1.0 / c['status_rate'], lambda: self.publish_status(force=True))
         self.get_logger().info(
             f'model {self.model_path} (vocabulary {" ".join(self.model.vocab)}), {self.rate:g} Hz, '
-            f'commands on {self.command_pub.topic_name} for {self.command_joints}')
+            f'{self.interface} commands ({INTERFACES[self.interface].unit}) on '
+            f'{self.command_pub.topic_name} for {self.command_joints}')
         self.publish_status(force=True)
 
     # ----- callbacks --------------------------------------------------------------------------
@@ -301,8 +371,8 @@ class PolicyNode(Node):
         self.publish_status()
 
     def control_step(self, now):
-        """The (J,) torques to command now, or None (zeros); applies the watchdog and the keypad
-        rules (taco_bridge.keypad: release step, press rule).
+        """The (A,) action to command now (torques or velocities), or None (zeros); applies the
+        watchdog and the keypad rules (taco_bridge.keypad: release step, press rule).
 
         A joint state is fresh when it is younger than joint_state_timeout. Without a fresh one
         the run waits (zeros) until joint_state_timeout has passed since the later of the last
@@ -337,10 +407,10 @@ class PolicyNode(Node):
         return action
 
     def release_action(self, obs):
-        """(J,) torques of the release step: the sub-policy of keypad.release_digit, clipped."""
+        """(A,) action of the release step: the sub-policy of keypad.release_digit, clipped."""
         digit = keypad.release_digit(obs, self.press_rule.digit)
         _, action = policy.act(self.model.params, self.model.policy, digit, obs)
-        action = np.asarray(action, dtype=np.float64)                           # (J,)
+        action = np.asarray(action, dtype=np.float64)                           # (A,)
         if not np.isfinite(action).all():
             self.runner.fail(f'the release step (sub-task {self.model.vocab[digit]}) produced a '
                              'non-finite action')
@@ -377,9 +447,9 @@ class PolicyNode(Node):
     # ----- output -----------------------------------------------------------------------------
 
     def publish_command(self, action):
-        """Torques (J,) in model order, or None for zeros; sent in command_joints order."""
-        torque = np.zeros(len(self.joint_names)) if action is None else action
-        self.command_pub.publish(Float64MultiArray(data=[float(x) for x in torque[self.to_command]]))
+        """The action (A,) in model order, or None for zeros; sent in command_joints order."""
+        command = np.zeros(len(self.to_command)) if action is None else action  # (A,)
+        self.command_pub.publish(Float64MultiArray(data=[float(x) for x in command[self.to_command]]))
 
     def status(self):
         """The runner's status with the keypad's verdict: a finished run with a keypad is
@@ -406,7 +476,7 @@ class PolicyNode(Node):
 
 def _halt(node):
     node.runner.halt()
-    node.publish_command(None)          # leave the effort controller holding zeros
+    node.publish_command(None)          # leave the controller holding zeros
 
 
 def main(args=None):

@@ -2,10 +2,12 @@
 
 Topic names are relative (`-r __ns:=/arm1` moves them all); without a namespace:
 Subscribes
-  <command_topic>  std_msgs/Float64MultiArray  one effort (N m) per joint of joint_names, the
-                   message a ros2_control effort controller takes (default
-                   effort_controller/commands); held until the next one, zeros after
-                   command_timeout without one; wrong length or non-finite: ignored
+  <command_topic>  std_msgs/Float64MultiArray  the command of command_interface, the message a
+                   ros2_control forward command controller takes: effort, one torque (N m) per
+                   joint of joint_names (default topic effort_controller/commands); velocity,
+                   one velocity target (rad/s) per arm joint, the first six of joint_names
+                   (default topic velocity_controller/commands). Held until the next one, zeros
+                   after command_timeout without one; wrong length or non-finite: ignored
 Publishes
   joint_states     sensor_msgs/JointState  name (joint_names), position, velocity, effort (the
                    applied torques) at joint_state_rate, stamped with the node's clock
@@ -13,10 +15,12 @@ Publishes
                    the digit ("5"): what was really dialled, which the policy node and
                    taco-bridge-send compare with the sketch
 
-Start: with wait_for_command (the default) physics does not run until the first effort command
+Start: with wait_for_command (the default) physics does not run until the first command
 arrives, so a sketch starts exactly at the sampled start pose (home +- HOME_NOISE, as in
 training). The arm compensates its own weight (like the JACO2 in torque mode), so zero effort
-holds it still; efforts are added on top of that compensation.
+holds it still; efforts are added on top of that compensation. In velocity mode the arm's
+velocity loop (taco_sim.dial.DialEnv.velocity_torque, spec/dial.md §7) turns the held targets
+into torques at every physics step and holds the fingers closed; zero velocity stands still.
 
 Real time: a wall-clock timer fires every step_period seconds and runs as many physics steps
 (PHYSICS_DT = 2 ms each) as bring simulated time to real_time_factor x elapsed wall time; if it
@@ -39,6 +43,9 @@ from taco_sim import dial
 
 from taco_bridge.node_util import declare, number, run, topic, value
 
+TOPICS = {'effort': 'effort_controller/commands', 'velocity': 'velocity_controller/commands'}
+"""command_interface -> default (relative) command topic: the ros2_control controller's."""
+
 PARAMETERS = {
     'real_time_factor': (1.0, 'simulated seconds per wall-clock second'),
     'step_period': (0.004, 'wall-clock period (s) of the physics timer'),
@@ -48,9 +55,12 @@ PARAMETERS = {
                                        'in taco_sim.dial.JOINTS order'),
     'layout': ([int(x) for x in dial.STANDARD_LAYOUT], 'keypad slot of each digit 0..9'),
     'seed': (0, 'seeds the start pose (home +- HOME_NOISE)'),
-    'command_topic': ('effort_controller/commands', 'topic of the effort command'),
-    'command_timeout': (0.5, 'seconds without an effort command before torques drop to zero'),
-    'wait_for_command': (True, 'hold the start pose (no physics) until the first effort command'),
+    'command_interface': ('effort', 'effort: joint torques (N m); velocity: arm joint velocity targets '
+                                    '(rad/s) executed by the simulated arm\'s velocity loop'),
+    'command_topic': ('', 'topic of the command; empty: effort_controller/commands (effort) or '
+                          'velocity_controller/commands (velocity)'),
+    'command_timeout': (0.5, 'seconds without a command before it drops to zero (torque or velocity)'),
+    'wait_for_command': (True, 'hold the start pose (no physics) until the first command'),
     'viewer': (False, 'open the passive mujoco.viewer window'),
 }
 
@@ -67,7 +77,13 @@ class SimNode(Node):
         step_period = number(p, 'step_period', 0, 1)
         joint_state_rate = number(p, 'joint_state_rate', 0, 1000)
         self.command_timeout = number(p, 'command_timeout', 0, 10)
-        command_topic = topic(p, 'command_topic')
+        self.interface = p['command_interface']
+        if self.interface not in TOPICS:
+            raise ValueError(f'parameter command_interface: expected one of {", ".join(TOPICS)}, '
+                             f'got {self.interface!r}')
+        command_topic = topic(dict(p, command_topic=p['command_topic'] or TOPICS[self.interface]),
+                              'command_topic')
+        self.command_dim = dial.ACTION_DIM if self.interface == 'effort' else len(dial.VELOCITY_LIMITS)
         self.joint_names = list(p['joint_names'])
         self.waiting = bool(p['wait_for_command'])
         if len(self.joint_names) != dial.ACTION_DIM or len(set(self.joint_names)) != dial.ACTION_DIM:
@@ -78,7 +94,7 @@ class SimNode(Node):
             self.env.reset(seed=int(p['seed']), layout=np.asarray(p['layout'], dtype=np.int64))
         except ValueError as err:
             raise ValueError(f'parameter {err}') from None
-        self.torque = np.zeros(dial.ACTION_DIM)      # (J,) held command
+        self.command = np.zeros(self.command_dim)    # (J,) torques or (6,) velocities: the held command
         self.command_time = None
         self.lag_resets = 0
         self.viewer = None
@@ -93,15 +109,16 @@ class SimNode(Node):
         self.create_timer(step_period, self.on_physics)
         self.create_timer(1.0 / joint_state_rate, self.publish_joint_state)
         self.get_logger().info(f'JACO dial sim, layout {self.env.layout.tolist()}, '
-                               f'real-time factor {self.rtf:g}, commands on {command_sub.topic_name}')
+                               f'real-time factor {self.rtf:g}, {self.interface} commands on '
+                               f'{command_sub.topic_name}')
 
     def on_command(self, msg):
-        torque = np.asarray(msg.data, dtype=np.float64)
-        if torque.shape != (dial.ACTION_DIM,) or not np.isfinite(torque).all():
-            self.get_logger().warn(f'effort command needs {dial.ACTION_DIM} finite numbers, '
+        command = np.asarray(msg.data, dtype=np.float64)
+        if command.shape != (self.command_dim,) or not np.isfinite(command).all():
+            self.get_logger().warn(f'{self.interface} command needs {self.command_dim} finite numbers, '
                                    f'got {len(msg.data)}; ignored', throttle_duration_sec=5.0)
             return
-        self.torque, self.command_time = torque, time.monotonic()
+        self.command, self.command_time = command, time.monotonic()
 
     def on_physics(self):
         now = time.monotonic()
@@ -119,7 +136,11 @@ class SimNode(Node):
         if n <= 0:
             return
         fresh = self.command_time is not None and now - self.command_time <= self.command_timeout
-        self.env.physics_step(self.torque if fresh else np.zeros(dial.ACTION_DIM), n)
+        command = self.command if fresh else np.zeros(self.command_dim)
+        if self.interface == 'velocity':
+            self.env.velocity_physics_step(command, n)
+        else:
+            self.env.physics_step(command, n)
         for digit in self.env.new_presses():
             self.press_pub.publish(String(data=dial.VOCAB[digit]))
             self.get_logger().info(f'pressed {dial.VOCAB[digit]}')
