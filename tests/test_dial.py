@@ -7,7 +7,7 @@ In three layers (an exact reference, properties, smoke and determinism):
 (c) smoke runs and determinism: one press counts once, the expert dials PINs, same seed => same
     trajectory, collect identical for workers 1 and 2, rendering;
 and the velocity variant (taco_sim.dial.velocity, spec/dial.md §7): the velocity loop written
-out from spec/dial.md eq. (1), (2), its tracking of a target, the velocity expert dialling PINs, its demonstrations.
+out, its tracking of a target, the velocity expert dialling PINs, its demonstrations.
 Symbols: N demonstrations, T control steps, L PIN length, K = 10 digits, D = 39, A = 9 (6 for
 the velocity variant). 0-based.
 """
