@@ -90,6 +90,8 @@ def cell_key(cell):
                                         "n_tasks", "n_align", "test_lengths")}
     fields["config"] = asdict(train.TrainConfig.from_dict(dict(cell["config"], algo=cell["algo"],
                                                                seed=cell["seed"])))
+    if fields["config"]["dtype"] == "float64":    # the default: keys from before the field stay valid
+        del fields["config"]["dtype"]
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
