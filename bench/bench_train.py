@@ -14,9 +14,10 @@ median process CPU time of the same calls is printed beside it, as a figure that
 shared machine disturbs less):
 
 - taco_ref  ``objectives.taco(params, cfg, batch)`` + ``optim.Adam.step`` on grads / steps,
-            float64 (taco_ref's only precision). A second, phased copy of the same step
-            (policy.evaluate | align.taco_forward_backward | policy.backward | Adam) gives
-            the breakdown; its loss is checked equal to objectives.taco's.
+            with the nets in float64 and in float32 (TrainConfig.dtype; the alignment is
+            float64 in both). A second, phased copy of the same step (policy.evaluate |
+            align.taco_forward_backward | policy.backward | Adam) gives the breakdown; its loss
+            is checked equal to objectives.taco's.
 - torch     the same model in eager PyTorch with autograd, float64 and float32, two ways:
             "grouped": K separate nn.Sequential action/STOP nets (nn.ModuleList), each run once
               on the (b, t, l) entries of its sub-task gathered across the batch, exactly the
@@ -32,8 +33,19 @@ shared machine disturbs less):
 
 Before timing, each float64 torch variant gets taco_ref's initial weights and must reproduce
 taco_ref's loss (rtol 1e-10), every parameter gradient (allclose) and the parameters after one
-Adam step; the float32 variants must match the loss to 1e-4 relative. Targets: taco_ref / torch
-<= 1.0 for float32 and float64 torch, at 1 thread (other thread counts are reported, not judged).
+Adam step; the float32 variants (torch and taco_ref) must match the loss to 1e-4 relative.
+
+Also printed, in the same run: the machine's practical GEMM limit (np.matmul of two 2000 x 2000
+matrices, float32 and float64, 1 thread) and the nets' useful GFLOP/s as a share of it; a
+profile of the taco_ref step per dtype (the phases; the same GEMMs replayed alone, so the
+rest of the nets' time is the non-GEMM work; the functions with the most self CPU time); and a
+Nav-World-sized step (small nets [100], B = 10), whose fixed per-step cost (Python and NumPy
+call overhead) is estimated from the same step at B = 1.
+
+Targets, at 1 thread (other thread counts are reported, not judged), with taco_ref's float32
+nets (the fast path; float64 when only it is timed): taco_ref / torch float32 <= 0.8 and
+taco_ref / torch float64 <= 0.6 (the faster torch variant each); the nets' useful GFLOP/s
+>= 50 % of the GEMM limit of the same dtype, for every taco_ref dtype timed.
 
 Threads: BLAS/OpenMP and torch run with 1 thread (the environment variables are overwritten,
 not defaulted, so both sides always get the same count). --threads N also repeats the whole
@@ -45,6 +57,7 @@ Usage::
     python bench/bench_train.py            # full set
     python bench/bench_train.py --quick    # fewer repeats, for smoke testing
     python bench/bench_train.py --threads 2 --json out.json
+    python bench/bench_train.py --quick --dtypes float64   # only float64 (e.g. an older tree)
 
 The exit code is 0 whether or not the targets are met; the last line says which.
 """
@@ -65,7 +78,9 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = str(THREADS)
 
 import argparse  # noqa: E402
+import cProfile  # noqa: E402
 import gc  # noqa: E402
+import pstats  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import subprocess  # noqa: E402
@@ -77,7 +92,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from taco_ref import align, data, objectives, optim, policy  # noqa: E402
+from taco_ref import align, data, nn, objectives, optim, policy, train  # noqa: E402
 from _timing import import_torch, interleaved_medians, numpy_blas_parts  # noqa: E402
 
 torch, TORCH_SKIP_REASON = import_torch(THREADS)
@@ -90,7 +105,13 @@ LR = 1e-3
 TRAJ_LEN_RANGE = (150, 200)  # inclusive, for the "random T_b" batch
 CASES = ("random T_b", "full T_b")
 SEED = 0
-RATIO_TARGET = 1.0  # taco_ref step / torch step <= this
+RATIO_TARGETS = {"float32": 0.8, "float64": 0.6}  # taco_ref (JUDGED_DTYPE) / torch <= this
+GEMM_TARGET = 0.5  # the nets' useful GFLOP/s / GEMM limit of the same dtype >= this
+DEFAULT_DTYPE = getattr(train.TrainConfig(), "dtype", "float64")
+JUDGED_DTYPE = "float32"  # the taco_ref precision the ratio targets judge, when timed
+GEMM_N = 2000  # the GEMM-limit probe: (GEMM_N, GEMM_N) @ (GEMM_N, GEMM_N)
+NAV = dict(B=10, T=77, L=3, K=4, D=8, A=2, hidden=[100], sigma=0.5, dropout=0.3)
+"""A Nav-World minibatch (sim/taco_sim/configs/navworld.yaml, 400 demonstrations: padded T 77)."""
 NEG = -1e30  # finite log 0 in the torch recursion: logaddexp's backward is NaN at -inf, -inf
 
 
@@ -153,15 +174,23 @@ def net_gflop(batch):
 # ---------------------------------------------------------------------------------------------
 # taco_ref
 
-def make_taco_ref_step(params, cfg, batch):
+def as_dtype(params, dtype):
+    """A copy of params with the trainable arrays in dtype, as train._Job makes them."""
+    return {n: v.astype(dtype) if n in policy.trainable(params) else v.copy()
+            for n, v in params.items()}
+
+
+def make_taco_ref_step(params, cfg, batch, stop_dropout=None):
     """One training step as taco_ref/train.py takes it; returns (run, adam). run() -> loss/steps."""
     names = policy.trainable(params)
     adam = optim.adam_for(params, names, LR)
 
     def run():
         steps = int(batch.traj_len.sum())
-        loss, grads = objectives.taco(params, cfg, batch)
-        adam.step(params, {n: g / steps for n, g in grads.items()})
+        loss, grads = objectives.taco(params, cfg, batch, stop_dropout=stop_dropout)
+        for g in grads.values():
+            g /= steps
+        adam.step(params, grads)
         return loss / steps
 
     return run, adam
@@ -169,22 +198,145 @@ def make_taco_ref_step(params, cfg, batch):
 
 def taco_ref_phased_step(params, cfg, batch, adam):
     """The body of objectives.taco (terminal_stop off, as in the trainer's default) and the Adam
-    step, with a perf_counter stamp between phases. Returns (loss / steps, {phase: seconds})."""
-    t0 = time.perf_counter()
+    step, with a process CPU-time stamp between phases (steadier than wall time on a shared
+    machine). Returns (loss / steps, {phase: CPU seconds})."""
+    t0 = time.process_time()
     steps = int(batch.traj_len.sum())
     scores, cache = policy.evaluate(params, cfg, batch, objectives.valid_mask(batch))
-    t1 = time.perf_counter()
+    t1 = time.process_time()
     res = align.taco_forward_backward(scores["log_act"], scores["log_stop"], scores["log_go"],
                                       batch.traj_len, batch.sketch_len)
     d = {"log_act": -res.d_act, "log_stop": -res.d_stop, "log_go": -res.d_go}
-    t2 = time.perf_counter()
+    t2 = time.process_time()
     grads = policy.backward(d, cache)
-    t3 = time.perf_counter()
-    adam.step(params, {n: g / steps for n, g in grads.items()})
-    t4 = time.perf_counter()
+    t3 = time.process_time()
+    for g in grads.values():
+        g /= steps
+    adam.step(params, grads)
+    t4 = time.process_time()
     phases = {"policy forward": t1 - t0, "align fwd-bwd": t2 - t1, "policy backward": t3 - t2,
               "Adam (incl. g / steps)": t4 - t3}
     return -res.loglik.sum() / steps, phases
+
+
+def gemm_limit(dtype, repeats):
+    """The machine's practical GEMM rate (GFLOP/s) from np.matmul on (N, N) @ (N, N): the best
+    of `repeats` calls (a limit: one slow call on a shared machine must not lower it), over
+    wall time and over process CPU time."""
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal((GEMM_N, GEMM_N)).astype(dtype) for _ in range(2))
+    a @ b
+    wall, cpu = [], []
+    for _ in range(repeats):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        a @ b
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    return 2 * GEMM_N ** 3 / min(wall) / 1e9, 2 * GEMM_N ** 3 / min(cpu) / 1e9
+
+
+def net_gemms(cfg, batch, dtype, rng):
+    """The matrix products of one policy forward + backward on batch (no repeated sub-tasks, no
+    terminal STOP: the bench's batches), as zero-argument callables on arrays of their shapes."""
+    valid = objectives.valid_mask(batch)
+    calls = []
+
+    def mm(m, k, n, transposed=False):
+        x = rng.standard_normal((k, m) if transposed else (m, k)).astype(dtype)
+        w = rng.standard_normal((k, n)).astype(dtype)
+        calls.append((lambda x=x, w=w: x.T @ w) if transposed else (lambda x=x, w=w: x @ w))
+
+    D_in = cfg.state_dim
+    sizes = {"act": [D_in] + cfg.act_hidden + [cfg.action_dim], "stop": [D_in] + cfg.stop_hidden + [1]}
+    for k in range(cfg.n_subtasks):
+        n = int((valid & (batch.sketch == k)[:, None, :]).sum())
+        if not n:
+            continue
+        H0 = sizes["act"][1] + sizes["stop"][1]
+        mm(n, D_in, H0)                                # fused first layers, forward
+        mm(D_in, n, H0, transposed=True)               # fused first layers, dW = x^T dz
+        for widths in sizes.values():
+            for i, o in zip(widths[1:-1], widths[2:]):
+                mm(n, i, o)                            # forward
+                mm(i, n, o, transposed=True)           # dW = h^T d
+                mm(n, o, i)                            # dx = d W^T
+    return calls
+
+
+def gemm_only_ms(calls, repeats):
+    """Median ms of running every call once (the nets' GEMMs alone)."""
+    for c in calls:
+        c()
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        for c in calls:
+            c()
+        times.append(time.process_time() - start)
+    return 1e3 * float(np.median(times))
+
+
+def cprofile_top(run, steps=2, top=12):
+    """[(function, calls per step, self CPU ms per step, cumulative CPU ms per step)] of run(),
+    the `top` functions by self time; matrix products count in the function that calls them."""
+    prof = cProfile.Profile(time.process_time)
+    prof.enable()
+    for _ in range(steps):
+        run()
+    prof.disable()
+    stats = pstats.Stats(prof).stats
+    rows = []
+    for (filename, line, name), (_, calls, self_t, cum_t, _) in stats.items():
+        where = (f"{Path(filename).parent.name}/{Path(filename).name}:{name}"
+                 if filename != "~" else name)
+        rows.append((where, calls / steps, 1e3 * self_t / steps, 1e3 * cum_t / steps))
+    return sorted(rows, key=lambda r: -r[2])[:top]
+
+
+def nav_problem(B_nav, rng):
+    """(params float64, PolicyConfig, batch) of a Nav-World-sized TACO step with B_nav rows."""
+    n = NAV
+    cfg = policy.PolicyConfig(state_dim=n["D"], n_subtasks=n["K"], action_dim=n["A"],
+                              act_hidden=list(n["hidden"]), stop_hidden=list(n["hidden"]),
+                              sigma=n["sigma"])
+    traj_len = rng.integers(n["T"] // 2, n["T"] + 1, size=B_nav)
+    traj_len[0] = n["T"]
+    pad = np.arange(n["T"])[None, :] >= traj_len[:, None]
+    states = rng.standard_normal((B_nav, n["T"], n["D"]))
+    actions = rng.standard_normal((B_nav, n["T"], n["A"]))
+    states[pad] = actions[pad] = 0.0
+    sketch = np.stack([rng.choice(n["K"], size=n["L"], replace=False) for _ in range(B_nav)])
+    labels = np.minimum(np.arange(n["T"])[None, :] * n["L"] // traj_len[:, None], n["L"] - 1)
+    labels[pad] = -1
+    batch = data.Demos(states=states, actions=actions, traj_len=traj_len, sketch=sketch,
+                       sketch_len=np.full(B_nav, n["L"]), labels=labels,
+                       final_state=rng.standard_normal((B_nav, n["D"])),
+                       vocab=tuple(f"subtask{k}" for k in range(n["K"]))).validate()
+    return policy.init_params(cfg, rng), cfg, batch
+
+
+def bench_navworld(dtypes, repeats):
+    """ms/step of a Nav-World-sized step (with STOP dropout) at B = 10 and B = 1 per dtype; the
+    fixed per-step cost c solves t(B) = c + B w from the two, and its share is c / t(10)."""
+    fns, labels = [], []
+    for dtype in dtypes:
+        for B_nav in (NAV["B"], 1):
+            rng = np.random.default_rng(SEED)
+            params, cfg, batch = nav_problem(B_nav, rng)
+            dropout = nn.Dropout(NAV["dropout"], np.random.default_rng(SEED))
+            run, _ = make_taco_ref_step(as_dtype(params, dtype), cfg, batch, dropout)
+            fns.append(run)
+            labels.append((dtype, B_nav))
+    times, cpu = interleaved_medians(fns, repeats)
+    out = {}
+    for dtype in dtypes:
+        t = {b: (times[labels.index((dtype, b))], cpu[labels.index((dtype, b))]) for b in (NAV["B"], 1)}
+        fixed = [(NAV["B"] * t[1][i] - t[NAV["B"]][i]) / (NAV["B"] - 1) for i in (0, 1)]
+        out[dtype] = dict(ms=1e3 * t[NAV["B"]][0], cpu_ms=1e3 * t[NAV["B"]][1],
+                          ms_b1=1e3 * t[1][0], fixed_ms=1e3 * fixed[0],
+                          fixed_share=fixed[0] / t[NAV["B"]][0],
+                          fixed_share_cpu=fixed[1] / t[NAV["B"]][1])
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -414,64 +566,102 @@ def phase_medians(params, cfg, batch, adam, repeats):
     return {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
 
 
-def bench_case(case, cfg_run, rng):
-    """Rows for one batch: taco_ref, then every torch variant and dtype; and the breakdown."""
+def bench_case(case, cfg_run, rng, dtypes, limits):
+    """Rows for one batch: taco_ref per dtype, then every torch variant and dtype; and the
+    profile of each taco_ref dtype (phases, GEMMs alone, top functions)."""
     cfg = policy_config()
     batch = make_batch(case, rng)
     params = policy.init_params(cfg, rng)
     gflop = net_gflop(batch)
     ref = taco_ref_reference(params, cfg, batch)
-    phased_params = {n: v.copy() for n, v in params.items()}
     names = policy.trainable(params)
-    phased_loss, _ = taco_ref_phased_step(phased_params, cfg, batch,
-                                          optim.adam_for(params, names, LR))
-    np.testing.assert_allclose(phased_loss, ref["loss"], rtol=1e-12,
-                               err_msg="phased taco_ref step vs objectives.taco")
-    rows, checks = [], []
-    fns, labels = [], []
+    checks, fns, labels, steps = [], [], [], {}
+    for dtype in dtypes:
+        p = as_dtype(params, dtype)
+        phased_loss, _ = taco_ref_phased_step(p, cfg, batch, optim.adam_for(p, names, LR))
+        np.testing.assert_allclose(phased_loss, ref["loss"], rtol=1e-12 if dtype == "float64" else 1e-4,
+                                   err_msg=f"phased taco_ref {dtype} step vs objectives.taco float64")
+        if dtype != "float64":
+            got = taco_ref_reference(as_dtype(params, dtype), cfg, batch)
+            grad_err = max(float(np.abs(got["grads"][n] - g).max() / np.abs(g).max())
+                           for n, g in ref["grads"].items())
+            checks.append(f"{case}: taco_ref {dtype}: loss rel err "
+                          f"{abs(got['loss'] - ref['loss']) / abs(ref['loss']):.1e}, max grad err "
+                          f"/ max |grad| {grad_err:.1e} (against taco_ref float64)")
+        run, adam = make_taco_ref_step(as_dtype(params, dtype), cfg, batch)
+        steps[dtype] = (run, adam)
+        fns.append(run)
+        labels.append(("taco_ref", dtype))
     if torch is not None:
-        for dtype in (torch.float64, torch.float32):
+        for tdtype in (torch.float64, torch.float32):
             for variant in (TorchGrouped, TorchBmm):
-                model = variant(params, batch, dtype)
-                err = check_torch_agrees(model, ref, dtype)
-                dname = str(dtype).replace("torch.", "")
+                model = variant(params, batch, tdtype)
+                err = check_torch_agrees(model, ref, tdtype)
+                dname = str(tdtype).replace("torch.", "")
                 checks.append(f"{case}: torch {model.name} {dname}: loss rel err "
                               f"{err['loss_rel_err']:.1e}, max grad err / max |grad| "
                               f"{err['grad_rel_err']:.1e}")
                 fns.append(make_torch_step(model))
                 labels.append((f"torch {model.name}", dname))
-    taco_step, adam = make_taco_ref_step(params, cfg, batch)
-    times, cpu = interleaved_medians([taco_step] + fns, cfg_run["repeats"])
-    t_ref, c_ref = times[0], cpu[0]
+    times, cpu = interleaved_medians(fns, cfg_run["repeats"])
+    ref_dtype = JUDGED_DTYPE if JUDGED_DTYPE in dtypes else dtypes[0]
+    i_ref = labels.index(("taco_ref", ref_dtype))
+    t_ref, c_ref = times[i_ref], cpu[i_ref]
     base = dict(threads=THREADS, case=case, steps=int(batch.traj_len.sum()), gflop=gflop,
                 repeats=cfg_run["repeats"])
-    rows.append(dict(base, side="taco_ref", dtype="float64", ms=1e3 * t_ref, cpu_ms=1e3 * c_ref,
-                     ratio=None, cpu_ratio=None, gflops=gflop / t_ref))
-    for (side, dname), t, c in zip(labels, times[1:], cpu[1:]):
+    rows = []
+    for (side, dname), t, c in zip(labels, times, cpu):
+        own = side == "taco_ref"
         rows.append(dict(base, side=side, dtype=dname, ms=1e3 * t, cpu_ms=1e3 * c,
-                         ratio=t_ref / t, cpu_ratio=c_ref / c, gflops=gflop / t))
-    phases = phase_medians(params, cfg, batch, adam, cfg_run["phase_repeats"])
-    return rows, checks, dict(base, total_ms=1e3 * t_ref,
-                              phases_ms={k: 1e3 * v for k, v in phases.items()})
+                         ratio=None if own else t_ref / t, cpu_ratio=None if own else c_ref / c,
+                         gflops=gflop / t, gemm_share=gflop / t / limits[dname][0],
+                         cpu_gemm_share=gflop / c / limits[dname][1], ref_dtype=ref_dtype))
+    profiles = []
+    for dtype in dtypes:
+        p = as_dtype(params, dtype)
+        adam = optim.adam_for(p, names, LR)
+        phases = phase_medians(p, cfg, batch, adam, cfg_run["phase_repeats"])
+        gemm_ms = gemm_only_ms(net_gemms(cfg, batch, dtype, np.random.default_rng(SEED)),
+                               cfg_run["phase_repeats"])
+        top = cprofile_top(lambda: taco_ref_phased_step(p, cfg, batch, adam))
+        t_dtype = times[labels.index(("taco_ref", dtype))]
+        profiles.append(dict(base, dtype=dtype, total_ms=1e3 * t_dtype,
+                             phases_ms={k: 1e3 * v for k, v in phases.items()},
+                             gemm_ms=gemm_ms, top=top))
+    return rows, checks, profiles
 
 
 def verdicts(rows):
-    """Per (threads, case, torch dtype): taco_ref / the faster torch variant, against the target.
+    """Per (threads, case, taco_ref dtype, torch dtype): taco_ref / the faster torch variant.
 
-    Only the 1-thread ratios are judged (met True/False); other thread counts are information
-    (met None): on a shared machine, oversubscribed BLAS/OpenMP threads wait on each other, and
-    which side suffers more says little about either implementation.
+    Only the 1-thread ratios of taco_ref in JUDGED_DTYPE are judged (met True/False);
+    the rest is information (met None): on a shared machine, oversubscribed BLAS/OpenMP threads
+    wait on each other, and which side suffers more says little about either implementation.
     """
     out = []
-    keys = {(r["threads"], r["case"], r["dtype"]) for r in rows if r["side"] != "taco_ref"}
-    for key in sorted(keys, key=lambda k: (k[0], CASES.index(k[1]), k[2] != "float32")):
-        peers = [r for r in rows if (r["threads"], r["case"], r["dtype"]) == key
-                 and r["side"] != "taco_ref"]
-        best = min(peers, key=lambda r: r["ms"])
-        met = best["ratio"] <= RATIO_TARGET if key[0] == 1 else None
-        out.append(dict(threads=key[0], case=key[1], dtype=key[2], peer=best["side"],
-                        ratio=best["ratio"], met=met))
+    own = [r for r in rows if r["side"] == "taco_ref"]
+    for r in own:
+        for tdtype in ("float32", "float64"):
+            peers = [p for p in rows if (p["threads"], p["case"], p["dtype"]) ==
+                     (r["threads"], r["case"], tdtype) and p["side"] != "taco_ref"]
+            if not peers:
+                continue
+            best = min(peers, key=lambda p: p["ms"])
+            ratio = r["ms"] / best["ms"]
+            judged = r["threads"] == 1 and r["dtype"] == r["ref_dtype"]
+            out.append(dict(threads=r["threads"], case=r["case"], dtype=r["dtype"], peer_dtype=tdtype,
+                            peer=best["side"], ratio=ratio, cpu_ratio=r["cpu_ms"] / best["cpu_ms"],
+                            target=RATIO_TARGETS[tdtype],
+                            met=ratio <= RATIO_TARGETS[tdtype] if judged else None))
     return out
+
+
+def gemm_verdicts(rows):
+    """The nets' useful GFLOP/s of each taco_ref dtype against GEMM_TARGET x the GEMM limit."""
+    return [dict(threads=r["threads"], case=r["case"], dtype=r["dtype"], share=r["gemm_share"],
+                 cpu_share=r["cpu_gemm_share"],
+                 met=r["gemm_share"] >= GEMM_TARGET if r["threads"] == 1 else None)
+            for r in rows if r["side"] == "taco_ref"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -479,42 +669,66 @@ def verdicts(rows):
 
 def print_table(rows):
     header = (f"{'thr':>3}  {'batch':<11} {'steps':>5}  {'side':<14} {'dtype':<8} "
-              f"{'ms/step':>8} {'reps':>4}  {'GFLOP/s':>7}  {'taco_ref / side':>15}  "
-              f"{'CPU ms':>7} {'CPU ratio':>9}")
+              f"{'ms/step':>8} {'reps':>4}  {'GFLOP/s':>7} {'% GEMM':>6}  {'taco_ref / side':>15}  "
+              f"{'CPU ms':>7} {'CPU ratio':>9} {'CPU % GEMM':>10}")
     print(header)
     print("-" * len(header))
     for r in rows:
         ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}"
         cpu_ratio = "" if r["cpu_ratio"] is None else f"{r['cpu_ratio']:.2f}"
         print(f"{r['threads']:>3}  {r['case']:<11} {r['steps']:>5}  {r['side']:<14} "
-              f"{r['dtype']:<8} {r['ms']:8.1f} {r['repeats']:>4}  {r['gflops']:7.1f}  "
-              f"{ratio:>15}  {r['cpu_ms']:7.1f} {cpu_ratio:>9}")
+              f"{r['dtype']:<8} {r['ms']:8.1f} {r['repeats']:>4}  {r['gflops']:7.1f} "
+              f"{100 * r['gemm_share']:5.0f}%  {ratio:>15}  {r['cpu_ms']:7.1f} {cpu_ratio:>9} "
+              f"{100 * r['cpu_gemm_share']:9.0f}%")
     print("ms/step: median wall time (the targets use it); GFLOP/s: the nets' useful work "
-          "(net_gflop) / ms/step, one numerator for all sides; CPU ms: median process CPU time "
-          "of the same calls, CPU ratio = taco_ref / side on it")
+          "(net_gflop) / ms/step, one numerator for all sides; % GEMM: GFLOP/s / the GEMM limit "
+          "of the row's dtype; taco_ref / side: taco_ref with its nets in "
+          f"{rows[0]['ref_dtype']}; CPU ms: median process CPU time of the same calls, "
+          "CPU ratio = taco_ref / side on it, CPU % GEMM = the same share on CPU times")
 
 
-def print_breakdowns(breakdowns, phase_repeats):
-    print(f"taco_ref step breakdown: median ms of each phase over {phase_repeats} phased steps "
-          "(% of their sum); whole step = the timed objectives.taco + Adam median")
-    names = list(breakdowns[0]["phases_ms"])
-    header = (f"{'thr':>3}  {'batch':<11} " + " ".join(f"{n:>24}" for n in names)
-              + f" {'sum':>7} {'whole step':>10}")
+def print_profiles(profiles, phase_repeats):
+    print(f"taco_ref profile: median CPU ms of each phase over {phase_repeats} phased steps (% of "
+          "their sum); GEMMs alone = the nets' matrix products (same shapes and dtype) replayed "
+          "without anything else; non-GEMM = policy forward + backward - GEMMs alone")
+    names = list(profiles[0]["phases_ms"])
+    header = (f"{'thr':>3}  {'batch':<11} {'dtype':<8} " + " ".join(f"{n:>24}" for n in names)
+              + f" {'sum':>7} {'GEMMs alone':>11} {'non-GEMM':>15}")
     print(header)
     print("-" * len(header))
-    for bd in breakdowns:
-        total = sum(bd["phases_ms"].values())
+    for pr in profiles:
+        total = sum(pr["phases_ms"].values())
         cells = " ".join(f"{f'{v:.1f} ({100 * v / total:.1f}%)':>24}"
-                         for v in bd["phases_ms"].values())
-        print(f"{bd['threads']:>3}  {bd['case']:<11} {cells} {total:7.1f} {bd['total_ms']:10.1f}")
+                         for v in pr["phases_ms"].values())
+        nets = pr["phases_ms"]["policy forward"] + pr["phases_ms"]["policy backward"]
+        rest = nets - pr["gemm_ms"]
+        print(f"{pr['threads']:>3}  {pr['case']:<11} {pr['dtype']:<8} {cells} {total:7.1f} "
+              f"{pr['gemm_ms']:11.1f} {f'{rest:.1f} ({100 * rest / total:.0f}%)':>15}")
+    for pr in profiles:
+        print(f"top functions by self CPU time, {pr['threads']} thr, {pr['case']}, {pr['dtype']} "
+              "(ms per step; matrix products count in their caller):")
+        for where, calls, self_ms, cum_ms in pr["top"]:
+            print(f"    {self_ms:8.1f} self {cum_ms:8.1f} cum {calls:7.0f} calls  {where}")
 
 
-def run_child(threads, quick):
+def print_navworld(nav):
+    n = NAV
+    print(f"Nav-World-sized step (B={n['B']} T={n['T']} L={n['L']} K={n['K']} D={n['D']} "
+          f"A={n['A']}, nets {n['hidden']}, STOP dropout {n['dropout']}; TACO + Adam): median "
+          "ms/step; fixed cost c from t(B) = c + B w at B = 10 and B = 1 (Python and NumPy call "
+          "overhead, independent of the data size)")
+    for dtype, r in nav.items():
+        print(f"  {dtype:<8} {r['ms']:6.2f} ms/step (CPU {r['cpu_ms']:6.2f}), B=1 {r['ms_b1']:6.2f}; "
+              f"fixed {r['fixed_ms']:5.2f} ms = {100 * r['fixed_share']:.0f} % of the step "
+              f"({100 * r['fixed_share_cpu']:.0f} % on CPU time)")
+
+
+def run_child(threads, quick, dtypes):
     """The same measurement with `threads` threads on both sides, in a fresh process."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "child.json"
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker-threads", str(threads),
-               "--json", str(out)] + (["--quick"] if quick else [])
+               "--json", str(out), "--dtypes", *dtypes] + (["--quick"] if quick else [])
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0 or not out.exists():
             raise RuntimeError(f"--threads {threads} child failed:\n{proc.stdout}\n{proc.stderr}")
@@ -529,6 +743,8 @@ def main(argv=None):
     parser.add_argument("--json", metavar="PATH", help="also write the figures to this JSON file")
     parser.add_argument("--threads", type=int, metavar="N",
                         help="also measure both sides with N threads (in a child process)")
+    parser.add_argument("--dtypes", nargs="+", choices=("float64", "float32"),
+                        default=["float64", "float32"], help="taco_ref's net precisions to time")
     parser.add_argument("--worker-threads", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     cfg_run = (dict(repeats=3, phase_repeats=2) if args.quick
@@ -547,35 +763,48 @@ def main(argv=None):
           f"training step; all sides interleaved, reps rounds after one warm-up round")
     print(f"problem: B={B} T={T} L={L} K={K} D={D} A={A}; action and STOP nets {HIDDEN} relu, "
           f"Gaussian sigma {SIGMA:g}; Adam lr {LR:g}; batches: random T_b in "
-          f"[{TRAJ_LEN_RANGE[0]}, {TRAJ_LEN_RANGE[1]}], full T_b = {T}")
+          f"[{TRAJ_LEN_RANGE[0]}, {TRAJ_LEN_RANGE[1]}], full T_b = {T}; taco_ref nets in "
+          f"{', '.join(args.dtypes)} (training default {DEFAULT_DTYPE}; targets judge "
+          f"{JUDGED_DTYPE}), alignment float64")
     if torch is None:
         print(f"torch sides skipped: {TORCH_SKIP_REASON}")
     else:
         print("torch: eager autograd; 'grouped' = K nn.Sequential nets on gathered entries per "
               "sub-task, 'bmm' = stacked weights gathered per (b, l) + baddbmm over all T; "
               "Adam(fused=True)")
+    # as the trainer does (train.keep_freed_memory; absent in older trees): freed arrays are
+    # reused, not zero-filled again; process-wide, so the torch sides get it too
+    kept = getattr(train, "keep_freed_memory", lambda: False)()
+    print(f"allocator: freed memory kept for reuse (train.keep_freed_memory): {kept}")
+    limits = {d: gemm_limit(d, cfg_run["phase_repeats"] + 3) for d in ("float32", "float64")}
+    print(f"GEMM limit ({THREADS} thread(s), np.matmul ({GEMM_N}, {GEMM_N}) @ ({GEMM_N}, {GEMM_N}), "
+          f"best of {cfg_run['phase_repeats'] + 3}): float32 {limits['float32'][0]:.1f} GFLOP/s, float64 {limits['float64'][0]:.1f} "
+          f"GFLOP/s (on CPU time: {limits['float32'][1]:.1f}, {limits['float64'][1]:.1f})")
 
     rng = np.random.default_rng(SEED)
-    rows, checks, breakdowns = [], [], []
+    rows, checks, profiles = [], [], []
     for case in CASES:
-        case_rows, case_checks, breakdown = bench_case(case, cfg_run, rng)
+        case_rows, case_checks, case_profiles = bench_case(case, cfg_run, rng, args.dtypes, limits)
         rows += case_rows
         checks += case_checks
-        breakdowns.append(breakdown)
+        profiles += case_profiles
+    nav = bench_navworld(args.dtypes, 5 * cfg_run["repeats"])
     if checks:
         print("checks passed (float64: loss rtol 1e-10, grads allclose rtol 1e-7, params after one "
               "Adam step; float32: loss rtol 1e-4):")
         for line in checks:
             print(f"  {line}")
     if args.threads and args.threads != THREADS:
-        child, thread_line = run_child(args.threads, args.quick)
+        child, thread_line = run_child(args.threads, args.quick, args.dtypes)
         print(f"--threads {args.threads}: {thread_line}")
         rows += child["rows"]
-        breakdowns += child["breakdowns"]
+        profiles += child["profiles"]
     print()
     print_table(rows)
     print()
-    print_breakdowns(breakdowns, cfg_run["phase_repeats"])
+    print_profiles(profiles, cfg_run["phase_repeats"])
+    print()
+    print_navworld(nav)
     machine["load_avg_end"] = os.getloadavg()[0]
     print(f"1-min load average: {machine['load_avg_start']:.2f} at start, "
           f"{machine['load_avg_end']:.2f} at end (this run adds about its thread count)")
@@ -585,27 +814,36 @@ def main(argv=None):
               "interleaving keeps the 1-thread ratios fair, multi-thread figures are unreliable")
 
     ratios = verdicts(rows)
-    judged = [v for v in ratios if v["met"] is not None]
+    shares = gemm_verdicts(rows)
     print()
     for v in ratios:
         verdict = ("info (not judged)" if v["met"] is None
-                   else f"target <= {RATIO_TARGET:g}  {'ok' if v['met'] else 'MISS'}")
-        print(f"  {v['threads']} thr, {v['case']:<11} taco_ref / torch {v['dtype']:<7} "
-              f"(faster variant: {v['peer']:<13}) = {v['ratio']:5.2f}  {verdict}")
-    missed = [f"{v['threads']} thr {v['case']} vs torch {v['dtype']} = {v['ratio']:.2f}"
+                   else f"target <= {v['target']:g}  {'ok' if v['met'] else 'MISS'}")
+        print(f"  {v['threads']} thr, {v['case']:<11} taco_ref {v['dtype']:<7} / torch "
+              f"{v['peer_dtype']:<7} (faster variant: {v['peer']:<13}) = {v['ratio']:5.2f} "
+              f"(CPU time {v['cpu_ratio']:4.2f})  {verdict}")
+    for v in shares:
+        verdict = ("info (not judged)" if v["met"] is None
+                   else f"target >= {100 * GEMM_TARGET:.0f} %  {'ok' if v['met'] else 'MISS'}")
+        print(f"  {v['threads']} thr, {v['case']:<11} taco_ref {v['dtype']:<7} nets at "
+              f"{100 * v['share']:3.0f} % of the {v['dtype']} GEMM limit (CPU time "
+              f"{100 * v['cpu_share']:3.0f} %)  {verdict}")
+    judged = [v for v in ratios + shares if v["met"] is not None]
+    missed = [f"{v['threads']} thr {v['case']} taco_ref {v['dtype']} "
+              + (f"vs torch {v['peer_dtype']} = {v['ratio']:.2f}" if "ratio" in v
+                 else f"GEMM share {100 * v['share']:.0f} %")
               for v in judged if not v["met"]]
     print()
-    if torch is None:
-        print(f"PASS vs targets (0/0 met; torch not available: {TORCH_SKIP_REASON})")
-    elif missed:
-        print(f"FAIL vs targets ({len(judged) - len(missed)}/{len(judged)} met; "
-              f"taco_ref / torch <= {RATIO_TARGET:g}): " + "; ".join(missed))
+    if missed:
+        print(f"FAIL vs targets ({len(judged) - len(missed)}/{len(judged)} met): " + "; ".join(missed))
     else:
-        print(f"PASS vs targets ({len(judged)}/{len(judged)} met)")
+        print(f"PASS vs targets ({len(judged)}/{len(judged)} met"
+              + (f"; torch not available: {TORCH_SKIP_REASON})" if torch is None else ")"))
 
     if args.json:
-        report = dict(machine=machine, mode="quick" if args.quick else "full", rows=rows,
-                      breakdowns=breakdowns, verdicts=ratios, checks=checks)
+        report = dict(machine=machine, mode="quick" if args.quick else "full", limits=limits,
+                      rows=rows, profiles=profiles, navworld=nav, verdicts=ratios,
+                      gemm_verdicts=shares, checks=checks)
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     return 0
 

@@ -3,8 +3,12 @@ GRU and bidirectional GRU, log-softmax, log-sigmoid, and the two action log-like
 
 Every ``*_forward(...)`` returns ``(out, cache)`` and sits directly above its
 ``*_backward(dout, cache)``, which returns the gradient of ``sum(dout * out)`` with respect to the
-forward's array inputs (and parameters). Plain NumPy, float64, no autodiff at run time; the tests
+forward's array inputs (and parameters). Plain NumPy, no autodiff at run time; the tests
 check every backward against autograd. Parameters are plain arrays in lists and dicts.
+
+Precision: float32 and float64 arrays keep their dtype through every layer (the sub-policy nets
+train in either, spec/training.md §1 `dtype`); anything else (ints, lists) is read as float64.
+Mixed inputs follow NumPy's promotion (float32 with float64 gives float64).
 
 Symbol | Shape | Meaning
 N      |       | rows: any number of leading axes (...) flattened together
@@ -20,6 +24,14 @@ import numbers
 
 import numpy as np
 
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _floats(x):
+    """x as an array of its own float dtype if float32 or float64, else as float64."""
+    x = np.asarray(x)
+    return x if x.dtype in _FLOATS else x.astype(np.float64)
+
 # ----------------------------------------------------------------------------------------
 # Affine layer and element-wise non-linearities
 # ----------------------------------------------------------------------------------------
@@ -33,35 +45,47 @@ def linear_forward(x, W, b):
     b      | (O,)     | bias
     out    | (..., O) |
     """
-    x = np.asarray(x, dtype=np.float64)
-    out = x @ W + b                                       # (..., O)
+    x = _floats(x)
+    out = x @ W                                           # (..., O)
+    if np.result_type(out, b) == out.dtype:
+        out += b                                          # in place: no (..., O) temporary
+    else:
+        out = out + b                                     # (mixed precisions promote)
     return out, (x, W)
 
 
-def linear_backward(dout, cache, input_grad=True):
+def linear_backward(dout, cache, input_grad=True, dx_out=None):
     """(dx, dW, db) for :func:`linear_forward`; leading axes are flattened into rows.
 
     With input_grad=False, dx is None and its matrix product is skipped (a network's first
-    layer, whose inputs are data).
+    layer, whose inputs are data). dx_out, an array of dx's shape (a view is fine), receives dx
+    without a temporary.
     """
     x, W = cache
-    dout = np.asarray(dout, dtype=np.float64)
+    dout = _floats(dout)
     x2 = x.reshape(-1, W.shape[0])                        # (N, I)
     d2 = dout.reshape(-1, W.shape[1])                     # (N, O)
-    dx = dout @ W.T if input_grad else None               # (..., I)  d(xW)/dx = W^T
+    dx = np.matmul(dout, W.T, out=dx_out) if input_grad else None  # (..., I) d(xW)/dx = W^T
     dW = x2.T @ d2                                        # (I, O)    sum over rows of x^T dout
     db = d2.sum(axis=0)                                   # (O,)      b is broadcast over rows
     return dx, dW, db
 
 
-def relu_forward(x):
-    """out = max(x, 0); the cache is the (..., ) boolean mask x > 0.
+def relu_inplace(h):
+    """h <- max(h, 0) in place; returns the cache for :func:`relu_backward`: the derivative,
+    the (..., ) boolean mask h > 0.
 
     np.maximum and a multiply by the mask are about ten times faster than np.where on these
     shapes (bench/bench_train.py), and give the same values.
     """
-    out = np.maximum(np.asarray(x, dtype=np.float64), 0.0)    # (...)
-    return out, out > 0
+    np.maximum(h, 0.0, out=h)                             # (...)
+    return h > 0
+
+
+def relu_forward(x):
+    """out = max(x, 0) as a new array; the cache is the (..., ) boolean mask x > 0."""
+    out = np.array(_floats(x))                            # (...) a copy
+    return out, relu_inplace(out)
 
 
 def relu_backward(dout, cache):
@@ -69,15 +93,22 @@ def relu_backward(dout, cache):
     return dout * cache
 
 
+def tanh_inplace(h):
+    """h <- tanh(h) in place; returns the cache for :func:`tanh_backward`: the derivative
+    1 - tanh(h)^2 (not h, which a later dropout may scale in place)."""
+    np.tanh(h, out=h)                                     # (...)
+    return 1.0 - h ** 2
+
+
 def tanh_forward(x):
-    """out = tanh(x); the cache is out itself."""
-    out = np.tanh(np.asarray(x, dtype=np.float64))       # (...)
-    return out, out
+    """out = tanh(x) as a new array; the cache is the derivative 1 - out^2."""
+    out = np.array(_floats(x))                            # (...) a copy
+    return out, tanh_inplace(out)
 
 
 def tanh_backward(dout, cache):
     """dx = dout (1 - tanh(x)^2)."""
-    return dout * (1.0 - cache ** 2)
+    return dout * cache
 
 
 def _check_rate(rate, name):
@@ -113,14 +144,20 @@ def dropout_forward(x, dropout):
     out     | (...) | x * mask
     cache   | (...) | mask: 0 for dropped units, 1 / (1 - rate) for kept ones; None if identity
     """
-    x = np.asarray(x, dtype=np.float64)
+    x = _floats(x)
+    mask = _dropout_mask(x.shape, x.dtype, dropout)
+    return (x, None) if mask is None else (x * mask, mask)
+
+
+def _dropout_mask(shape, dtype, dropout):
+    """The mask of :func:`dropout_forward` for an array of this shape and dtype, or None. The
+    uniform draws are float64 whatever the dtype, so both precisions drop the same units."""
     if dropout is not None and not isinstance(dropout, Dropout):
         raise ValueError(f"dropout must be an nn.Dropout or None, got {dropout!r}")
     if dropout is None or dropout.rate == 0.0:
-        return x, None
-    keep = dropout.rng.random(x.shape) >= dropout.rate    # (...) P(keep) = 1 - rate
-    mask = keep / (1.0 - dropout.rate)                    # (...) float64
-    return x * mask, mask
+        return None
+    keep = dropout.rng.random(shape) >= dropout.rate      # (...) P(keep) = 1 - rate
+    return (keep / (1.0 - dropout.rate)).astype(dtype, copy=False)  # (...)
 
 
 def dropout_backward(dout, cache):
@@ -133,6 +170,7 @@ def dropout_backward(dout, cache):
 # ----------------------------------------------------------------------------------------
 
 _ACTIVATIONS = {"relu": (relu_forward, relu_backward), "tanh": (tanh_forward, tanh_backward)}
+_ACTIVATIONS_INPLACE = {"relu": relu_inplace, "tanh": tanh_inplace}
 
 
 def _check_activation(activation):
@@ -147,7 +185,8 @@ def mlp_init(rng, sizes, activation="relu"):
     Every layer, the output layer included, draws W uniformly from [-bound, bound]:
     - activation="relu": He/Kaiming uniform, bound = sqrt(6 / fan_in)  (Var W = 2 / fan_in);
     - activation="tanh": Glorot/Xavier uniform, bound = sqrt(6 / (fan_in + fan_out)).
-    Biases are zero. fan_in = I of the layer, fan_out = O of the layer.
+    Biases are zero. fan_in = I of the layer, fan_out = O of the layer. float64 (a float32 run
+    rounds these values, so both precisions start from the same draws).
     """
     _check_activation(activation)
     sizes = [int(s) for s in sizes]
@@ -162,6 +201,23 @@ def mlp_init(rng, sizes, activation="relu"):
     return layers
 
 
+def _hidden_inplace(h, activation, dropout):
+    """h <- drop(act(h)) in place; returns the cache (activation derivative, dropout mask)."""
+    deriv = _ACTIVATIONS_INPLACE[activation](h)           # (..., O) bool (relu) or float
+    mask = _dropout_mask(h.shape, h.dtype, dropout)
+    if mask is not None:
+        h *= mask
+    return deriv, mask
+
+
+def _hidden_backward_inplace(dh, cache):
+    """dh <- d drop(act(h)) / dh in place: undo dropout, then the activation."""
+    deriv, mask = cache
+    if mask is not None:
+        dh *= mask                                        # dropout_backward, in place
+    dh *= deriv                                           # relu_backward / tanh_backward
+
+
 def mlp_forward(layers, x, activation="relu", dropout=None):
     """Forward pass of the MLP built by :func:`mlp_init`.
 
@@ -170,38 +226,96 @@ def mlp_forward(layers, x, activation="relu", dropout=None):
     x       | (..., I) | inputs; any leading axes
     dropout |          | a Dropout on every hidden layer's output (not the output layer), or None
     out     | (..., O) | output of the last (linear) layer
+
+    Each layer's output is one fresh array, activated and dropped out in place.
     """
-    act_forward, _ = _check_activation(activation)
+    _check_activation(activation)
     caches = []
-    h = np.asarray(x, dtype=np.float64)                   # (..., I)
+    h = _floats(x)                                        # (..., I)
     for i, (W, b) in enumerate(layers):
         h, lin_cache = linear_forward(h, W, b)            # (..., O_i)
         if i == len(layers) - 1:
-            caches.append((lin_cache, None, None))
+            caches.append((lin_cache, None))
             break
-        h, act_cache = act_forward(h)                     # (..., O_i)
-        h, drop_cache = dropout_forward(h, dropout)
-        caches.append((lin_cache, act_cache, drop_cache))
-    return h, (caches, activation)
+        caches.append((lin_cache, _hidden_inplace(h, activation, dropout)))   # h: (..., O_i)
+    return h, caches
 
 
-def mlp_backward(dout, cache, input_grad=True):
+def mlp_backward(dout, cache, input_grad=True, dx_out=None):
     """(dx, grads) for :func:`mlp_forward`; grads = [(dW, db), ...] matching layers.
 
     input_grad=False returns dx = None and skips the first layer's input product (about 4 %
     of a Dial-sized training step) when the inputs are data, as for the sub-policies.
+    dx_out (an array of x's shape, a view is fine) receives dx without a temporary.
     """
-    caches, activation = cache
-    _, act_backward = _ACTIVATIONS[activation]
     grads = []
-    dh = np.asarray(dout, dtype=np.float64)               # (..., O)
-    for i, (lin_cache, act_cache, drop_cache) in reversed(list(enumerate(caches))):
-        if act_cache is not None:                         # hidden layer: undo dropout, then act
-            dh = dropout_backward(dh, drop_cache)
-            dh = act_backward(dh, act_cache)
-        dh, dW, db = linear_backward(dh, lin_cache, input_grad=input_grad or i > 0)
+    dh = _floats(dout)                                    # (..., O); never written to
+    for i, (lin_cache, hidden_cache) in reversed(list(enumerate(cache))):
+        if hidden_cache is not None:                      # dh is a fresh array here
+            _hidden_backward_inplace(dh, hidden_cache)
+        dh, dW, db = linear_backward(dh, lin_cache, input_grad=input_grad or i > 0,
+                                     dx_out=dx_out if i == 0 else None)
         grads.append((dW, db))
     return dh, grads[::-1]
+
+
+def mlp_pair_forward(layers_a, layers_b, x, n_a, activation="relu", dropout_b=None, first=None):
+    """Two MLPs reading the same inputs, net a on the rows x[:n_a] and net b on every row, with
+    their first layers as one matrix product: [z_a | z_b] = x [W_a1 | W_b1] + [b_a1 | b_b1].
+    Equal to mlp_forward(layers_a, x[:n_a]) and mlp_forward(layers_b, x, dropout=dropout_b)
+    (same values; the dropout draws of b are the same too); spec/policy.md §4. first, if given,
+    is that concatenated first layer (W (I, H_a + H_b), b (H_a + H_b,)), made once by a caller
+    that runs many pairs.
+
+    Symbol    | Shape     | Meaning
+    x         | (N, I)    | inputs
+    n_a       |           | rows of x net a reads (the first n_a)
+    out_a     | (n_a, Oa) | output of net a
+    out_b     | (N, Ob)   | output of net b
+    """
+    _check_activation(activation)
+    x = _floats(x)
+    (W_a, b_a), (W_b, b_b) = layers_a[0], layers_b[0]
+    H_a = W_a.shape[1]
+    if first is None:
+        first = np.concatenate([W_a, W_b], axis=1), np.concatenate([b_a, b_b])
+    z = x @ first[0]                                      # (N, H_a + H_b) one GEMM for both
+    z += first[1]
+    outs, caches = [], []
+    for layers, h, dropout in ((layers_a, z[:n_a, :H_a], None), (layers_b, z[:, H_a:], dropout_b)):
+        if len(layers) == 1:                              # the first layer is the output layer
+            outs.append(h)
+            caches.append((None, None))
+            continue
+        hidden_cache = _hidden_inplace(h, activation, dropout)   # h: a view of z, in place
+        out, rest_cache = mlp_forward(layers[1:], h, activation, dropout)
+        outs.append(out)
+        caches.append((hidden_cache, rest_cache))
+    return outs[0], outs[1], (x, n_a, H_a, W_b.shape[1], caches)
+
+
+def mlp_pair_backward(dout_a, dout_b, cache):
+    """(grads_a, grads_b) for :func:`mlp_pair_forward`, each [(dW, db), ...] matching its layers.
+
+    The two first layers' gradients come from one product: x^T [dz_a (0 past row n_a) | dz_b].
+    """
+    x, n_a, H_a, H_b, caches = cache
+    dz = np.empty((x.shape[0], H_a + H_b), np.result_type(x, dout_a, dout_b))  # (N, H_a + H_b)
+    dz[n_a:, :H_a] = 0.0                                  # net a never read these rows
+    rest = []
+    for dout, dz_head, (hidden_cache, rest_cache) in (
+            (dout_a, dz[:n_a, :H_a], caches[0]), (dout_b, dz[:, H_a:], caches[1])):
+        if rest_cache is None:
+            dz_head[...] = dout
+            rest.append([])
+            continue
+        _, grads = mlp_backward(dout, rest_cache, dx_out=dz_head)   # writes dh into dz
+        _hidden_backward_inplace(dz_head, hidden_cache)
+        rest.append(grads)
+    # z = x W + b for both nets at once
+    dW = x.T @ dz                                         # (I, H_a + H_b)
+    db = dz.sum(axis=0)                                   # (H_a + H_b,)
+    return ([(dW[:, :H_a], db[:H_a])] + rest[0], [(dW[:, H_a:], db[H_a:])] + rest[1])
 
 
 # ----------------------------------------------------------------------------------------
@@ -211,7 +325,7 @@ def mlp_backward(dout, cache, input_grad=True):
 def sigmoid(x):
     """sigma(x) = 1 / (1 + exp(-x)), computed as exp(-log(1 + exp(-x))): no overflow, and
     relative accuracy is kept for large negative x (sigma(-40) ~ 4e-18, not 0)."""
-    return np.exp(-np.logaddexp(0.0, -np.asarray(x, dtype=np.float64)))
+    return np.exp(-np.logaddexp(0.0, -_floats(x)))
 
 
 def log_sigmoid_pair(x):
@@ -221,7 +335,7 @@ def log_sigmoid_pair(x):
     log sigma(1000) = 0. Derivatives (used by :func:`log_sigmoid_pair_backward`):
     d log sigma(x) / dx = sigma(-x),   d log sigma(-x) / dx = -sigma(x).
     """
-    x = np.asarray(x, dtype=np.float64)
+    x = _floats(x)
     return -np.logaddexp(0.0, -x), -np.logaddexp(0.0, x)
 
 
@@ -417,7 +531,7 @@ def log_softmax_forward(x):
 
     Entries of -inf are allowed (probability 0) as long as each slice has a finite one.
     """
-    x = np.asarray(x, dtype=np.float64)
+    x = _floats(x)
     m = np.max(x, axis=-1, keepdims=True)                 # (..., 1)
     out = x - m - np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True))  # (..., K)
     return out, out
@@ -440,17 +554,19 @@ def gaussian_logpdf_forward(mu, a, sigma):
     """
     if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not sigma > 0:
         raise ValueError(f"sigma must be a positive real number, got {sigma!r}")
-    diff = np.asarray(a, dtype=np.float64) - np.asarray(mu, dtype=np.float64)  # (..., A)
+    mu = _floats(mu)
+    diff = np.asarray(a, dtype=mu.dtype) - mu             # (..., A) in mu's precision
     A = diff.shape[-1]
+    # the constants as Python floats, which do not promote a float32 sum to float64
     logp = (-0.5 * np.sum(diff ** 2, axis=-1) / sigma ** 2
-            - A * np.log(sigma) - 0.5 * A * np.log(2.0 * np.pi))            # (...)
+            - float(A * np.log(sigma)) - float(0.5 * A * np.log(2.0 * np.pi)))  # (...)
     return logp, (diff, sigma)
 
 
 def gaussian_logpdf_backward(dlogp, cache):
     """dmu = dlogp (a - mu) / sigma^2."""
     diff, sigma = cache
-    return np.asarray(dlogp, dtype=np.float64)[..., None] * diff / sigma ** 2  # (..., A)
+    return np.asarray(dlogp, dtype=diff.dtype)[..., None] * diff / sigma ** 2  # (..., A)
 
 
 def categorical_logp_forward(logits, a_int):
@@ -461,7 +577,7 @@ def categorical_logp_forward(logits, a_int):
     a_int  | (...)    | ints in [0, K)
     logp   | (...)    |
     """
-    logits = np.asarray(logits, dtype=np.float64)
+    logits = _floats(logits)
     a_int = np.asarray(a_int)
     K = logits.shape[-1]
     if a_int.dtype.kind not in "iu" or a_int.shape != logits.shape[:-1]:
@@ -478,7 +594,7 @@ def categorical_logp_forward(logits, a_int):
 def categorical_logp_backward(dlogp, cache):
     """dlogits = dlogp (onehot(a) - softmax(logits))."""
     lsm_cache, a_int = cache
-    dlogq = np.zeros(lsm_cache.shape)                     # (..., K) only entry a is read
-    np.put_along_axis(dlogq, a_int[..., None], np.asarray(dlogp, dtype=np.float64)[..., None],
+    dlogq = np.zeros(lsm_cache.shape, lsm_cache.dtype)    # (..., K) only entry a is read
+    np.put_along_axis(dlogq, a_int[..., None], np.asarray(dlogp, dtype=lsm_cache.dtype)[..., None],
                       axis=-1)
     return log_softmax_backward(dlogq, lsm_cache)

@@ -3,19 +3,24 @@ import numpy as np
 
 
 class Adam:
-    """Adam (Kingma & Ba, 2015) on a dict of float64 arrays, updated in place; spec/training.md eq. (2).
+    """Adam (Kingma & Ba, 2015) on a dict of arrays, updated in place; spec/training.md eq. (2).
 
     m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2;
     p <- p - lr * (m / (1 - b1^n)) / (sqrt(v / (1 - b2^n)) + eps)
     The state (m, v, step count) round-trips through `state()` / `load_state()` for resuming.
+    m, v and the update are in each parameter's dtype (float32 or float64); the update runs in
+    two scratch buffers per parameter, reused from step to step, with the same operations in
+    the same order as the formula above.
     """
 
-    def __init__(self, names, shapes, lr, beta1=0.9, beta2=0.999, eps=1e-8):
+    def __init__(self, names, shapes, lr, beta1=0.9, beta2=0.999, eps=1e-8, dtypes=None):
         if not lr > 0:
             raise ValueError(f"lr must be positive, got {lr!r}")
         self.lr, self.beta1, self.beta2, self.eps = lr, beta1, beta2, eps
-        self.m = {n: np.zeros(s) for n, s in zip(names, shapes)}
-        self.v = {n: np.zeros(s) for n, s in zip(names, shapes)}
+        dtypes = dtypes or [np.float64] * len(names)
+        self.m = {n: np.zeros(s, d) for n, s, d in zip(names, shapes, dtypes)}
+        self.v = {n: np.zeros(s, d) for n, s, d in zip(names, shapes, dtypes)}
+        self._scratch = {n: (np.empty(s, d), np.empty(s, d)) for n, s, d in zip(names, shapes, dtypes)}
         self.step_count = 0
 
     def step(self, params, grads):
@@ -25,11 +30,21 @@ class Adam:
         c2 = 1.0 - self.beta2 ** self.step_count
         for name, m in self.m.items():
             g, v = grads[name], self.v[name]
+            t, u = self._scratch[name]
             m *= self.beta1
-            m += (1.0 - self.beta1) * g
+            np.multiply(1.0 - self.beta1, g, out=t)
+            m += t                                        # m = b1 m + (1 - b1) g
             v *= self.beta2
-            v += (1.0 - self.beta2) * g * g
-            params[name] -= self.lr * (m / c1) / (np.sqrt(v / c2) + self.eps)
+            np.multiply(1.0 - self.beta2, g, out=t)
+            t *= g
+            v += t                                        # v = b2 v + ((1 - b2) g) g
+            np.divide(v, c2, out=t)
+            np.sqrt(t, out=t)
+            t += self.eps                                 # t = sqrt(v / c2) + eps
+            np.divide(m, c1, out=u)
+            u *= self.lr
+            u /= t                                        # u = lr (m / c1) / t
+            params[name] -= u
 
     def state(self):
         arrays = {f"adam.m.{n}": a for n, a in self.m.items()}
@@ -45,7 +60,8 @@ class Adam:
 
 def adam_for(params, names, lr):
     """The one way an optimiser is built: Adam over params[name] for name in names, at lr."""
-    return Adam(names, [params[n].shape for n in names], lr)
+    return Adam(names, [params[n].shape for n in names], lr,
+                dtypes=[params[n].dtype for n in names])
 
 
 def dropout_rate(initial, decay, epoch):

@@ -107,8 +107,8 @@ def trainable(params):
     return [k for k in params if k.startswith(TRAINABLE_PREFIXES)]
 
 
-def _layers(params, head, k):
-    n = sum(1 for name in params if name.startswith(f"{head}.W"))
+def _layers(params, head, k, cfg):
+    n = len(cfg.act_hidden if head == "act" else cfg.stop_hidden) + 1
     return [(params[f"{head}.W{i}"][k], params[f"{head}.b{i}"][k]) for i in range(n)]
 
 
@@ -125,6 +125,29 @@ def normalise(params, states):
     return (states - params["norm.mean"]) / params["norm.std"]
 
 
+def net_dtype(params):
+    """The precision the sub-policy nets compute in: that of their parameters (float32 or
+    float64, TrainConfig.dtype); scores handed to the alignment core are float64 either way."""
+    return params["act.W0"].dtype
+
+
+def _rows(mask_k):
+    """The distinct (b, t) rows of the entries (b, t, l) in mask_k (B, T, L), in C order, and
+    each entry's row: (b, t) (n,) each, entries (eb, et, el) (m,) each, row (m,) or None when
+    every (b, t) has one entry (row = arange: the common case, a sketch naming k once)."""
+    eb, et, el = np.nonzero(mask_k)                                          # (m,) each
+    if eb.size < 2 or not (np.diff(eb * mask_k.shape[1] + et) == 0).any():
+        return eb, et, (eb, et, el), None
+    flat = eb * mask_k.shape[1] + et                                         # (m,) sorted
+    first = np.concatenate([[True], flat[1:] != flat[:-1]])                  # (m,)
+    return eb[first], et[first], (eb, et, el), np.cumsum(first) - 1
+
+
+def _sum_rows(values, row, n):
+    """Per-row sums of per-entry values: the identity when row is None (one entry per row)."""
+    return values if row is None else np.bincount(row, values, minlength=n)
+
+
 def evaluate(params, cfg, batch, mask, final_mask=None, stop_dropout=None):
     """Score sub-policies on the (b, t, l) entries of mask; spec/policy.md eq. (1)-(3).
 
@@ -139,72 +162,86 @@ def evaluate(params, cfg, batch, mask, final_mask=None, stop_dropout=None):
     stop_dropout      |                    | an nn.Dropout for the STOP nets' hidden layers (paper
                       |                    | appendix A; spec/policy.md eq. (4)), or None
     returns           | (scores, cache)    | scores: {log_act, log_stop, log_go: (B, T, L),
-                      |                    | log_final_stop: (B, L) with final_mask}, 0 outside
-                      |                    | the mask; the cache feeds `backward`
+                      |                    | log_final_stop: (B, L) with final_mask}, float64,
+                      |                    | 0 outside the mask; the cache feeds `backward`
 
-    batch is a taco_ref.data.Demos or anything with those fields (policy.Inputs).
+    batch is a taco_ref.data.Demos or anything with those fields (policy.Inputs). Each sub-task's
+    two nets run once on the distinct states that need them (spec/policy.md §4), in the
+    precision of the parameters (net_dtype).
     """
     states, actions, sketch = batch.states, batch.actions, batch.sketch
     final_states = None if final_mask is None else batch.final_state
     B, T, L = mask.shape
-    x_all = normalise(params, states)                                        # (B, T, D)
+    dtype = net_dtype(params)
+    x_all = normalise(params, states).astype(dtype, copy=False).reshape(B * T, -1)  # (B*T, D)
     out = {name: np.zeros((B, T, L)) for name in ("log_act", "log_stop", "log_go")}
     if final_states is not None:
         out["log_final_stop"] = np.zeros((B, L))
-        x_final = normalise(params, final_states)                            # (B, D)
+        x_final = normalise(params, final_states).astype(dtype, copy=False)   # (B, D)
+    # the first layers of the action and STOP nets read the same states: one (K, D, H_a + H_s) stack
+    first = (np.concatenate([params["act.W0"], params["stop.W0"]], axis=2),
+             np.concatenate([params["act.b0"], params["stop.b0"]], axis=1))
     groups = []
     for k in np.unique(sketch[mask.any(axis=1) | (final_mask if final_states is not None else False)]):
-        b, t, l = np.nonzero(mask & (sketch == k)[:, None, :])               # (n,) each
-        x = x_all[b, t]                                                      # (n, D)
+        is_k = sketch == k                                                   # (B, L)
+        b, t, entries, row = _rows(mask & is_k[:, None, :])                  # (n,) rows
+        x = x_all[b * T + t]                                                 # (n, D)
         n = x.shape[0]
         if final_states is not None:
-            fb, fl = np.nonzero(final_mask & (sketch == k))
-            x = np.concatenate([x, x_final[fb]])                             # (n + nf, D)
+            fb, fl = np.nonzero(final_mask & is_k)                           # (mf,) entries
+            f_rows, f_row = np.unique(fb, return_inverse=True)               # (nf,) distinct b
+            x = np.concatenate([x, x_final[f_rows]])                         # (n + nf, D)
         else:
-            fb = fl = np.zeros(0, dtype=np.int64)
-        # action net on the n scored steps
-        head, act_cache = nn.mlp_forward(_layers(params, "act", k), x[:n], cfg.activation)
+            fb = fl = f_rows = f_row = np.zeros(0, dtype=np.int64)
+        # both nets of k; the action net on the n scored rows, the STOP net also on the terminal
+        head, logit, net_cache = nn.mlp_pair_forward(
+            _layers(params, "act", k, cfg), _layers(params, "stop", k, cfg), x, n, cfg.activation,
+            dropout_b=stop_dropout, first=(first[0][k], first[1][k]))       # (n, A), (n + nf, 1)
+        a = actions[b, t]                                                    # (n, A) or (n,)
         if cfg.discrete:
-            logp, dist_cache = nn.categorical_logp_forward(head, actions[b, t])
+            logp, dist_cache = nn.categorical_logp_forward(head, a)
         else:
-            logp, dist_cache = nn.gaussian_logpdf_forward(head, actions[b, t], cfg.sigma)
-        out["log_act"][b, t, l] = logp                                       # (n,)
-        # STOP net on the scored steps and the terminal states
-        logit, stop_cache = nn.mlp_forward(_layers(params, "stop", k), x, cfg.activation,
-                                           dropout=stop_dropout)
+            logp, dist_cache = nn.gaussian_logpdf_forward(head, a, cfg.sigma)
         log_stop, log_go = nn.log_sigmoid_pair(logit[:, 0])                  # (n + nf,)
-        out["log_stop"][b, t, l] = log_stop[:n]
-        out["log_go"][b, t, l] = log_go[:n]
+        # scatter each row's scores to every entry that reads it
+        for name, value in (("log_act", logp), ("log_stop", log_stop[:n]), ("log_go", log_go[:n])):
+            out[name][entries] = value if row is None else value[row]
         if final_states is not None:
-            out["log_final_stop"][fb, fl] = log_stop[n:]
-        groups.append((k, b, t, l, fb, fl, act_cache, dist_cache, stop_cache, logit[:, 0]))
+            out["log_final_stop"][fb, fl] = log_stop[n:][f_row]
+        groups.append((k, n, entries, row, fb, fl, f_row, f_rows.size, net_cache, dist_cache,
+                       logit[:, 0]))
     return out, (groups, cfg, params)
 
 
 def backward(grads_in, cache):
     """spec/policy.md eq. (5)-(7): gradients of an objective w.r.t. the trainable parameters,
     given its gradients w.r.t. the scores: grads_in has "log_act", "log_stop", "log_go" (B, T, L) and optionally
-    "log_final_stop" (B, L). Returns {name: array} for every trainable parameter.
+    "log_final_stop" (B, L). Returns {name: array} for every trainable parameter, in the
+    parameters' dtype. A row read by several entries (a sketch naming k twice) gets the sum of
+    their gradients.
     """
     groups, cfg, params = cache
+    dtype = net_dtype(params)
     grads = {name: np.zeros_like(params[name]) for name in trainable(params)}
     d_final = grads_in.get("log_final_stop")
-    for k, b, t, l, fb, fl, act_cache, dist_cache, stop_cache, logit in groups:
-        # action net: d logp -> d head -> layer gradients
+    for k, n, entries, row, fb, fl, f_row, nf, net_cache, dist_cache, logit in groups:
+        # action net: d logp -> d head
+        d_act = _sum_rows(grads_in["log_act"][entries], row, n).astype(dtype, copy=False)
         d_head = (nn.categorical_logp_backward if cfg.discrete else nn.gaussian_logpdf_backward)(
-            grads_in["log_act"][b, t, l], dist_cache)
-        _, layer_grads = nn.mlp_backward(d_head, act_cache, input_grad=False)
-        _accumulate(grads, "act", k, layer_grads)
+            d_act, dist_cache)                                               # (n, A)
         # STOP net: d log sigma(g)/dg = sigma(-g), d log sigma(-g)/dg = -sigma(g)
-        d_stop = grads_in["log_stop"][b, t, l]
-        d_go = grads_in["log_go"][b, t, l]
-        if d_final is not None and fb.size:
-            d_stop = np.concatenate([d_stop, d_final[fb, fl]])
-            d_go = np.concatenate([d_go, np.zeros(fb.size)])
+        d_stop = _sum_rows(grads_in["log_stop"][entries], row, n)            # (n,)
+        d_go = _sum_rows(grads_in["log_go"][entries], row, n)                # (n,)
+        if d_final is not None and nf:
+            d_stop = np.concatenate([d_stop, np.bincount(f_row, d_final[fb, fl], minlength=nf)])
+            d_go = np.concatenate([d_go, np.zeros(nf)])
+        d_stop, d_go = d_stop.astype(dtype, copy=False), d_go.astype(dtype, copy=False)
         p_stop = nn.sigmoid(logit)                                           # (n + nf,)
         d_logit = d_stop * (1.0 - p_stop) - d_go * p_stop
-        _, layer_grads = nn.mlp_backward(d_logit[:, None], stop_cache, input_grad=False)
-        _accumulate(grads, "stop", k, layer_grads)
+        # both nets at once; their first layers share one GEMM
+        act_grads, stop_grads = nn.mlp_pair_backward(d_head, d_logit[:, None], net_cache)
+        _accumulate(grads, "act", k, act_grads)
+        _accumulate(grads, "stop", k, stop_grads)
     return grads
 
 
@@ -225,8 +262,8 @@ def act(params, cfg, subtask, state, stop_threshold=0.5):
     mean action (continuous) or the most probable action (discrete) — deterministic execution.
     """
     x = normalise(params, np.asarray(state, dtype=np.float64))[None]         # (1, D)
-    logit, _ = nn.mlp_forward(_layers(params, "stop", subtask), x, cfg.activation)
-    head, _ = nn.mlp_forward(_layers(params, "act", subtask), x, cfg.activation)
+    logit, _ = nn.mlp_forward(_layers(params, "stop", subtask, cfg), x, cfg.activation)
+    head, _ = nn.mlp_forward(_layers(params, "act", subtask, cfg), x, cfg.activation)
     stop = bool(nn.sigmoid(logit[0, 0]) > stop_threshold)
     action = int(np.argmax(head[0])) if cfg.discrete else head[0]
     return stop, action

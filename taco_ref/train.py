@@ -9,6 +9,7 @@ parameters against one objective with its own Adam and early stopping:
 Losses are negative log-likelihoods per valid time step: the batch sum divided by the number
 of valid steps in the batch, so the learning rate means the same for any batch and length.
 """
+import ctypes
 import json
 import os
 import sys
@@ -22,6 +23,7 @@ from taco_ref import model as model_mod
 from taco_ref import files, nn, objectives, optim, policy
 
 ALGOS = ("taco", "gtbc", "ctcbc-mlp", "ctcbc-gru")
+DTYPES = ("float64", "float32")
 MAX_WIDTH, MAX_LAYERS = 65536, 16
 """Bounds on the hidden sizes a config may ask for (the paper's largest layer is 400 wide)."""
 
@@ -79,6 +81,10 @@ class TrainConfig:
     """TACO only: independent runs (same split, different initialisation and batch order); the
     model kept is the run with the highest TACO log-likelihood per step on the training set
     (spec/training.md §7)."""
+    dtype: str = "float64"
+    """Precision of the sub-policy nets in training: float64 or float32 (parameters, activations,
+    gradients and Adam state). The alignment recursion, the CTC classifier and the saved model
+    are float64 either way (spec/training.md §4, §9)."""
     normalise_states: bool = True
     """Standardise states with the training set's mean and std (stored in the model)."""
     ctc_hidden: list = field(default_factory=lambda: [100])
@@ -127,6 +133,8 @@ class TrainConfig:
         if not 0.0 <= self.holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must lie in [0, 1), got {self.holdout_fraction!r}")
         optim.dropout_rate(self.stop_dropout, self.dropout_decay, 0)  # validates both
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.ctc_weighting not in ("argmax", "alpha"):
             raise ValueError(f"ctc_weighting must be 'argmax' or 'alpha', got {self.ctc_weighting!r}")
         if self.ctc_decoder not in ("forward_argmax", "posterior_argmax", "viterbi"):
@@ -171,6 +179,8 @@ class _Job:
         if cfg.normalise_states:
             mean, std = state_statistics(demos)
             self.params["norm.mean"], self.params["norm.std"] = mean, std
+        for name in policy.trainable(self.params):   # drawn in float64, then rounded
+            self.params[name] = self.params[name].astype(cfg.dtype, copy=False)
         if cfg.ctc_kind:
             input_dim = demos.states.shape[2] + self.policy_cfg.action_dim
             self.params.update(objectives.init_ctc_params(rng, cfg.ctc_kind, input_dim,
@@ -247,7 +257,9 @@ class _Job:
         return optim.adam_for(self.params, self.names(stage), self.lr(stage))
 
     def model(self, info):
-        return model_mod.Model(self.params, self.policy_cfg, self.vocab, self.cfg.algo,
+        """The trained model, every array float64 (float32 weights widen exactly)."""
+        params = {k: v.astype(np.float64) for k, v in self.params.items()}
+        return model_mod.Model(params, self.policy_cfg, self.vocab, self.cfg.algo,
                                self.cfg.ctc_kind, asdict(self.cfg), info)
 
 
@@ -332,6 +344,12 @@ def _load_checkpoint(out_dir, job, data_sha256):
     arrays = files.read_npz(os.path.join(out_dir, os.path.basename(meta["arrays_file"])),
                             meta["arrays_sha256"], recorded_in=f"{CHECKPOINT_META} (cannot resume)")
     for k in job.params:
+        for key in (f"param.{k}", f"best.{k}"):
+            got = arrays.get(key)
+            if got is None or got.dtype != job.params[k].dtype or got.shape != job.params[k].shape:
+                have = "missing" if got is None else f"{got.dtype} {got.shape}"
+                raise ValueError(f"cannot resume: {path}: {key} is {have}, this run needs "
+                                 f"{job.params[k].dtype} {job.params[k].shape}")
         job.params[k] = arrays[f"param.{k}"]
     best = {k[len("best."):]: v for k, v in arrays.items() if k.startswith("best.")}
     return meta, arrays, best
@@ -374,6 +392,25 @@ def prepare_out_dir(out_dir, resume=False, overwrite=False):
         files.remove_stale_temporaries(folder)
 
 
+def keep_freed_memory():
+    """Let the C allocator keep freed memory for reuse (glibc: mallopt M_MMAP_THRESHOLD 32 MiB,
+    M_TRIM_THRESHOLD 1 GiB); spec/training.md §4. True if set, False where there is no glibc.
+
+    Every training step allocates the same activation and gradient arrays (MBs each) and frees
+    them. By default glibc serves such blocks with fresh mmap'd pages and hands them back on
+    free, so each step zero-fills them anew: 20-45 thousand page faults and ~20 % of a
+    Dial-sized step (bench/bench_train.py). With these settings the freed blocks stay in the
+    heap and the next step reuses them. Process-wide and idempotent; the cost is that the
+    process keeps its peak heap until it exits.
+    """
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20) and mallopt(M_TRIM_THRESHOLD, 1 << 30))
+
+
 def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True, stop_after=None,
           overwrite=False):
     """Train on demos (a validated Demos); return the Model (best held-out parameters).
@@ -390,6 +427,7 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
     spec/training.md §7. The returned model's info lists every run's figures.
     """
     prepare_out_dir(out_dir, resume, overwrite)
+    keep_freed_memory()
     runs = cfg.restarts if cfg.algo == "taco" else 1
     if runs == 1:
         model, _ = _train_run(demos, cfg, 0, out_dir, resume, log, progress, stop_after)
@@ -519,7 +557,9 @@ class _Run:
         for batch in data_mod.batches(stage_train, self.cfg.batch_size, self.rng):
             n = int(batch.traj_len.sum())
             loss, grads = job.loss(stage, batch, self.rng, state["epoch"], train=True)
-            self.adam.step(job.params, {k: g / n for k, g in grads.items()})
+            for g in grads.values():              # per-step gradient, in place
+                g /= n
+            self.adam.step(job.params, grads)
             total, steps = total + loss, steps + n
         held = mean_loss(job, stage, stage_held)
         worst = max(total / steps, held)

@@ -167,3 +167,19 @@ def _tables(text):
 def test_unknown_domain_is_named():
     with pytest.raises(ValueError, match="domain"):
         taco_sim.get("atari")
+
+
+def test_cell_keys_of_committed_results_survive_the_dtype_field():
+    """The default dtype (float64) leaves a cell's key as it was before the field existed, so
+    committed cells are not run again; float32 is a different cell."""
+    from pathlib import Path
+
+    from taco_ref.app import config as config_mod
+    saved = json.loads((Path(__file__).resolve().parents[1] / "results/navworld/results.json").read_text())
+    cell = next(c for c in saved if c["algo"] == "taco" and c["size"] == 400 and c["seed"] == 0)
+    ours = {k: cell[k] for k in ("domain", "algo", "size", "seed", "train_sketch_len", "n_tasks",
+                                 "n_align", "test_lengths")}
+    ours["config"] = config_mod.settings("navworld", None, [])
+    assert experiment.cell_key(ours) == cell["key"]
+    assert experiment.cell_key(dict(ours, config=dict(ours["config"], dtype="float64"))) == cell["key"]
+    assert experiment.cell_key(dict(ours, config=dict(ours["config"], dtype="float32"))) != cell["key"]

@@ -474,3 +474,146 @@ def test_mlp_backward_without_input_gradient_gives_the_same_parameter_gradients(
     for (dW, db), (dW2, db2) in zip(grads, grads_skipped):
         np.testing.assert_array_equal(dW, dW2)
         np.testing.assert_array_equal(db, db2)
+
+
+# ----------------------------------------------------------------------------------------------
+# float32: dtype kept through every layer; gradients against autograd (float64) at the same
+# float32 values, with tolerances a wrong gradient fails
+# ----------------------------------------------------------------------------------------------
+
+F32_RTOL, F32_ATOL = 2e-5, 1e-6
+"""float32 results against the float64 autograd ones at the same inputs (all O(1) here): max
+|error| <= F32_RTOL * max |expected| + F32_ATOL per array. float32 rounds at 6e-8; the sums
+of at most a few hundred O(1) terms here stay well below; a gradient off by 0.1 % (a dropped
+term, a wrong scale) fails."""
+
+
+def close32(actual, expected, what):
+    """actual is float32 and within F32_RTOL * max |expected| of expected everywhere."""
+    assert actual.dtype == np.float32, f"{what} is {actual.dtype}, expected float32"
+    scale = max(float(np.abs(expected).max()), 1e-30)
+    err = float(np.abs(actual.astype(np.float64) - expected).max())
+    assert err <= F32_RTOL * scale + F32_ATOL, \
+        f"{what}: max error {err:.3g} > {F32_RTOL} x {scale:.3g} + {F32_ATOL}"
+
+
+def test_float32_tolerance_rejects_a_wrong_gradient():
+    """The float32 check can fail: 0.1 % off in one entry, or float64 instead of float32."""
+    expected = np.random.default_rng(0).normal(size=(20, 7))
+    close32(expected.astype(np.float32), expected, "exact")
+    wrong = expected.copy()
+    wrong[3, 4] += 1e-3 * np.abs(expected).max()
+    with pytest.raises(AssertionError, match="max error"):
+        close32(wrong.astype(np.float32), expected, "wrong")
+    with pytest.raises(AssertionError, match="expected float32"):
+        close32(expected, expected, "float64")
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+@given(lead=leading_shapes, sizes=st.lists(st.integers(1, 40), min_size=2, max_size=4),
+       seed=seeds, rate=st.sampled_from([0.0, 0.3]))
+def test_float32_mlp_matches_autograd(activation, lead, sizes, seed, rate):
+    note(f"lead {lead}, sizes {sizes}")
+    rng = np.random.default_rng(seed)
+    layers = [(W.astype(np.float32), (b + rng.normal(size=b.shape)).astype(np.float32))
+              for W, b in nn.mlp_init(rng, sizes, activation)]
+    x = rng.normal(size=lead + (sizes[0],)).astype(np.float32)
+    R = rng.normal(size=lead + (sizes[-1],)).astype(np.float32)
+    out, cache = nn.mlp_forward(layers, x, activation,
+                                dropout=nn.Dropout(rate, np.random.default_rng(seed)))
+    mask_rng = np.random.default_rng(seed)
+    masks = [(mask_rng.random(lead + (n,)) >= rate) / (1 - rate) if rate else 1.0
+             for n in sizes[1:-1]]
+    layers64 = [(W.astype(np.float64), b.astype(np.float64)) for W, b in layers]
+    x64 = x.astype(np.float64)
+    close32(out, ref_mlp(layers64, x64, activation, masks), "forward")
+    dx, grads = nn.mlp_backward(R, cache)
+    flat = [a for layer in layers64 for a in layer]
+    f = lambda x, *flat: ref_mlp(list(zip(flat[::2], flat[1::2])), x, activation, masks)  # noqa
+    want = ad_grads(f, (x64, *flat), R.astype(np.float64))
+    close32(dx, want[0], "dx")
+    for i, ((dW, db), dW_ad, db_ad) in enumerate(zip(grads, want[1::2], want[2::2])):
+        close32(dW, dW_ad, f"dW[{i}]")
+        close32(db, db_ad, f"db[{i}]")
+
+
+@given(lead=leading_shapes, A=dims, seed=seeds)
+def test_float32_log_likelihoods_and_sigmoid_match_autograd(lead, A, seed):
+    rng = np.random.default_rng(seed)
+    mu = rng.normal(size=lead + (A,)).astype(np.float32)
+    a = rng.normal(size=lead + (A,))                                  # float64 data
+    R = rng.normal(size=lead)
+    logp, cache = nn.gaussian_logpdf_forward(mu, a, 0.7)
+    a32 = a.astype(np.float32).astype(np.float64)                     # what the float32 path reads
+    ref = lambda m: -0.5 * anp.sum((a32 - m) ** 2, axis=-1) / 0.49 - A * np.log(0.7) \
+        - 0.5 * A * np.log(2 * np.pi)  # noqa: E731
+    close32(logp, ref(mu.astype(np.float64)), "gaussian logp")
+    close32(nn.gaussian_logpdf_backward(R, cache), ad_grads(ref, (mu.astype(np.float64),), R)[0],
+            "gaussian dmu")
+    a_int = rng.integers(0, A, size=lead)
+    logq, cache = nn.categorical_logp_forward(mu, a_int)
+    onehot = np.eye(A)[a_int]
+
+    def ref_cat(z):
+        m = anp.max(z, axis=-1, keepdims=True)
+        return anp.sum((z - m - anp.log(anp.sum(anp.exp(z - m), axis=-1, keepdims=True))) * onehot, -1)
+    close32(logq, ref_cat(mu.astype(np.float64)), "categorical logp")
+    close32(nn.categorical_logp_backward(R, cache), ad_grads(ref_cat, (mu.astype(np.float64),), R)[0],
+            "categorical dlogits")
+    g = mu[..., 0]
+    pos, neg = nn.log_sigmoid_pair(g)
+    close32(pos, -np.logaddexp(0.0, -g.astype(np.float64)), "log sigma(g)")
+    close32(neg, -np.logaddexp(0.0, g.astype(np.float64)), "log sigma(-g)")
+
+
+# ----------------------------------------------------------------------------------------------
+# Two nets on the same inputs with one first-layer product (mlp_pair_forward / backward)
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+@given(N=st.integers(1, 12), I=dims, sizes_a=st.lists(dims, min_size=1, max_size=3),
+       sizes_b=st.lists(dims, min_size=1, max_size=3), seed=seeds, rate=st.sampled_from([0.0, 0.4]),
+       frac=st.floats(0.0, 1.0))
+def test_mlp_pair_equals_two_mlps_and_matches_autograd(dtype, activation, N, I, sizes_a, sizes_b,
+                                                        seed, rate, frac):
+    """Net a on x[:n_a], net b on x (with dropout): the values of two mlp_forward calls (the
+    same dropout draws), and every gradient of sum(out_a R_a) + sum(out_b R_b) by autograd."""
+    n_a = int(round(frac * N))
+    note(f"N {N}, n_a {n_a}, sizes a {[I] + sizes_a}, b {[I] + sizes_b}")
+    rng = np.random.default_rng(seed)
+    la = [(W.astype(dtype), (b + rng.normal(size=b.shape)).astype(dtype))
+          for W, b in nn.mlp_init(rng, [I] + sizes_a, activation)]
+    lb = [(W.astype(dtype), (b + rng.normal(size=b.shape)).astype(dtype))
+          for W, b in nn.mlp_init(rng, [I] + sizes_b, activation)]
+    x = rng.normal(size=(N, I)).astype(dtype)
+    Ra = rng.normal(size=(n_a, sizes_a[-1])).astype(dtype)
+    Rb = rng.normal(size=(N, sizes_b[-1])).astype(dtype)
+    out_a, out_b, cache = nn.mlp_pair_forward(la, lb, x, n_a, activation,
+                                              nn.Dropout(rate, np.random.default_rng(seed)))
+    want_a, _ = nn.mlp_forward(la, x[:n_a], activation)
+    want_b, _ = nn.mlp_forward(lb, x, activation, nn.Dropout(rate, np.random.default_rng(seed)))
+    assert out_a.dtype == out_b.dtype == dtype
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out_a, want_a, **tol, err_msg="net a")
+    np.testing.assert_allclose(out_b, want_b, **tol, err_msg="net b")
+    grads_a, grads_b = nn.mlp_pair_backward(Ra, Rb, cache)
+    mask_rng = np.random.default_rng(seed)
+    masks = [(mask_rng.random((N, n)) >= rate) / (1 - rate) if rate else 1.0 for n in sizes_b[:-1]]
+    flat = [a.astype(np.float64) for layer in la + lb for a in layer]
+
+    def objective(*flat):
+        pa = list(zip(flat[:2 * len(la):2], flat[1:2 * len(la):2]))
+        pb = list(zip(flat[2 * len(la)::2], flat[2 * len(la) + 1::2]))
+        x64 = x.astype(np.float64)
+        return (anp.sum(ref_mlp(pa, x64[:n_a], activation, [1.0] * len(pa)) * Ra)
+                + anp.sum(ref_mlp(pb, x64, activation, masks) * Rb))
+    want = [grad(objective, i)(*flat) for i in range(len(flat))]
+    got = [a for layer in grads_a + grads_b for a in layer]
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape
+        if dtype == np.float64:
+            close(g, w, f"gradient {i}")
+        else:
+            close32(g, w, f"gradient {i}")

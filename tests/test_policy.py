@@ -401,3 +401,63 @@ def test_policy_config_round_trips_through_to_dict():
                        stop_hidden=[3], sigma=0.6, activation="tanh")
     assert cfg.act_hidden == [7, 5]                       # stored as a list
     assert PolicyConfig(**cfg.to_dict()) == cfg
+
+
+# ----------------------------------------------------------------------------------------------
+# Each (b, t, sub-task) once; float32 nets
+# ----------------------------------------------------------------------------------------------
+
+def test_a_state_is_run_once_per_subtask_even_when_the_sketch_repeats_it(monkeypatch):
+    """Sketch [1, 0, 1]: the nets of sub-task 1 run on each (b, t) once, not twice, and both
+    sketch positions get the same scores; the gradient matches autograd (check_against_reference
+    sums both positions' contributions)."""
+    cfg = PolicyConfig(state_dim=2, n_subtasks=2, action_dim=2, act_hidden=[4], stop_hidden=[3])
+    rng = np.random.default_rng(3)
+    B, T, L = 2, 4, 3
+    case = dict(sketch=np.array([[1, 0, 1], [1, 1, 1]]), mask=np.ones((B, T, L), bool),
+                final_mask=np.ones((B, L), bool), states=rng.normal(size=(B, T, 2)),
+                actions=rng.normal(size=(B, T, 2)), final_states=rng.normal(size=(B, 2)))
+    rows = {}
+    real = nn.mlp_pair_forward
+
+    def spy(layers_a, layers_b, x, n_a, *args, **kw):
+        rows[len(rows)] = (x.shape[0], n_a)
+        return real(layers_a, layers_b, x, n_a, *args, **kw)
+    monkeypatch.setattr(nn, "mlp_pair_forward", spy)
+    out, _ = run_evaluate(make_params(cfg, rng), cfg, case)
+    # sub-task 0: row 0 only, T steps + 1 terminal state; sub-task 1: both rows, 2T + 2
+    assert rows == {0: (T + 1, T), 1: (2 * T + 2, 2 * T)}
+    for name in SCORE_NAMES:
+        np.testing.assert_array_equal(out[name][:, :, 0], out[name][:, :, 2], err_msg=name)
+        np.testing.assert_array_equal(out[name][1, :, 0], out[name][1, :, 1], err_msg=name)
+    R = {name: rng.normal(size=(B, T, L)) for name in SCORE_NAMES}
+    R["log_final_stop"] = rng.normal(size=(B, L))
+    monkeypatch.setattr(nn, "mlp_pair_forward", real)
+    check_against_reference(cfg, make_params(cfg, rng), case, R)
+
+
+@given(case=policy_cases())
+def test_float32_nets_give_float64_scores_and_float32_gradients_close_to_autograd(case):
+    """float32 parameters: the scores are float64 arrays (for the alignment core) holding the
+    float32 nets' values, the gradients are float32; both against the float64 autograd
+    reference at the same (float32-representable) parameters, to float32 precision. A gradient
+    0.1 % off fails (tests/test_nn.py F32_RTOL)."""
+    cfg, params, case, R = case
+    params = {n: v.astype(np.float32).astype(np.float64) for n, v in params.items()}
+    params32 = {n: v.astype(np.float32) if n in policy.trainable(params) else v
+                for n, v in params.items()}
+    out, cache = run_evaluate(params32, cfg, case)
+    tparams, norm = split_params(params)
+    ref = ref_scores(tparams, norm, cfg, case)
+    b, t, l = np.nonzero(case["mask"])
+    for name in SCORE_NAMES:
+        assert out[name].dtype == np.float64
+        err = np.abs(out[name][b, t, l] - ref[name])
+        assert (err <= 2e-5 * (1 + np.abs(ref[name]))).all(), f"{name}: max error {err.max(initial=0)}"
+    grads = policy.backward(R, cache)
+    expected = grad(ref_functional)(tparams, norm, cfg, case, R)
+    for name in grads:
+        assert grads[name].dtype == np.float32, name
+        scale = float(np.abs(expected[name]).max(initial=0.0))
+        err = float(np.abs(grads[name] - expected[name]).max(initial=0.0))
+        assert err <= 2e-5 * scale + 2e-6, f"{name}: max error {err:.3g}, max |grad| {scale:.3g}"

@@ -8,18 +8,24 @@
     history of an uninterrupted run (TACO; CTC-BC across its stage transition); resume refuses
     another config or other data;
 (c) configuration: TrainConfig validation (the YAML reader: tests/test_config.py);
-    the STOP-dropout schedule as the trainer applies it; Adam's update and its state round trip.
+    the STOP-dropout schedule as the trainer applies it; Adam's update and its state round trip;
+(d) dtype float32: nets, gradients and Adam state in float32 during training, the model saved
+    and loaded as float64, exact resume, a checkpoint of the wrong dtype refused; Adam's
+    buffered update equal to the formula; the allocator setting that lets a step reuse the
+    previous step's freed arrays.
 
 Runs are kept small (hidden sizes 8-32, a few epochs) so that the file runs in seconds.
 """
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from taco_ref import data, evaluate, model as model_mod, objectives, optim, policy, train
+from taco_ref import data, evaluate, files, model as model_mod, objectives, optim, policy, train
 from taco_ref.app import config as config_mod
 from taco_ref.train import TrainConfig
 from taco_sim import navworld
@@ -202,6 +208,7 @@ def test_resume_without_a_checkpoint(tmp_path, nav_small):
     ("stop_dropout", 1.0), ("stop_dropout", -0.1), ("dropout_decay", 1.5), ("ctc_weighting", "soft"),
     ("ctc_decoder", "beam"), ("warmup_epochs", -1), ("temperature", 0.5), ("temperature", float("inf")),
     ("temperature_epochs", 200), ("temperature_epochs", -1), ("restarts", 0), ("restarts", 1.5),
+    ("dtype", "float16"), ("dtype", 32),
 ])
 def test_train_config_rejects_bad_values_naming_the_field(key, value):
     with pytest.raises(ValueError, match=f"^{key} must"):
@@ -581,3 +588,101 @@ def test_ctcbc_relabels_once_exactly_as_aligning_each_batch(nav_small, kind):
         valid = np.arange(path.shape[1])[None, :] < batch.traj_len[:, None]
         np.testing.assert_array_equal(np.where(valid, path, -1), relabelled.subset(batch_idx).labels)
     assert job.stage_sets("ctc", nav_small, nav_small)[0] is nav_small
+
+
+# ----------------------------------------------------------------------------------------------
+# (d) float32 nets
+# ----------------------------------------------------------------------------------------------
+
+def test_float32_training_runs_the_nets_in_float32_and_saves_float64(tmp_path, nav_small, monkeypatch):
+    seen = []
+    real = optim.Adam.step
+
+    def spy(self, params, grads):
+        seen.extend((params[n].dtype, grads[n].dtype, self.m[n].dtype, self.v[n].dtype) for n in self.m)
+        return real(self, params, grads)
+    monkeypatch.setattr(optim.Adam, "step", spy)
+    model = train.train(nav_small, config(dtype="float32", seed=3), out_dir=tmp_path, progress=False)
+    assert seen and {d for dtypes in seen for d in dtypes} == {np.dtype(np.float32)}
+    assert {v.dtype for v in model.params.values()} == {np.dtype(np.float64)}
+    for name in policy.trainable(model.params):     # float32 values, widened exactly
+        np.testing.assert_array_equal(model.params[name].astype(np.float32), model.params[name])
+    assert_same_params(model_mod.load(tmp_path / "model").params, model.params)
+    assert model.config["dtype"] == "float32"
+    # the same run in float64 starts from the same draws and ends close, not equal
+    m64 = train.train(nav_small, config(seed=3), progress=False)
+    assert not np.array_equal(m64.params["act.W0"], model.params["act.W0"])
+    np.testing.assert_allclose(m64.info["history"][0]["train_loss"],
+                               model.info["history"][0]["train_loss"], rtol=1e-4)
+
+
+def test_float32_resume_ends_exactly_like_an_uninterrupted_run(tmp_path, nav_small):
+    cfg = config(dtype="float32", seed=4)
+    full = train.train(nav_small, cfg, out_dir=tmp_path / "full", progress=False)
+    out = tmp_path / "interrupted"
+    assert train.train(nav_small, cfg, out_dir=out, stop_after=2, progress=False) is None
+    resumed = train.train(nav_small, cfg, out_dir=out, resume=True, progress=False)
+    assert_same_params(resumed.params, full.params)
+    assert resumed.info["history"] == full.info["history"]
+
+
+def test_resume_refuses_a_checkpoint_of_another_dtype(tmp_path, nav_small):
+    """A float32 run's checkpoint whose arrays were swapped for float64 ones (and the hash
+    updated) is refused by name, not silently trained on in float64."""
+    train.train(nav_small, config(dtype="float32", seed=1), out_dir=tmp_path, stop_after=1, progress=False)
+    meta = json.loads((tmp_path / train.CHECKPOINT_META).read_text())
+    arrays = files.read_npz(tmp_path / meta["arrays_file"], meta["arrays_sha256"])
+    arrays = {k: v.astype(np.float64) if k.startswith("param.act.") else v for k, v in arrays.items()}
+    blob, meta["arrays_sha256"] = files.npz_blob(arrays)
+    (tmp_path / meta["arrays_file"]).write_bytes(blob)
+    (tmp_path / train.CHECKPOINT_META).write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"cannot resume: .*param\.act\.W0 is float64 .* needs float32"):
+        train.train(nav_small, config(dtype="float32", seed=1), out_dir=tmp_path, resume=True,
+                    progress=False)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_adam_buffered_update_equals_the_formula(dtype):
+    """spec/training.md eq. (2) written plainly: the same values bit for bit (same operations in
+    the same order), over three steps, in the parameters' dtype."""
+    rng = np.random.default_rng(0)
+    p = {"w": rng.normal(size=(4, 3)).astype(dtype)}
+    ref, m, v = p["w"].copy(), np.zeros((4, 3), dtype), np.zeros((4, 3), dtype)
+    adam = optim.adam_for(p, ["w"], 1e-2)
+    for n in range(1, 4):
+        g = rng.normal(size=(4, 3)).astype(dtype)
+        adam.step(p, {"w": g})
+        m = 0.9 * m + (1.0 - 0.9) * g
+        v = 0.999 * v + (1.0 - 0.999) * g * g
+        ref = ref - 1e-2 * (m / (1.0 - 0.9 ** n)) / (np.sqrt(v / (1.0 - 0.999 ** n)) + 1e-8)
+        assert p["w"].dtype == adam.m["w"].dtype == dtype
+        np.testing.assert_array_equal(p["w"], ref)
+
+
+_ALLOCATE_LIKE_A_STEP = """
+import resource, sys
+import numpy as np
+from taco_ref import train
+if sys.argv[1] == "keep":
+    assert train.keep_freed_memory()
+def step():  # arrays of 8-24 MiB alive together, then freed, as in a Dial-sized step
+    live = [np.ones(n) for n in (3 << 20, 1 << 20, 2 << 20, 3 << 19, 1 << 21, 1 << 20, 3 << 20)]
+    del live
+step()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(5):
+    step()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def test_keep_freed_memory_lets_the_next_step_reuse_freed_arrays():
+    """spec/training.md §4: with keep_freed_memory, five more steps' worth of 8-24 MiB arrays
+    touch no fresh pages; without it glibc maps and zero-fills them anew (measured: ~18000
+    page faults). Each case in a fresh process, since the setting is process-wide."""
+    if not train.keep_freed_memory():
+        pytest.skip("no glibc mallopt on this platform")
+    faults = {mode: int(subprocess.run([sys.executable, "-c", _ALLOCATE_LIKE_A_STEP, mode], check=True,
+                                       capture_output=True, text=True).stdout)
+              for mode in ("keep", "default")}
+    assert faults["keep"] < 100 < 5000 < faults["default"], faults

@@ -18,10 +18,17 @@ import os
 import sys
 import time
 
+# One BLAS thread per process unless the caller set the variables, before NumPy loads its BLAS:
+# the nets' matrix products are too small for threads to pay, and on a shared machine a
+# threaded product waits for a busy core (measured: a Nav-World run 6x slower in wall time, a
+# Dial-sized step 4x, with 2 threads on 2 busy cores; README "Training speed"). Experiments
+# run cells in parallel instead (--workers).
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-import taco_sim
-from taco_ref import data, evaluate, model as model_mod, runner, train
-from taco_ref.app import config as config_mod, engine, experiment
+import taco_sim  # noqa: E402
+from taco_ref import data, evaluate, model as model_mod, runner, train  # noqa: E402
+from taco_ref.app import config as config_mod, engine, experiment  # noqa: E402
 
 
 def _progress(label):
