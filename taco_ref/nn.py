@@ -569,6 +569,38 @@ def gaussian_logpdf_backward(dlogp, cache):
     return np.asarray(dlogp, dtype=diff.dtype)[..., None] * diff / sigma ** 2  # (..., A)
 
 
+def gaussian_logstd_forward(mu, a, logstd):
+    """log N(a; mu, diag(exp(2 logstd))) summed over the last axis, with a learned per-dimension
+    log standard deviation (spec/policy.md eq. (9)):
+    logp = -sum_d [ (a_d - mu_d)^2 exp(-2 s_d) / 2 + s_d ] - (A / 2) log(2 pi).
+
+    Symbol | Shape    | Meaning
+    mu     | (..., A) | mean (the policy output)
+    a      | (..., A) | action
+    logstd | (A,)     | s = log sigma per action dimension, any finite value
+    logp   | (...)    |
+    """
+    mu = _floats(mu)
+    s = np.asarray(logstd, dtype=mu.dtype)                # (A,)
+    if s.shape != mu.shape[-1:] or not np.isfinite(s).all():
+        raise ValueError(f"logstd must hold {mu.shape[-1]} finite numbers, got {np.asarray(logstd)!r}")
+    diff = np.asarray(a, dtype=mu.dtype) - mu             # (..., A)
+    inv_var = np.exp(-2.0 * s)                            # (A,)
+    logp = (-0.5 * np.sum(diff ** 2 * inv_var, axis=-1) - np.sum(s)
+            - float(0.5 * diff.shape[-1] * np.log(2.0 * np.pi)))                      # (...)
+    return logp, (diff, inv_var)
+
+
+def gaussian_logstd_backward(dlogp, cache):
+    """(dmu (..., A), dlogstd (A,)): dmu = dlogp (a - mu) exp(-2 s); dlogstd_d = sum over the
+    leading axes of dlogp ((a_d - mu_d)^2 exp(-2 s_d) - 1); spec/policy.md eq. (10)."""
+    diff, inv_var = cache
+    g = np.asarray(dlogp, dtype=diff.dtype)[..., None]   # (..., 1)
+    dmu = g * diff * inv_var                              # (..., A)
+    dlogstd = np.sum(g * (diff ** 2 * inv_var - 1.0), axis=tuple(range(diff.ndim - 1)))   # (A,)
+    return dmu, dlogstd
+
+
 def categorical_logp_forward(logits, a_int):
     """logp = log_softmax(logits)[..., a_int]: log-probability of integer actions.
 

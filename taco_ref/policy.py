@@ -43,9 +43,12 @@ class PolicyConfig:
     """Hidden layer sizes of each STOP net."""
     sigma: float = 1.0
     """Standard deviation of the Gaussian action model (paper: 1; the original code used 0.6 on
-    normalised actions)."""
+    normalised actions); with learn_sigma, the initial value of every sub-policy's sigma."""
     activation: str = "relu"
     """Hidden activation: relu or tanh."""
+    learn_sigma: bool = False
+    """Learn a per-dimension log standard deviation "act.logstd" (K, A) with the rest
+    (spec/policy.md eq. (9)-(10)); continuous actions only."""
 
     def __post_init__(self):
         for name in ("state_dim", "n_subtasks", "action_dim"):
@@ -61,6 +64,9 @@ class PolicyConfig:
             raise ValueError(f"sigma must be positive, got {self.sigma!r}")
         if self.activation not in ("relu", "tanh"):
             raise ValueError(f"activation must be 'relu' or 'tanh', got {self.activation!r}")
+        if not isinstance(self.learn_sigma, bool) or (self.learn_sigma and self.discrete):
+            raise ValueError(f"learn_sigma must be true or false, and false for discrete actions, "
+                             f"got {self.learn_sigma!r}")
 
     def to_dict(self):
         return asdict(self)
@@ -80,6 +86,8 @@ def init_params(cfg, rng):
         for i in range(len(sizes) - 1):
             params[f"{head}.W{i}"] = np.stack([layers[i][0] for layers in per_task])   # (K, in, out)
             params[f"{head}.b{i}"] = np.stack([layers[i][1] for layers in per_task])   # (K, out)
+    if cfg.learn_sigma:
+        params["act.logstd"] = np.full((K, cfg.action_dim), float(np.log(cfg.sigma)))
     params["norm.mean"] = np.zeros(D)
     params["norm.std"] = np.ones(D)
     return params
@@ -95,6 +103,8 @@ def param_shapes(cfg):
         for i in range(len(sizes) - 1):
             shapes[f"{head}.W{i}"] = (K, sizes[i], sizes[i + 1])
             shapes[f"{head}.b{i}"] = (K, sizes[i + 1])
+    if cfg.learn_sigma:
+        shapes["act.logstd"] = (K, cfg.action_dim)
     shapes["norm.mean"] = shapes["norm.std"] = (D,)
     return shapes
 
@@ -200,6 +210,8 @@ def evaluate(params, cfg, batch, mask, final_mask=None, stop_dropout=None):
         a = actions[b, t]                                                    # (n, A) or (n,)
         if cfg.discrete:
             logp, dist_cache = nn.categorical_logp_forward(head, a)
+        elif cfg.learn_sigma:
+            logp, dist_cache = nn.gaussian_logstd_forward(head, a, params["act.logstd"][k])
         else:
             logp, dist_cache = nn.gaussian_logpdf_forward(head, a, cfg.sigma)
         log_stop, log_go = nn.log_sigmoid_pair(logit[:, 0])                  # (n + nf,)
@@ -227,8 +239,12 @@ def backward(grads_in, cache):
     for k, n, entries, row, fb, fl, f_row, nf, net_cache, dist_cache, logit in groups:
         # action net: d logp -> d head
         d_act = _sum_rows(grads_in["log_act"][entries], row, n).astype(dtype, copy=False)
-        d_head = (nn.categorical_logp_backward if cfg.discrete else nn.gaussian_logpdf_backward)(
-            d_act, dist_cache)                                               # (n, A)
+        if cfg.learn_sigma:
+            d_head, d_logstd = nn.gaussian_logstd_backward(d_act, dist_cache)   # (n, A), (A,)
+            grads["act.logstd"][k] += d_logstd
+        else:
+            d_head = (nn.categorical_logp_backward if cfg.discrete else nn.gaussian_logpdf_backward)(
+                d_act, dist_cache)                                           # (n, A)
         # STOP net: d log sigma(g)/dg = sigma(-g), d log sigma(-g)/dg = -sigma(g)
         d_stop = _sum_rows(grads_in["log_stop"][entries], row, n)            # (n,)
         d_go = _sum_rows(grads_in["log_go"][entries], row, n)                # (n,)

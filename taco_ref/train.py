@@ -41,8 +41,11 @@ class TrainConfig:
     """Hidden sizes of each STOP net."""
     activation: str = "relu"
     """Hidden activation of the sub-policy nets: relu or tanh."""
-    sigma: float = 1.0
-    """Gaussian action standard deviation (paper: 1)."""
+    sigma: object = 1.0
+    """Gaussian action standard deviation (paper: 1), a positive number; or "learned": each
+    sub-policy learns a per-dimension log-std, starting at sigma_init (spec/policy.md eq. (9))."""
+    sigma_init: float = 1.0
+    """With sigma "learned": the initial standard deviation of every sub-policy and dimension."""
     lr: float = 5e-3
     """Adam learning rate (Nav-World: 5e-3, the original code's setting; the paper gives none)."""
     batch_size: int = 10
@@ -112,6 +115,17 @@ class TrainConfig:
                 raise ValueError(f"{f.name} must be true or false, got {value!r}")
         if self.algo not in ALGOS:
             raise ValueError(f"algo must be one of {ALGOS}, got {self.algo!r}")
+        if self.sigma != "learned":
+            try:
+                if isinstance(self.sigma, bool):
+                    raise TypeError
+                self.sigma = float(self.sigma)
+            except (TypeError, ValueError):
+                raise ValueError(f"sigma must be a positive number or 'learned', got {self.sigma!r}") from None
+            if not 0 < self.sigma < float("inf"):
+                raise ValueError(f"sigma must be a positive number or 'learned', got {self.sigma!r}")
+        if not 0 < self.sigma_init < float("inf"):
+            raise ValueError(f"sigma_init must be a positive number, got {self.sigma_init!r}")
         for name in ("batch_size", "epochs", "patience", "restarts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
@@ -169,7 +183,8 @@ class _Job:
         self.policy_cfg = policy.PolicyConfig(
             state_dim=demos.states.shape[2], n_subtasks=len(demos.vocab), action_dim=int(A),
             discrete=self.discrete, act_hidden=list(cfg.act_hidden), stop_hidden=list(cfg.stop_hidden),
-            sigma=cfg.sigma, activation=cfg.activation)
+            sigma=cfg.sigma_init if cfg.sigma == "learned" else cfg.sigma, activation=cfg.activation,
+            learn_sigma=cfg.sigma == "learned" and not self.discrete)
         self.params = policy.init_params(self.policy_cfg, rng)
         if cfg.stop_prior:
             # STOP nets start at the data's switch rate instead of sigma(0) = 1/2 per step,

@@ -66,8 +66,13 @@ def ref_scores(tparams, norm, cfg, case):
     else:
         diff = case["actions"][b, t] - head                                  # (n, A)
         A = cfg.action_dim
-        log_act = (-0.5 * anp.sum(diff ** 2, axis=1) / cfg.sigma ** 2
-                   - A * np.log(cfg.sigma) - 0.5 * A * np.log(2 * np.pi))
+        if cfg.learn_sigma:                                                  # per sub-task, per dim
+            s = tparams["act.logstd"][ks]                                    # (n, A)
+            log_act = (-0.5 * anp.sum(diff ** 2 * anp.exp(-2 * s), axis=1) - anp.sum(s, axis=1)
+                       - 0.5 * A * np.log(2 * np.pi))
+        else:
+            log_act = (-0.5 * anp.sum(diff ** 2, axis=1) / cfg.sigma ** 2
+                       - A * np.log(cfg.sigma) - 0.5 * A * np.log(2 * np.pi))
     g = ref_mlp(tparams, "stop", ks, x, cfg.activation)[:, 0]                # (n,)
     out = {"log_act": log_act, "log_stop": -anp.logaddexp(0.0, -g), "log_go": -anp.logaddexp(0.0, g)}
     if case["final_mask"] is not None:
@@ -97,7 +102,7 @@ def make_params(cfg, rng):
     """init_params with random biases and a non-trivial normalisation (so every input matters)."""
     params = policy.init_params(cfg, rng)
     for name in params:
-        if ".b" in name:
+        if ".b" in name or name == "act.logstd":
             params[name] = rng.normal(scale=0.5, size=params[name].shape)
     params["norm.mean"] = rng.normal(size=cfg.state_dim)
     params["norm.std"] = rng.uniform(0.5, 2.0, size=cfg.state_dim)
@@ -111,7 +116,7 @@ def random_actions(cfg, rng, shape):
 
 
 @st.composite
-def policy_cases(draw, discrete=None):
+def policy_cases(draw, discrete=None, learn_sigma=False):
     """A PolicyConfig, parameters, a scored mask over (B, T, L), optional terminal STOP mask,
     and upstream gradients R for every score array."""
     B, T, L, K = (draw(st.integers(1, 3)) for _ in range(4))
@@ -122,7 +127,7 @@ def policy_cases(draw, discrete=None):
         act_hidden=draw(st.lists(st.integers(1, 4), max_size=2)),
         stop_hidden=draw(st.lists(st.integers(1, 4), max_size=2)),
         sigma=draw(st.sampled_from([0.6, 1.0, 1.7])),
-        activation=draw(st.sampled_from(["relu", "tanh"])))
+        activation=draw(st.sampled_from(["relu", "tanh"])), learn_sigma=learn_sigma)
     # few sub-tasks and several rows: ids repeat across rows (and within rows)
     sketch = draw(hnp.arrays(np.int64, (B, L), elements=st.integers(0, K - 1)))
     mask = draw(hnp.arrays(np.bool_, (B, T, L)))
@@ -186,6 +191,13 @@ def check_against_reference(cfg, params, case, R):
 @given(case=policy_cases(discrete=False))
 def test_continuous_scores_and_gradients_match_autograd(case):
     """Checks spec/policy.md eq. (1), (2), (3), (5), (6)."""
+    check_against_reference(*case)
+
+
+@given(case=policy_cases(discrete=False, learn_sigma=True))
+def test_learned_sigma_scores_and_gradients_match_autograd(case):
+    """A learned per-sub-task, per-dimension log-std: scores and every gradient, act.logstd's
+    included, against autograd. Checks spec/policy.md eq. (9), (10)."""
     check_against_reference(*case)
 
 

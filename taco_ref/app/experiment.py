@@ -90,6 +90,8 @@ def cell_key(cell):
     fields["config"] = full_config(cell)
     if fields["config"]["dtype"] == "float64":    # the default: keys from before the field stay valid
         del fields["config"]["dtype"]
+    if fields["config"]["sigma"] != "learned":    # sigma_init is read only with a learned sigma
+        del fields["config"]["sigma_init"]
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
