@@ -258,7 +258,7 @@ def learning_rate_that_diverges(base, tmp, capsys):
 @case("silent")
 def number_field_given_text(base, tmp, capsys):
     expect(capsys, ["train", "--data", base / "nav.npz", "--out", tmp / "r", "--set", "sigma=abc"],
-           2, "sigma must be a number")
+           2, "sigma must be a positive number")
 
 
 @case("crash")
