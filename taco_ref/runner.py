@@ -162,12 +162,14 @@ class SketchRunner:
         self._reset("error", [], None)
         self.error = str(message)
 
-    def step(self, state, now):
+    def step(self, state, now, may_stop=True):
         """The action to apply in state (D,) at time now, or None when nothing is to be applied
         (not running, or this call ended the run: done or error).
 
         Same decisions as evaluate.execute: the active sub-policy is asked first; if it stops
         (having acted at least once) the next sub-policy chooses the action in this same state.
+        may_stop=False vetoes the sub-policy's own STOP in this step (the ROS bridge's press rule:
+        a key that has not gone down yet); a forced STOP (max_subtask_steps) still happens.
         """
         if self.state != "running":
             return None
@@ -177,6 +179,7 @@ class SketchRunner:
             return None
         stop, action = policy.act(self.params, self.cfg, self.sketch[self.active], state,
                                   self.stop_threshold)
+        stop = stop and may_stop
         if self.max_subtask_steps is not None and self.acted >= self.max_subtask_steps:
             stop = True                                 # a forced STOP (the domain's budget)
         if stop and self.acted > 0:

@@ -120,6 +120,25 @@ def test_stop_rule_on_scripted_policy(monkeypatch):
     assert r.state == "done" and r.status()["active"] is None
 
 
+def test_may_stop_vetoes_the_policys_stop_but_not_a_forced_one(monkeypatch):
+    """may_stop=False (the ROS bridge's press rule) keeps a sub-policy that wants to stop acting;
+    a forced STOP (max_subtask_steps) still happens."""
+    monkeypatch.setattr(runner.policy, "act", ScriptedPolicy({0: [True] * 6, 1: [False] * 6}))
+    cfg = PolicyConfig(state_dim=1, n_subtasks=2, action_dim=2)
+    r = SketchRunner({}, cfg, ("a", "b"))
+    r.start([0, 1], now=0.0)
+    for t in range(3):
+        r.step(np.array([t]), now=float(t), may_stop=False)
+    assert r.stop_steps == [] and r.active == 0
+    r.step(np.array([3]), now=3.0)
+    assert r.stop_steps == [3] and r.active == 1
+    forced = SketchRunner({}, cfg, ("a", "b"), max_subtask_steps=2)
+    forced.start([1, 0], now=0.0)
+    for t in range(3):
+        forced.step(np.array([t]), now=float(t), may_stop=False)
+    assert forced.stop_steps == [2]
+
+
 # ----------------------------------------------------------------------------------------------
 # (b) parsing and properties
 # ----------------------------------------------------------------------------------------------

@@ -396,11 +396,7 @@ class PolicyNode(Node):
         if self.press_rule.releasing:
             return self.release_action(obs)
         # the active sub-policy's STOP counts only once its key went down (keypad.PressRule)
-        self.runner.stop_threshold = self.stop_threshold if pressed else math.inf
-        try:
-            action = self.runner.step(obs, now)
-        finally:
-            self.runner.stop_threshold = self.stop_threshold
+        action = self.runner.step(obs, now, may_stop=pressed)
         if self.runner.state == 'running' and self.runner.active != active:
             if self.press_rule.begin(obs, self.runner.sketch[self.runner.active]):
                 return self.release_action(obs)     # same key again: lift off it first
