@@ -590,13 +590,11 @@ def test_namespace_moves_every_topic(nodes, listener):
     assert topics == want, topics
 
 
-@pytest.mark.slow
-def test_repeated_digits_dialled_end_to_end(nodes, listener):
-    """Issue 12: "7 7 2" pressed 7 2 and reported done. Now the keypad registers 7 7 2, and the
-    status (which compares the keypad's presses with the sketch) says done."""
-    sketch = ["7", "7", "2"]
-    sim = nodes.start("sim_node")
-    policy = nodes.start("policy_node")
+def dial_to_the_end(nodes, listener, sketch, **params):
+    """Start the sim and policy nodes (with params), send sketch once both are up and wait for
+    the run to end: (final status, digits the keypad registered since, send time)."""
+    sim = nodes.start("sim_node", **params)
+    policy = nodes.start("policy_node", **params)
     listener.wait_subscribed()
     listener.wait_joint_states()
     listener.wait_for(lambda: listener.pressed_sub.get_publisher_count() > 0, 30, "the sim node")
@@ -604,7 +602,15 @@ def test_repeated_digits_dialled_end_to_end(nodes, listener):
     budget = dial.budget(len(sketch)) * dial.CONTROL_DT * 1.5 + 5.0
     end = listener.wait_for(lambda: listener.status_after(t0, lambda s: s["state"] in ("done", "error")),
                             budget, "the end of the run", nodes.log(policy) + nodes.log(sim))
-    presses = [d for t, d in listener.presses if t >= t0]
+    return end, [d for t, d in listener.presses if t >= t0], t0
+
+
+@pytest.mark.slow
+def test_repeated_digits_dialled_end_to_end(nodes, listener):
+    """Issue 12: "7 7 2" pressed 7 2 and reported done. Now the keypad registers 7 7 2, and the
+    status (which compares the keypad's presses with the sketch) says done."""
+    sketch = ["7", "7", "2"]
+    end, presses, _ = dial_to_the_end(nodes, listener, sketch)
     assert end["state"] == "done", (end, presses)
     assert end["pressed"] == sketch and presses == sketch, (end, presses)
 
@@ -803,15 +809,6 @@ def test_velocity_interface_dials_end_to_end(nodes, listener):
     """Both nodes with command_interface velocity (the sim's velocity loop, the shipped velocity
     model): the keypad registers the PIN and the status says done."""
     sketch = ["0", "5", "1", "6"]
-    sim = nodes.start("sim_node", command_interface="velocity")
-    policy = nodes.start("policy_node", command_interface="velocity")
-    listener.wait_subscribed()
-    listener.wait_joint_states()
-    listener.wait_for(lambda: listener.pressed_sub.get_publisher_count() > 0, 30, "the sim node")
-    t0 = listener.send(" ".join(sketch))
-    budget = dial.budget(len(sketch)) * dial.CONTROL_DT * 1.5 + 5.0
-    end = listener.wait_for(lambda: listener.status_after(t0, lambda s: s["state"] in ("done", "error")),
-                            budget, "the end of the run", nodes.log(policy) + nodes.log(sim))
-    presses = [d for t, d in listener.presses if t >= t0]
+    end, presses, t0 = dial_to_the_end(nodes, listener, sketch, command_interface="velocity")
     assert end["state"] == "done" and end["pressed"] == sketch and presses == sketch, (end, presses)
     assert any(len(c) == 6 for t, c in listener.velocities if t >= t0) and not listener.commands

@@ -123,6 +123,21 @@ def get(name):
     return _REGISTRY[name]
 
 
+class SketchProgress:
+    """done and target of a task environment whose `progress` counts the sketch's sub-tasks in
+    order and whose `failed` ends the task (Nav-World, the Dial); it keeps `sketch`,
+    `progress` and `failed`."""
+
+    @property
+    def done(self):
+        return self.progress == len(self.sketch)
+
+    @property
+    def target(self):
+        """Sub-task id of the current sketch step, or None when done or failed."""
+        return None if self.done or self.failed else int(self.sketch[self.progress])
+
+
 MAX_SKETCH_LEN = 64
 """Longest sketch a domain collects or executes (taco_ref.runner.MAX_SKETCH_LEN likewise)."""
 

@@ -46,7 +46,7 @@ import numpy as np
 
 from taco_ref.data import Demos
 from taco_sim import sketch_array
-from taco_sim.domain import Domain, check_collect_args, package_file, register
+from taco_sim.domain import Domain, SketchProgress, check_collect_args, package_file, register
 
 VOCAB = ("black", "green", "yellow", "red")
 """Sub-task names; sub-task k = "go to destination VOCAB[k]"."""
@@ -186,7 +186,7 @@ def zero_shot_sketches(n, rng):
     return sample_sketches(n, K, rng)
 
 
-class NavWorld:
+class NavWorld(SketchProgress):
     """One Nav-World episode. ``reset(sketch, seed)``, then ``step(action)``, and ``stop()`` on
     each STOP of the active sub-policy, until ``done`` or ``failed``.
 
@@ -230,15 +230,6 @@ class NavWorld:
     @property
     def obs(self):
         return observe(self.agent[None], self.dests[None])[0]           # (D,)
-
-    @property
-    def done(self):
-        return self.progress == len(self.sketch)
-
-    @property
-    def target(self):
-        """Sub-task id of the current target, or None when done or failed."""
-        return None if self.done or self.failed else int(self.sketch[self.progress])
 
     @property
     def at_target(self):

@@ -43,7 +43,7 @@ import numpy as np
 
 from taco_ref.data import Demos
 from taco_sim import sketch_array
-from taco_sim.domain import check_collect_args
+from taco_sim.domain import SketchProgress, check_collect_args
 from taco_sim.dial.env import (ACTION_DIM, FINGERS_CLOSED, HOME, K, PHYSICS_DT, SLOTS,
                                STATE_DIM, SUBSAMPLE, TORQUE_LIMITS, VOCAB, DialEnv, check_layout,
                                kinematics, sample_layout)
@@ -178,7 +178,7 @@ def zero_shot_sketches(n, rng):
     return sample_sketches(n, TEST_SKETCH_LEN, rng)
 
 
-class DialTask:
+class DialTask(SketchProgress):
     """One PIN-dialling episode on a DialEnv; the duck type of taco_sim.navworld.NavWorld.
 
     Attribute | Shape | Meaning
@@ -213,15 +213,6 @@ class DialTask:
     @property
     def t(self):
         return self.env.t
-
-    @property
-    def done(self):
-        return self.progress == len(self.sketch)
-
-    @property
-    def target(self):
-        """Digit to press next, or None when done or failed."""
-        return None if self.done or self.failed else int(self.sketch[self.progress])
 
     def budget(self, sketch_len):
         return budget(sketch_len)
