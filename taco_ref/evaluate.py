@@ -176,9 +176,11 @@ sub-task ids at those positions (OMPN's and, for sketches without repeats, the s
 
 
 def _subtask_ids(sketch, positions):
-    """(B, T) sub-task id at each decoded position; -2 where the position is -1 (impossible)."""
-    ids = np.take_along_axis(sketch, np.maximum(positions, 0), axis=1)
-    return np.where(positions >= 0, ids, -2)
+    """(B, T) sub-task id at each decoded position; -2 where the position is -1 (impossible) or
+    outside the sketch (padding)."""
+    inside = (positions >= 0) & (positions < sketch.shape[1])               # padding may hold anything
+    ids = np.take_along_axis(sketch, np.where(inside, positions, 0), axis=1)
+    return np.where(inside, ids, -2)
 
 
 def alignment_accuracy(model, demos, decoders=DECODERS, batch_size=128, by="position"):
@@ -188,17 +190,22 @@ def alignment_accuracy(model, demos, decoders=DECODERS, batch_size=128, by="posi
     that repeats a sub-task)."""
     if by not in ALIGNMENT_METRICS:
         raise ValueError(f"by must be one of {ALIGNMENT_METRICS}, got {by!r}")
+    return alignment_accuracies(model, demos, decoders, batch_size)[by]
+
+
+def alignment_accuracies(model, demos, decoders=DECODERS, batch_size=128):
+    """{metric: {decoder: accuracy}} for both ALIGNMENT_METRICS from one decoding pass."""
     check_compatible(model, demos)
-    hits = dict.fromkeys(decoders, 0)
+    hits = {m: dict.fromkeys(decoders, 0) for m in ALIGNMENT_METRICS}
     total = 0
     for batch in data.batches(demos, batch_size):
         valid = np.arange(batch.labels.shape[1])[None, :] < batch.traj_len[:, None]
-        truth = batch.labels if by == "position" else _subtask_ids(batch.sketch, batch.labels)
+        true_ids = _subtask_ids(batch.sketch, batch.labels)
         for d, path in alignments(model, batch, decoders).items():
-            got = path if by == "position" else _subtask_ids(batch.sketch, path)
-            hits[d] += int(((got == truth) & valid).sum())
+            hits["position"][d] += int(((path == batch.labels) & valid).sum())
+            hits["subtask"][d] += int(((_subtask_ids(batch.sketch, path) == true_ids) & valid).sum())
         total += int(valid.sum())
-    return {d: hits[d] / total for d in decoders}
+    return {m: {d: hits[m][d] / total for d in decoders} for m in ALIGNMENT_METRICS}
 
 
 def mean_loglik_per_step(model, demos, batch_size=128):

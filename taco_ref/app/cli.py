@@ -79,9 +79,9 @@ def cmd_evaluate(args):
                                lengths=args.lengths, progress=_progress)
     if args.data:
         demos = data.load(args.data)
-        result.update({f"align_{k}": v for k, v in evaluate.alignment_accuracy(model, demos).items()})
-        result.update({f"align_subtask_{k}": v
-                       for k, v in evaluate.alignment_accuracy(model, demos, by="subtask").items()})
+        both = evaluate.alignment_accuracies(model, demos)
+        result.update({f"align_{k}": v for k, v in both["position"].items()})
+        result.update({f"align_subtask_{k}": v for k, v in both["subtask"].items()})
     print(json.dumps(result, indent=1))
     return 0
 
@@ -89,8 +89,8 @@ def cmd_evaluate(args):
 def cmd_align(args):
     model = model_mod.load(args.model)
     demos = data.load(args.data)
-    acc = evaluate.alignment_accuracy(model, demos)
-    by_id = evaluate.alignment_accuracy(model, demos, by="subtask")
+    both = evaluate.alignment_accuracies(model, demos)
+    acc, by_id = both["position"], both["subtask"]
     for name, value in acc.items():
         print(f"alignment accuracy ({name}): {100 * value:.2f} % of steps at the right sketch "
               f"position, {100 * by_id[name]:.2f} % with the right sub-task")

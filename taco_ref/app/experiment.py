@@ -67,8 +67,8 @@ def run(cell, demos=None, test_demos=None):
     cfg = train.TrainConfig.from_dict(dict(cell["config"], algo=cell["algo"], seed=cell["seed"]))
     model = train.train(demos, cfg, progress=False)
     acc = evaluate.protocol(model, dom, cell["n_tasks"], cell["seed"], lengths=cell.get("test_lengths") or ())
-    align_acc = evaluate.alignment_accuracy(model, test_demos)
-    by_subtask = evaluate.alignment_accuracy(model, test_demos, by="subtask")
+    both = evaluate.alignment_accuracies(model, test_demos)
+    align_acc, by_subtask = both["position"], both["subtask"]
     policy_stage = [h for h in model.info["history"] if h["stage"] == "policy"]
     return dict(acc, **{f"align_{k}": v for k, v in align_acc.items()},
                 **{f"align_subtask_{k}": v for k, v in by_subtask.items()},
