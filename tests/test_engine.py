@@ -201,6 +201,21 @@ def test_finished_cells_are_reused_changed_ones_rerun_and_force_reruns_all(tmp_p
         assert (forced.computed, forced.reused) == (2, 0)
 
 
+def test_in_this_process_each_cell_file_is_written_before_the_next_cell_starts(tmp_path):
+    """--workers 1 runs the cells in the grid's own process: a grid stopped there keeps every cell
+    it finished, so each is written (and progress reported) before the next one runs."""
+    grid_cells = cells(epochs=3, patience=3)[:3]
+    seen = []
+
+    def progress(status):
+        seen.append((status["done"], len(cell_files(tmp_path))))
+
+    with engine.Local(1) as ex:
+        grid = engine.run_grid(grid_cells, ex, out_dir=tmp_path, progress=progress)
+    assert grid.computed == 3
+    assert [files_on_disk for done, files_on_disk in seen if done] == [1, 2, 3], seen
+
+
 def test_a_raising_cell_is_reported_with_its_error_and_the_others_finish(tmp_path):
     grid_cells = cells(epochs=3, patience=3)[:4]
     grid_cells[1] = dict(grid_cells[1], config=dict(grid_cells[1]["config"], lr=1e12))   # diverges

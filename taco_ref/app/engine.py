@@ -77,7 +77,8 @@ def _task_traceback(exc):
 
 class Local:
     """Tasks on this machine: `workers` spawned processes, one BLAS thread each, or this process
-    (workers <= 1, with its own BLAS threads). Use as a context manager."""
+    (workers <= 1, with its own BLAS threads; a task runs when `wait` is called, one per call, so
+    run_grid writes each cell file before the next cell starts). Use as a context manager."""
 
     name = "local"
 
@@ -85,6 +86,7 @@ class Local:
         self.workers = workers
         self._pool = None
         self._env = None
+        self._queue = []                           # in this process: (future, fn, args) not run yet
 
     def __enter__(self):
         if self.workers > 1:
@@ -110,16 +112,23 @@ class Local:
     def submit(self, fn, *args, name=None):
         if self._pool is not None:
             return self._pool.submit(fn, *args)
-        fut = concurrent.futures.Future()          # in this process: run now, hand back a done future
-        try:
-            fut.set_result(fn(*args))
-        except Exception as exc:
-            exc.taco_traceback = traceback.format_exc()
-            fut.set_exception(exc)
+        fut = concurrent.futures.Future()          # in this process: run when waited for
+        self._queue.append((fut, fn, args))
         return fut
 
-    @staticmethod
-    def wait(futures, timeout):
+    def wait(self, futures, timeout):
+        """The futures that are done; in this process, first run the oldest queued task among
+        them, so that its result (a cell file) is handled before the next task starts."""
+        queued = [q for q in self._queue if q[0] in set(futures)]
+        if self._pool is None and queued:
+            fut, fn, args = queued[0]
+            self._queue.remove(queued[0])
+            try:
+                fut.set_result(fn(*args))
+            except Exception as exc:
+                exc.taco_traceback = traceback.format_exc()
+                fut.set_exception(exc)
+            return {fut}
         return concurrent.futures.wait(futures, timeout, concurrent.futures.FIRST_COMPLETED).done
 
     @staticmethod
