@@ -1,4 +1,5 @@
-"""Adam, and the exponentially decaying dropout rate of the STOP nets (paper appendix A)."""
+"""Adam, the L2 penalty on weight matrices, and the exponentially decaying dropout rate of the
+STOP nets (paper appendix A)."""
 import numpy as np
 
 
@@ -62,6 +63,21 @@ def adam_for(params, names, lr):
     """The one way an optimiser is built: Adam over params[name] for name in names, at lr."""
     return Adam(names, [params[n].shape for n in names], lr,
                 dtypes=[params[n].dtype for n in names])
+
+
+def add_l2(grads, params, coefs):
+    """Add the gradient of the L2 penalty sum_net coefs[net] / 2 * ||W||^2 over net's weight
+    matrices (params "<net>.W<i>"; biases and other parameters are not penalised) to grads, in
+    place; returns the penalty. spec/training.md eq. (9). coefs: {"act": c_a, "stop": c_s}."""
+    penalty = 0.0
+    for net, coef in coefs.items():
+        if not coef:
+            continue
+        for name in grads:
+            if name.startswith(net + ".W"):
+                grads[name] += coef * params[name]
+                penalty += 0.5 * coef * float(np.sum(np.square(params[name], dtype=np.float64)))
+    return penalty
 
 
 def dropout_rate(initial, decay, epoch):

@@ -62,6 +62,12 @@ class TrainConfig:
     """Initial dropout rate on the hidden layers of the STOP nets (paper appendix A)."""
     dropout_decay: float = 0.95
     """The STOP-net dropout rate is stop_dropout * dropout_decay ** epoch."""
+    act_l2: float = 0.0
+    """L2 penalty act_l2 / 2 * ||W||^2 on the action nets' weight matrices (not the biases), added
+    to the per-step training loss (spec/training.md eq. (9)); 0 = none. The held-out loss, early
+    stopping's criterion, stays the plain negative log-likelihood."""
+    stop_l2: float = 0.0
+    """The same penalty on the STOP nets' weight matrices."""
     terminal_stop: bool = False
     """Train a STOP of the last sub-policy at the final state (spec/align.md eq. (8))."""
     stop_prior: bool = False
@@ -147,6 +153,9 @@ class TrainConfig:
         if not 0.0 <= self.holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must lie in [0, 1), got {self.holdout_fraction!r}")
         optim.dropout_rate(self.stop_dropout, self.dropout_decay, 0)  # validates both
+        for name in ("act_l2", "stop_l2"):
+            if not 0.0 <= getattr(self, name) < float("inf"):
+                raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.ctc_weighting not in ("argmax", "alpha"):
@@ -574,6 +583,8 @@ class _Run:
             loss, grads = job.loss(stage, batch, self.rng, state["epoch"], train=True)
             for g in grads.values():              # per-step gradient, in place
                 g /= n
+            if stage != "ctc":                    # the sub-policies' nets, not CTC's classifier
+                optim.add_l2(grads, job.params, {"act": self.cfg.act_l2, "stop": self.cfg.stop_l2})
             self.adam.step(job.params, grads)
             total, steps = total + loss, steps + n
         held = mean_loss(job, stage, stage_held)

@@ -208,7 +208,7 @@ def test_resume_without_a_checkpoint(tmp_path, nav_small):
     ("stop_dropout", 1.0), ("stop_dropout", -0.1), ("dropout_decay", 1.5), ("ctc_weighting", "soft"),
     ("ctc_decoder", "beam"), ("warmup_epochs", -1), ("temperature", 0.5), ("temperature", float("inf")),
     ("temperature_epochs", 200), ("temperature_epochs", -1), ("restarts", 0), ("restarts", 1.5),
-    ("dtype", "float16"), ("dtype", 32),
+    ("dtype", "float16"), ("dtype", 32), ("act_l2", -1e-3), ("stop_l2", float("inf")), ("act_l2", "x"),
 ])
 def test_train_config_rejects_bad_values_naming_the_field(key, value):
     with pytest.raises(ValueError, match=f"^{key} must"):
@@ -371,6 +371,62 @@ def test_trainer_divides_each_batch_by_its_valid_steps(nav_small, monkeypatch):
         epoch = calls[3 * e:3 * e + 3]
         np.testing.assert_allclose(record["train_loss"], sum(c[0] for c in epoch) / sum(c[2] for c in epoch),
                                    rtol=1e-12)
+
+
+def test_l2_penalty_and_its_gradient_follow_their_definition():
+    """optim.add_l2 adds d/dW of c/2 ||W||^2 to the weight matrices' gradients only and returns
+    the penalty. Checks spec/training.md eq. (9)."""
+    rng = np.random.default_rng(0)
+    params = {"act.W0": rng.normal(size=(2, 3, 4)), "act.b0": rng.normal(size=(2, 4)),
+              "stop.W0": rng.normal(size=(2, 3, 5)), "stop.b0": rng.normal(size=(2, 5)),
+              "act.logstd": rng.normal(size=(2, 2))}
+    grads = {k: rng.normal(size=v.shape) for k, v in params.items()}
+    before = {k: g.copy() for k, g in grads.items()}
+    coefs = {"act": 1e-3, "stop": 0.25}
+
+    def penalty(p):
+        return sum(c / 2 * sum(np.sum(p[n] ** 2) for n in p if n.startswith(net + ".W"))
+                   for net, c in coefs.items())
+
+    got = optim.add_l2(grads, params, coefs)
+    np.testing.assert_allclose(got, penalty(params), rtol=1e-12)
+    eps = 1e-6
+    for name in params:
+        idx = tuple(rng.integers(0, s) for s in params[name].shape)
+        plus = {k: v.copy() for k, v in params.items()}
+        minus = {k: v.copy() for k, v in params.items()}
+        plus[name][idx] += eps
+        minus[name][idx] -= eps
+        fd = (penalty(plus) - penalty(minus)) / (2 * eps)
+        np.testing.assert_allclose(grads[name][idx] - before[name][idx], fd, rtol=1e-6, atol=1e-10,
+                                   err_msg=name)
+    assert optim.add_l2(grads, params, {"act": 0.0, "stop": 0.0}) == 0.0
+
+
+def test_trainer_adds_the_l2_gradient_to_the_per_step_gradient(nav_small, monkeypatch):
+    """With act_l2 and stop_l2 the gradient Adam receives is the per-step gradient plus c W on
+    the weight matrices of each net; the reported losses stay the plain likelihood.
+    Checks spec/training.md eq. (9)."""
+    seen = []
+    real_step = optim.Adam.step
+
+    def step(self, params, grads):
+        seen.append(({k: v.copy() for k, v in params.items()}, {k: g.copy() for k, g in grads.items()}))
+        return real_step(self, params, grads)
+
+    monkeypatch.setattr(optim.Adam, "step", step)
+    plain = train.train(nav_small, config(epochs=1, warmup_epochs=0), progress=False)
+    without = seen[:]
+    seen.clear()
+    l2 = train.train(nav_small, config(epochs=1, warmup_epochs=0, act_l2=0.5, stop_l2=2.0), progress=False)
+    (p0, g0), (p1, g1) = without[0], seen[0]            # the first step: the same parameters
+    for name in g0:
+        np.testing.assert_array_equal(p0[name], p1[name])
+        coef = 0.5 if name.startswith("act.W") else 2.0 if name.startswith("stop.W") else 0.0
+        np.testing.assert_allclose(g1[name], g0[name] + coef * p0[name], rtol=1e-12, atol=1e-15,
+                                   err_msg=name)
+    assert plain.info["history"][0]["train_loss"] != l2.info["history"][0]["train_loss"]   # later steps differ
+    assert abs(l2.info["history"][0]["train_loss"]) < 50     # a likelihood per step, not a penalty on it
 
 
 @pytest.mark.parametrize("drop, kept_epoch, epochs_run", [(5e-10, 2, 4), (2e-9, 3, 5)])

@@ -90,6 +90,9 @@ def cell_key(cell):
     fields["config"] = full_config(cell)
     if fields["config"]["dtype"] == "float64":    # the default: keys from before the field stay valid
         del fields["config"]["dtype"]
+    for name in ("act_l2", "stop_l2"):           # off by default: keys from before the fields stay valid
+        if fields["config"][name] == 0.0:
+            del fields["config"][name]
     if fields["config"]["sigma"] != "learned":    # sigma_init is read only with a learned sigma
         del fields["config"]["sigma_init"]
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
