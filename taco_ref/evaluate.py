@@ -22,7 +22,11 @@ from taco_ref.objectives import valid_mask
 DECODERS = tuple(align.DECODERS)
 
 
-def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5, observer=None):
+ACTION_STREAM = 1
+"""Discrete actions of the episode with seed `seed` are drawn from default_rng([seed, ACTION_STREAM])."""
+
+
+def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5, observer=None, sample=True):
     """Run one sketch (a sequence of sub-task ids) in env; returns a dict with
     success, progress (sub-tasks the env counted), steps, stop_times (step of each STOP).
     observer(env, active), if given, is called after the reset and after every step.
@@ -34,11 +38,14 @@ def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5, observer=
     budget. A STOP is decided in the state obs given to run.step, before the returned action is
     applied, so env.stop() is called right after run.step and before env.step, also for the last
     sub-policy's STOP (after which run.step returns None). spec/evaluation.md §1.
+    Discrete actions are drawn from the sub-policy's categorical (sample False: its argmax), with
+    a generator seeded by the episode's seed, so an episode is a function of (model, sketch, seed).
     """
     obs = env.reset(sketch, seed=seed)
     budget = env.budget(len(sketch)) if budget is None else budget
+    rng = np.random.default_rng([seed, ACTION_STREAM]) if sample and model.policy.discrete else None
     run = runner.SketchRunner(model.params, model.policy, model.vocab, stop_threshold=stop_threshold,
-                              max_subtask_steps=env.subtask_budget)
+                              max_subtask_steps=env.subtask_budget, rng=rng)
     run.start(sketch, now=0)
     if observer:
         observer(env, run.active)

@@ -271,15 +271,31 @@ def _accumulate(grads, head, k, layer_grads):
 # Acting: the policy maths used by evaluation and by the ROS bridge, testable without ROS.
 # ----------------------------------------------------------------------------------------
 
-def act(params, cfg, subtask, state, stop_threshold=0.5):
+def act(params, cfg, subtask, state, stop_threshold=0.5, rng=None):
     """One control decision of sub-policy `subtask` in `state` (D,); spec/policy.md eq. (8).
 
-    Returns (stop, action): stop is True when pi_k(STOP | s) > stop_threshold; action is the
-    mean action (continuous) or the most probable action (discrete) — deterministic execution.
+    Returns (stop, action) = (stops(...), action(...)): see those two.
     """
+    return stops(params, cfg, subtask, state, stop_threshold), action(params, cfg, subtask, state, rng)
+
+
+def stops(params, cfg, subtask, state, stop_threshold=0.5):
+    """True when sub-policy `subtask` emits STOP in `state` (D,): pi_k(STOP | s) > stop_threshold."""
     x = normalise(params, np.asarray(state, dtype=np.float64))[None]         # (1, D)
     logit, _ = nn.mlp_forward(_layers(params, "stop", subtask, cfg), x, cfg.activation)
+    return bool(nn.sigmoid(logit[0, 0]) > stop_threshold)
+
+
+def action(params, cfg, subtask, state, rng=None):
+    """The action of sub-policy `subtask` in `state` (D,): the mean (continuous, shape (A,)); for
+    discrete actions (an int) the most probable one (rng None) or one draw from pi_k(a | s) with
+    the numpy Generator rng, exactly one rng.choice per call (a deterministic policy in a grid
+    world loops for ever once it revisits a state; spec/evaluation.md §1)."""
+    x = normalise(params, np.asarray(state, dtype=np.float64))[None]         # (1, D)
     head, _ = nn.mlp_forward(_layers(params, "act", subtask, cfg), x, cfg.activation)
-    stop = bool(nn.sigmoid(logit[0, 0]) > stop_threshold)
-    action = int(np.argmax(head[0])) if cfg.discrete else head[0]
-    return stop, action
+    if not cfg.discrete:
+        return head[0]
+    if rng is None:
+        return int(np.argmax(head[0]))
+    p = np.exp(head[0] - head[0].max())                                      # (A,)
+    return int(rng.choice(p.size, p=p / p.sum()))

@@ -95,10 +95,12 @@ class SketchRunner:
     stop_threshold   |       | a sub-policy stops when pi_k(STOP | s) > stop_threshold
     max_subtask_steps|       | a sub-policy that has acted this many times is stopped by force
                      |       | (a domain's subtask_budget, e.g. Craft's); None: never
+    rng              |       | numpy Generator: discrete actions are drawn from pi_k(a | s)
+                     |       | (policy.action), one draw per action; None: the most probable
     """
 
     def __init__(self, params, cfg, vocab, limits=None, max_subtask_time=None, stop_threshold=0.5,
-                 max_subtask_steps=None):
+                 max_subtask_steps=None, rng=None):
         if len(vocab) != cfg.n_subtasks:
             raise ValueError(f"vocab has {len(vocab)} names, the policy {cfg.n_subtasks} sub-tasks")
         if limits is not None:
@@ -117,6 +119,7 @@ class SketchRunner:
         self.params, self.cfg, self.vocab = params, cfg, tuple(vocab)
         self.limits, self.max_subtask_time = limits, max_subtask_time
         self.stop_threshold = stop_threshold
+        self.rng = rng
         self._reset("idle", sketch=[], now=None)
 
     def _reset(self, state, sketch, now):
@@ -177,20 +180,15 @@ class SketchRunner:
             self.fail(f"sub-task {self.vocab[self.sketch[self.active]]} (position {self.active}) "
                       f"did not stop within {self.max_subtask_time:g} s")
             return None
-        stop, action = policy.act(self.params, self.cfg, self.sketch[self.active], state,
-                                  self.stop_threshold)
-        stop = stop and may_stop
-        if self.max_subtask_steps is not None and self.acted >= self.max_subtask_steps:
-            stop = True                                 # a forced STOP (the domain's budget)
-        if stop and self.acted > 0:
+        forced = self.max_subtask_steps is not None and self.acted >= self.max_subtask_steps  # the domain's budget
+        if self.acted > 0 and (forced or (may_stop and self._stops(state))):
             self.stop_times.append(now - self.started)
             self.stop_steps.append(self.steps)
             self.active, self.acted, self.subtask_started = self.active + 1, 0, now
             if self.active == len(self.sketch):
                 self.state = "done"
                 return None
-            _, action = policy.act(self.params, self.cfg, self.sketch[self.active], state,
-                                   self.stop_threshold)
+        action = policy.action(self.params, self.cfg, self.sketch[self.active], state, self.rng)
         if not self.cfg.discrete:
             action = np.asarray(action, dtype=np.float64)                    # (A,)
             if not np.isfinite(action).all():
@@ -202,6 +200,9 @@ class SketchRunner:
         self.acted += 1
         self.steps += 1
         return action
+
+    def _stops(self, state):
+        return policy.stops(self.params, self.cfg, self.sketch[self.active], state, self.stop_threshold)
 
     def status(self):
         """The run as a JSON-ready dict: state, sketch (names), active (position or None),

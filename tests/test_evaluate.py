@@ -187,3 +187,34 @@ def test_sketches_of_mixed_lengths_are_unpadded():
     for bad in ([0, -1, 1], [-1, -1]):
         with np.testing.assert_raises(ValueError):
             evaluate.unpad(bad)
+
+
+def test_discrete_actions_are_drawn_from_a_generator_seeded_by_the_episode():
+    """Discrete policies act by sampling pi_k(a | s) with default_rng([seed, ACTION_STREAM]): an
+    episode is a function of its seed; sample=False takes the argmax (spec/evaluation.md §1)."""
+    model = ScriptedModel()
+    model.policy = policy.PolicyConfig(state_dim=1, n_subtasks=3, action_dim=4, discrete=True,
+                                       act_hidden=[2], stop_hidden=[2])
+    model.params["act.W1"] = np.zeros((3, 2, 4))             # uniform over the 4 actions
+    model.params["act.b1"] = np.zeros((3, 4))
+
+    class RecordingEnv(CounterEnv):
+        def step(self, action):
+            self.actions.append(action)
+            return super().step(action)
+
+        def reset(self, sketch, seed=None):
+            self.actions = []
+            return super().reset(sketch, seed)
+
+    def actions(seed, **kw):
+        env = RecordingEnv()
+        evaluate.execute(model, env, [0, 1, 2], seed=seed, **kw)
+        return env.actions
+
+    first = actions(5)
+    assert len(first) == 9 and actions(5) == first
+    assert actions(6) != first
+    rng = np.random.default_rng([5, evaluate.ACTION_STREAM])
+    assert first == [int(rng.choice(4, p=np.full(4, 0.25))) for _ in range(9)]
+    assert actions(5, sample=False) == [0] * 9               # ties: the first action

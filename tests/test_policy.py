@@ -382,6 +382,32 @@ def test_act_types_action_and_stop_decision(discrete):
                 np.testing.assert_allclose(out["log_act"][0, 0, 0], peak, rtol=1e-12)
 
 
+def test_act_with_a_generator_draws_discrete_actions_from_the_policy():
+    """rng given: a discrete action is a draw from pi_k(a | s) (frequencies against the
+    softmax), reproducible from the generator's seed; a continuous action is still the mean.
+    Checks spec/policy.md eq. (8)."""
+    cfg = PolicyConfig(state_dim=3, n_subtasks=2, action_dim=4, discrete=True, act_hidden=[5],
+                       stop_hidden=[5])
+    params = make_params(cfg, np.random.default_rng(1))
+    params["act.W1"] *= 0.2                                     # a spread-out distribution to sample
+    state = np.array([0.5, -0.2, 1.0])
+    out, _ = policy.evaluate(params, cfg, policy.Inputs(state[None, None].repeat(4, 1), np.arange(4)[None],
+                                                        np.array([[1]])), np.ones((1, 4, 1), bool))
+    p = np.exp(out["log_act"][0, :, 0])
+    rng = np.random.default_rng(7)
+    draws = np.array([policy.act(params, cfg, 1, state, rng=rng)[1] for _ in range(20000)])
+    freq = np.bincount(draws, minlength=4) / draws.size
+    assert p.min() > 0.02 and p.max() < 0.9                     # not close to one-hot
+    np.testing.assert_allclose(freq, p, atol=4 * np.sqrt(0.25 / draws.size))
+    again = [policy.act(params, cfg, 1, state, rng=np.random.default_rng(7))[1] for _ in range(1)]
+    assert again[0] == draws[0]
+    assert policy.act(params, cfg, 1, state)[1] == int(np.argmax(p))       # no rng: the argmax
+    cont = PolicyConfig(state_dim=3, n_subtasks=2, action_dim=2, act_hidden=[5], stop_hidden=[5])
+    cparams = make_params(cont, np.random.default_rng(1))
+    np.testing.assert_array_equal(policy.act(cparams, cont, 0, state, rng=np.random.default_rng(0))[1],
+                                  policy.act(cparams, cont, 0, state)[1])
+
+
 def test_act_accepts_a_list_state_and_is_deterministic():
     cfg = PolicyConfig(state_dim=2, n_subtasks=1, action_dim=2, act_hidden=[3], stop_hidden=[3])
     params = make_params(cfg, np.random.default_rng(4))

@@ -89,15 +89,13 @@ def test_runner_matches_execute(seed, bias, sketch, budget):
     assert (env.progress, env.failed) == (env_ref.progress, env_ref.failed)
 
 
-class ScriptedPolicy:
-    """A fake policy.act: sub-task k in state s stops iff stops[k][s[0]]; the action is (k, s[0])."""
-
-    def __init__(self, stops):
-        self.stops = stops
-
-    def __call__(self, params, cfg, subtask, state, stop_threshold=0.5):
-        t = int(state[0])
-        return bool(self.stops[subtask][t]), np.array([subtask, t], dtype=np.float64)
+def script_policy(monkeypatch, stops):
+    """Fake policy.stops and policy.action: sub-task k in state s stops iff stops[k][s[0]]; its
+    action is (k, s[0])."""
+    monkeypatch.setattr(runner.policy, "stops",
+                        lambda params, cfg, k, state, stop_threshold=0.5: bool(stops[k][int(state[0])]))
+    monkeypatch.setattr(runner.policy, "action",
+                        lambda params, cfg, k, state, rng=None: np.array([k, int(state[0])], dtype=np.float64))
 
 
 def test_stop_rule_on_scripted_policy(monkeypatch):
@@ -106,7 +104,7 @@ def test_stop_rule_on_scripted_policy(monkeypatch):
     # too, but it has not acted yet, so it acts at t = 3 and stops at t = 4.
     stops = {0: [True, True, True, True, True], 1: [False] * 3 + [True, True],
              2: [False, False, False, True, True]}
-    monkeypatch.setattr(runner.policy, "act", ScriptedPolicy(stops))
+    script_policy(monkeypatch, stops)
     cfg = PolicyConfig(state_dim=1, n_subtasks=3, action_dim=2)
     r = SketchRunner({}, cfg, ("a", "b", "c"))
     r.start([0, 1, 2], now=0.0)
@@ -123,7 +121,7 @@ def test_stop_rule_on_scripted_policy(monkeypatch):
 def test_may_stop_vetoes_the_policys_stop_but_not_a_forced_one(monkeypatch):
     """may_stop=False (the ROS bridge's press rule) keeps a sub-policy that wants to stop acting;
     a forced STOP (max_subtask_steps) still happens."""
-    monkeypatch.setattr(runner.policy, "act", ScriptedPolicy({0: [True] * 6, 1: [False] * 6}))
+    script_policy(monkeypatch, {0: [True] * 6, 1: [False] * 6})
     cfg = PolicyConfig(state_dim=1, n_subtasks=2, action_dim=2)
     r = SketchRunner({}, cfg, ("a", "b"))
     r.start([0, 1], now=0.0)
@@ -221,7 +219,7 @@ def test_subtask_time_bound():
 
 def test_time_bound_restarts_per_subtask(monkeypatch):
     stops = {0: [False, True, True], 1: [False, False, False]}
-    monkeypatch.setattr(runner.policy, "act", ScriptedPolicy(stops))
+    script_policy(monkeypatch, stops)
     cfg = PolicyConfig(state_dim=1, n_subtasks=2, action_dim=2)
     r = SketchRunner({}, cfg, ("a", "b"), max_subtask_time=1.5)
     r.start([0, 1], now=0.0)
