@@ -275,7 +275,7 @@ def test_dial_collect_in_parallel_then_rollout_draws_a_contact_sheet(tmp_path, c
     code = cli.main(["rollout", "--model", str(tmp_path / "run" / "model"), "--sketch", "1",
                      "--every", "40", "--out", str(png), "--gif", str(gif)])
     out = capsys.readouterr().out
-    assert (code == 1 and out.startswith("did not finish '1'")) or (code == 0 and out.startswith("dialled"))
+    assert (code == 1 and out.startswith("did not finish '1'")) or (code == 0 and out.startswith("completed"))
     assert png.stat().st_size > 0 and gif.stat().st_size > 0
 
 

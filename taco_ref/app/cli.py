@@ -201,7 +201,7 @@ def cmd_rollout(args):
     env = dom.task_env()
     from taco_ref.app import plots
     out = plots.rollout(model, env, sketch, args.seed, args.out, every=args.every, gif=args.gif)
-    print(f"{'dialled' if out['success'] else 'did not finish'} {args.sketch!r} in {out['steps']} "
+    print(f"{'completed' if out['success'] else 'did not finish'} {args.sketch!r} in {out['steps']} "
           f"steps (STOP at {out['stop_times']}); wrote {args.out}" + (f" and {args.gif}" if args.gif else ""))
     return 0 if out["success"] else 1
 
@@ -348,7 +348,7 @@ def build_parser():
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_IO, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 """Exit codes: 0 done; 1 the command ran but its result is a failure (rollout: the sketch was not
-dialled; conformance: a case failed; experiment: a cell failed); 2 bad input (arguments, data,
+completed; conformance: a case failed; experiment: a cell failed); 2 bad input (arguments, data,
 model, config or checkpoint files; argparse's usage errors too); 3 the system refused a read or
 write (disk full, read-only, permissions); 4 training diverged (no model saved); 130 interrupted
 (Ctrl-C; a training run resumes from its last checkpoint with --resume, an experiment grid from
