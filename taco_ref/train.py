@@ -63,9 +63,9 @@ class TrainConfig:
     dropout_decay: float = 0.95
     """The STOP-net dropout rate is stop_dropout * dropout_decay ** epoch."""
     act_l2: float = 0.0
-    """L2 penalty act_l2 / 2 * ||W||^2 on the action nets' weight matrices (not the biases), added
-    to the per-step training loss (spec/training.md eq. (9)); 0 = none. The held-out loss, early
-    stopping's criterion, stays the plain negative log-likelihood."""
+    """L2 penalty act_l2 / 2 * ||W||^2 on the action nets' weight matrices (not the biases): its
+    gradient is added to each batch's per-step gradient (spec/training.md eq. (9)); 0 = none. The
+    reported losses and early stopping's criterion stay the plain negative log-likelihood."""
     stop_l2: float = 0.0
     """The same penalty on the STOP nets' weight matrices."""
     terminal_stop: bool = False

@@ -119,7 +119,8 @@ class Local:
     def wait(self, futures, timeout):
         """The futures that are done; in this process, first run the oldest queued task among
         them, so that its result (a cell file) is handled before the next task starts."""
-        queued = [q for q in self._queue if q[0] in set(futures)]
+        waited = set(futures)
+        queued = [q for q in self._queue if q[0] in waited]
         if self._pool is None and queued:
             fut, fn, args = queued[0]
             self._queue.remove(queued[0])
