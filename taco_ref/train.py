@@ -48,6 +48,9 @@ class TrainConfig:
     """With sigma "learned": the initial standard deviation of every sub-policy and dimension."""
     lr: float = 5e-3
     """Adam learning rate (Nav-World: 5e-3, the original code's setting; the paper gives none)."""
+    lr_decay: str = "none"
+    """The policy stages' learning rate over epochs: "none" (constant, the original code's) or
+    "cosine" (lr * (1 + cos(pi e / epochs)) / 2 in epoch e, spec/training.md eq. (10))."""
     batch_size: int = 10
     """Demonstrations per minibatch (Nav-World: 10, likewise)."""
     epochs: int = 200
@@ -158,6 +161,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.lr_decay not in LR_DECAYS:
+            raise ValueError(f"lr_decay must be one of {LR_DECAYS}, got {self.lr_decay!r}")
         if self.ctc_weighting not in ("argmax", "alpha"):
             raise ValueError(f"ctc_weighting must be 'argmax' or 'alpha', got {self.ctc_weighting!r}")
         if self.ctc_decoder not in ("forward_argmax", "posterior_argmax", "viterbi"):
@@ -285,6 +290,19 @@ class _Job:
         params = {k: v.astype(np.float64) for k, v in self.params.items()}
         return model_mod.Model(params, self.policy_cfg, self.vocab, self.cfg.algo,
                                self.cfg.ctc_kind, asdict(self.cfg), info)
+
+
+LR_DECAYS = ("none", "cosine")
+
+
+def lr_factor(cfg, stage, epoch):
+    """The learning rate of epoch (0-based) of stage, as a fraction of the stage's rate;
+    spec/training.md eq. (10): with lr_decay "cosine", (1 + cos(pi epoch / cfg.epochs)) / 2 in the
+    "policy" stage (TACO's, GT-BC's, CTC-BC's second), 1 at epoch 0 and near 0 at the last; 1
+    otherwise, and always in the warm-up and CTC stages."""
+    if cfg.lr_decay == "none" or stage in ("warmup", "ctc"):
+        return 1.0
+    return 0.5 * (1.0 + np.cos(np.pi * epoch / cfg.epochs))
 
 
 def temperature(cfg, epoch):
@@ -578,6 +596,7 @@ class _Run:
             self.sets[stage] = job.stage_sets(stage, self.train_set, self.held_out)
         stage_train, stage_held = self.sets[stage]
         total, steps = 0.0, 0
+        self.adam.lr = job.lr(stage) * lr_factor(self.cfg, stage, state["epoch"])
         for batch in data_mod.batches(stage_train, self.cfg.batch_size, self.rng):
             n = int(batch.traj_len.sum())
             loss, grads = job.loss(stage, batch, self.rng, state["epoch"], train=True)

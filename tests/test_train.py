@@ -208,7 +208,7 @@ def test_resume_without_a_checkpoint(tmp_path, nav_small):
     ("stop_dropout", 1.0), ("stop_dropout", -0.1), ("dropout_decay", 1.5), ("ctc_weighting", "soft"),
     ("ctc_decoder", "beam"), ("warmup_epochs", -1), ("temperature", 0.5), ("temperature", float("inf")),
     ("temperature_epochs", 200), ("temperature_epochs", -1), ("restarts", 0), ("restarts", 1.5),
-    ("dtype", "float16"), ("dtype", 32), ("act_l2", -1e-3), ("stop_l2", float("inf")), ("act_l2", "x"),
+    ("dtype", "float16"), ("dtype", 32), ("act_l2", -1e-3), ("stop_l2", float("inf")), ("act_l2", "x"), ("lr_decay", "linear"),
 ])
 def test_train_config_rejects_bad_values_naming_the_field(key, value):
     with pytest.raises(ValueError, match=f"^{key} must"):
@@ -371,6 +371,35 @@ def test_trainer_divides_each_batch_by_its_valid_steps(nav_small, monkeypatch):
         epoch = calls[3 * e:3 * e + 3]
         np.testing.assert_allclose(record["train_loss"], sum(c[0] for c in epoch) / sum(c[2] for c in epoch),
                                    rtol=1e-12)
+
+
+@pytest.mark.parametrize("stage, epoch, expected", [
+    ("policy", 0, 1.0), ("policy", 25, 0.5 * (1 + np.cos(np.pi / 4))), ("policy", 50, 0.5),
+    ("policy", 99, 0.5 * (1 + np.cos(np.pi * 0.99))), ("warmup", 3, 1.0), ("ctc", 50, 1.0)])
+def test_cosine_lr_factor(stage, epoch, expected):
+    """Checks spec/training.md eq. (10)."""
+    cfg = TrainConfig(lr_decay="cosine", epochs=100)
+    np.testing.assert_allclose(train.lr_factor(cfg, stage, epoch), expected, rtol=1e-12)
+    assert train.lr_factor(TrainConfig(epochs=100), stage, epoch) == 1.0
+
+
+def test_trainer_steps_at_the_scheduled_learning_rate(nav_small, monkeypatch):
+    """Every Adam step of an epoch runs at lr * lr_factor(epoch): the warm-up at lr, TACO's
+    epochs on the cosine. Checks spec/training.md eq. (10)."""
+    rates = []
+    real_step = optim.Adam.step
+
+    def step(self, params, grads):
+        rates.append(self.lr)
+        return real_step(self, params, grads)
+
+    monkeypatch.setattr(optim.Adam, "step", step)
+    cfg = config(epochs=4, patience=4, warmup_epochs=2, lr_decay="cosine", lr=1e-2, batch_size=9)
+    train.train(nav_small, cfg, progress=False)
+    per_epoch = [rates[i] for i in range(0, len(rates), 3)]          # 3 batches per epoch
+    assert len(rates) == 3 * (2 + 4) and all(len(set(rates[i:i + 3])) == 1 for i in range(0, len(rates), 3))
+    np.testing.assert_allclose(per_epoch, [1e-2, 1e-2] + [1e-2 * 0.5 * (1 + np.cos(np.pi * e / 4))
+                                                          for e in range(4)], rtol=1e-12)
 
 
 def test_l2_penalty_and_its_gradient_follow_their_definition():

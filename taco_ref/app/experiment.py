@@ -90,8 +90,8 @@ def cell_key(cell):
     fields["config"] = full_config(cell)
     if fields["config"]["dtype"] == "float64":    # the default: keys from before the field stay valid
         del fields["config"]["dtype"]
-    for name in ("act_l2", "stop_l2"):           # off by default: keys from before the fields stay valid
-        if fields["config"][name] == 0.0:
+    for name, off in (("act_l2", 0.0), ("stop_l2", 0.0), ("lr_decay", "none")):
+        if fields["config"][name] == off:        # off by default: keys from before the fields stay valid
             del fields["config"][name]
     if fields["config"]["sigma"] != "learned":    # sigma_init is read only with a learned sigma
         del fields["config"]["sigma_init"]
