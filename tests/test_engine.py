@@ -21,15 +21,16 @@ from taco_ref.app import engine, experiment
 
 pytestmark = pytest.mark.slow
 
-# cells of about a second each, so that a grid of six lasts a few seconds on two workers
-SETTINGS = ["act_hidden=[16]", "stop_hidden=[16]", "epochs=40", "patience=40"]
+# cells of one to two seconds each, so that a grid of six lasts several seconds on two workers
+# (with 40 epochs a loaded machine finished the grid before the interrupt test's SIGINT)
+SETTINGS = ["act_hidden=[16]", "stop_hidden=[16]", "epochs=120", "patience=120"]
 GRID = ["navworld", "--sizes", "40", "--seeds", "0", "1", "2", "--algos", "taco", "gtbc",
         "--n-tasks", "4", "--n-align", "5"] + [a for s in SETTINGS for a in ("--set", s)]
 N_CELLS = 6
 
 
 def cells(**config):
-    base = dict(act_hidden=[16], stop_hidden=[16], epochs=40, patience=40)
+    base = dict(act_hidden=[16], stop_hidden=[16], epochs=120, patience=120)
     return [dict(domain="navworld", algo=a, size=40, seed=s, train_sketch_len=3, n_tasks=4, n_align=5,
                  test_lengths=None, config=dict(base, **config))
             for s in (0, 1, 2) for a in ("taco", "gtbc")]
