@@ -21,16 +21,15 @@ from taco_ref.app import engine, experiment
 
 pytestmark = pytest.mark.slow
 
-# cells of one to two seconds each, so that a grid of six lasts several seconds on two workers
-# (with 40 epochs a loaded machine finished the grid before the interrupt test's SIGINT)
-SETTINGS = ["act_hidden=[16]", "stop_hidden=[16]", "epochs=120", "patience=120"]
+# cells of about a second each, so that a grid of six lasts a few seconds on two workers
+SETTINGS = ["act_hidden=[16]", "stop_hidden=[16]", "epochs=40", "patience=40"]
 GRID = ["navworld", "--sizes", "40", "--seeds", "0", "1", "2", "--algos", "taco", "gtbc",
         "--n-tasks", "4", "--n-align", "5"] + [a for s in SETTINGS for a in ("--set", s)]
 N_CELLS = 6
 
 
 def cells(**config):
-    base = dict(act_hidden=[16], stop_hidden=[16], epochs=120, patience=120)
+    base = dict(act_hidden=[16], stop_hidden=[16], epochs=40, patience=40)
     return [dict(domain="navworld", algo=a, size=40, seed=s, train_sketch_len=3, n_tasks=4, n_align=5,
                  test_lengths=None, config=dict(base, **config))
             for s in (0, 1, 2) for a in ("taco", "gtbc")]
@@ -42,10 +41,17 @@ def env():
     return out
 
 
+def _default_sigint():
+    # a test run started in the background of a non-interactive shell inherits SIGINT ignored,
+    # and Python keeps it ignored; a user's `taco` gets Ctrl-C with the default disposition
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def taco(*args, **kwargs):
     """`taco ...` in a new process (its own session: a Ctrl-C goes to it and its workers)."""
     return subprocess.Popen([sys.executable, "-m", "taco_ref.app.cli", *args], env=env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, **kwargs)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=_default_sigint, **kwargs)
 
 
 def finish(proc, timeout=300):
