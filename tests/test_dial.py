@@ -187,9 +187,11 @@ def test_same_seed_same_trajectory():
 # The expert and the task
 # ----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("layout_seed, sketch", [(None, (0, 5, 1, 6)), (None, (9, 8, 7)),
-                                                 (None, (2, 0, 2, 4, 1)), (3, (1, 0, 4, 8)),
-                                                 (11, (6, 2, 9, 3, 5))])
+EXPERT_PINS = [(None, (0, 5, 1, 6)), (None, (9, 8, 7)), (None, (2, 0, 2, 4, 1)), (3, (1, 0, 4, 8)),
+               (11, (6, 2, 9, 3, 5))]
+"""(layout seed or None for the standard layout, PIN) that both experts must dial."""
+
+@pytest.mark.parametrize("layout_seed, sketch", EXPERT_PINS)
 def test_expert_dials_pins(layout_seed, sketch):
     layout = "standard" if layout_seed is None else dial.sample_layout(np.random.default_rng(layout_seed))
     task = dial.DialTask(layout=layout)
@@ -361,9 +363,7 @@ def run_velocity_expert(task, sketch, seed):
     return task
 
 
-@pytest.mark.parametrize("layout_seed, sketch", [(None, (0, 5, 1, 6)), (None, (9, 8, 7)),
-                                                 (None, (2, 0, 2, 4, 1)), (3, (1, 0, 4, 8)),
-                                                 (11, (6, 2, 9, 3, 5))])
+@pytest.mark.parametrize("layout_seed, sketch", EXPERT_PINS)
 def test_velocity_expert_dials_pins(layout_seed, sketch):
     """spec/dial.md eq. (3): the velocity expert dials PINs on the standard and random layouts."""
     layout = "standard" if layout_seed is None else dial.sample_layout(np.random.default_rng(layout_seed))
