@@ -216,12 +216,19 @@ def load(path):
 # Splits and minibatches
 # ----------------------------------------------------------------------------------------
 
+def holdout_count(n, holdout_fraction):
+    """How many of n demonstrations split holds out: round(fraction * n), >= 1 if n > 1 and
+    the fraction is positive, and never all of them."""
+    k = int(round(holdout_fraction * n))
+    if holdout_fraction > 0 and n > 1:
+        k = min(max(k, 1), n - 1)
+    return k
+
+
 def split(demos, holdout_fraction, rng):
-    """(train, held_out) by a random permutation; held_out gets round(fraction * N), >= 1 if N > 1."""
+    """(train, held_out) by a random permutation; held_out gets holdout_count of them."""
     perm = rng.permutation(demos.n)
-    k = int(round(holdout_fraction * demos.n))
-    if holdout_fraction > 0 and demos.n > 1:
-        k = min(max(k, 1), demos.n - 1)
+    k = holdout_count(demos.n, holdout_fraction)
     return demos.subset(np.sort(perm[k:])), demos.subset(np.sort(perm[:k]))
 
 

@@ -53,6 +53,11 @@ class TrainConfig:
     "cosine" (lr * (1 + cos(pi e / epochs)) / 2 in epoch e, spec/training.md eq. (10))."""
     batch_size: int = 10
     """Demonstrations per minibatch (Nav-World: 10, likewise)."""
+    epoch_size: int = 0
+    """The least number of demonstrations an epoch trains on: an epoch is the fewest whole
+    shuffled passes over the training set that reach it (passes_per_epoch); 0 = one pass. It
+    gives small data sets the optimiser steps of a larger one while epochs, patience, the rate
+    schedule and the dropout decay keep their meaning (spec/training.md §4)."""
     epochs: int = 200
     """Upper bound on passes over the training set, per stage."""
     patience: int = 15
@@ -138,6 +143,8 @@ class TrainConfig:
         for name in ("batch_size", "epochs", "patience", "restarts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.epoch_size < 0:
+            raise ValueError(f"epoch_size must be an integer >= 0 (0: one pass per epoch), got {self.epoch_size!r}")
         for name in ("act_hidden", "stop_hidden", "ctc_hidden"):
             sizes = getattr(self, name)
             if (not isinstance(sizes, list) or not 1 <= len(sizes) <= MAX_LAYERS
@@ -290,6 +297,15 @@ class _Job:
         params = {k: v.astype(np.float64) for k, v in self.params.items()}
         return model_mod.Model(params, self.policy_cfg, self.vocab, self.cfg.algo,
                                self.cfg.ctc_kind, asdict(self.cfg), info)
+
+
+def passes_per_epoch(epoch_size, n_train):
+    """Whole passes over a training set of n_train demonstrations that make one epoch of at
+    least epoch_size (TrainConfig.epoch_size): ceil(epoch_size / n_train), at least 1;
+    spec/training.md eq. (11)."""
+    if epoch_size <= n_train:
+        return 1
+    return -(-epoch_size // n_train)
 
 
 LR_DECAYS = ("none", "cosine")
@@ -590,14 +606,17 @@ class _Run:
                 or self.state["bad_epochs"] >= self.cfg.patience)
 
     def epoch(self):
-        """One pass over the stage's training set, then its held-out loss and early stopping."""
+        """passes_per_epoch passes over the stage's training set (each in a fresh random order),
+        then its held-out loss and early stopping."""
         job, state, stage = self.job, self.state, self.stage
         if stage not in self.sets:
             self.sets[stage] = job.stage_sets(stage, self.train_set, self.held_out)
         stage_train, stage_held = self.sets[stage]
         total, steps = 0.0, 0
         self.adam.lr = job.lr(stage) * lr_factor(self.cfg, stage, state["epoch"])
-        for batch in data_mod.batches(stage_train, self.cfg.batch_size, self.rng):
+        passes = passes_per_epoch(self.cfg.epoch_size, stage_train.n)
+        for batch in (b for _ in range(passes)
+                      for b in data_mod.batches(stage_train, self.cfg.batch_size, self.rng)):
             n = int(batch.traj_len.sum())
             loss, grads = job.loss(stage, batch, self.rng, state["epoch"], train=True)
             for g in grads.values():              # per-step gradient, in place

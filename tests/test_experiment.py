@@ -169,6 +169,21 @@ def test_unknown_domain_is_named():
         taco_sim.get("atari")
 
 
+def test_epoch_size_enters_a_cell_key_only_where_it_adds_passes():
+    """A cell whose training set already holds epoch_size demonstrations trains exactly as
+    without the field (one pass per epoch), so its key, and its committed file, stay valid;
+    where it adds passes the key changes. spec/training.md eq. (11), spec/evaluation.md §3."""
+    def cell(size, epoch_size):
+        return {"domain": "navworld", "algo": "taco", "size": size, "seed": 0, "train_sketch_len": 3,
+                "n_tasks": 10, "n_align": 10, "test_lengths": None,
+                "config": {"epochs": 3, "epoch_size": epoch_size}}
+    # size 400: 40 held out, 360 trained on; size 200: 180
+    assert experiment.cell_key(cell(400, 360)) == experiment.cell_key(cell(400, 0))
+    assert experiment.cell_key(cell(400, 361)) != experiment.cell_key(cell(400, 0))
+    assert experiment.cell_key(cell(200, 360)) != experiment.cell_key(cell(200, 0))
+    assert experiment.cell_key(cell(200, 360)) != experiment.cell_key(cell(200, 540))   # 2 and 3 passes
+
+
 def test_cell_keys_of_committed_results_survive_the_dtype_field():
     """The default dtype (float64) leaves a cell's key as it was before the field existed, so
     committed cells are not run again; float32 is a different cell."""

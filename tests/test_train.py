@@ -209,6 +209,7 @@ def test_resume_without_a_checkpoint(tmp_path, nav_small):
     ("ctc_decoder", "beam"), ("warmup_epochs", -1), ("temperature", 0.5), ("temperature", float("inf")),
     ("temperature_epochs", 200), ("temperature_epochs", -1), ("restarts", 0), ("restarts", 1.5),
     ("dtype", "float16"), ("dtype", 32), ("act_l2", -1e-3), ("stop_l2", float("inf")), ("act_l2", "x"), ("lr_decay", "linear"),
+    ("epoch_size", -1), ("epoch_size", 2.5), ("epoch_size", True),
 ])
 def test_train_config_rejects_bad_values_naming_the_field(key, value):
     with pytest.raises(ValueError, match=f"^{key} must"):
@@ -381,6 +382,37 @@ def test_cosine_lr_factor(stage, epoch, expected):
     cfg = TrainConfig(lr_decay="cosine", epochs=100)
     np.testing.assert_allclose(train.lr_factor(cfg, stage, epoch), expected, rtol=1e-12)
     assert train.lr_factor(TrainConfig(epochs=100), stage, epoch) == 1.0
+
+
+@pytest.mark.parametrize("epoch_size, n_train, passes", [
+    (0, 45, 1), (360, 45, 8), (360, 180, 2), (361, 180, 3), (360, 360, 1), (360, 900, 1), (1, 1, 1)])
+def test_passes_per_epoch(epoch_size, n_train, passes):
+    """Checks spec/training.md eq. (11): the fewest whole passes that see epoch_size demonstrations."""
+    assert train.passes_per_epoch(epoch_size, n_train) == passes
+
+
+def test_an_epoch_of_several_passes_sees_every_demonstration_once_per_pass(nav_small, monkeypatch):
+    """With epoch_size = 2.5 training sets an epoch is 3 passes: 3x the Adam steps of one pass,
+    and every training demonstration 3 times. Checks spec/training.md eq. (11)."""
+    seen = []
+    real_loss = train._Job.loss
+
+    def loss(self, stage, batch, rng, epoch, train):
+        if train:   # a training batch: record which demonstrations (by their first state)
+            seen.append((epoch, [tuple(s) for s in batch.states[:, 0]]))
+        return real_loss(self, stage, batch, rng, epoch, train)
+
+    monkeypatch.setattr(train._Job, "loss", loss)
+    n_train = nav_small.n - data.holdout_count(nav_small.n, TrainConfig().holdout_fraction)
+    per_pass = -(-n_train // 9)
+    for epoch_size, passes in ((int(2.5 * n_train), 3), (n_train, 1)):
+        seen.clear()
+        train.train(nav_small, config(epochs=2, patience=2, warmup_epochs=0, batch_size=9,
+                                      epoch_size=epoch_size), progress=False)
+        assert len(seen) == 2 * passes * per_pass
+        for e in range(2):
+            demos = [d for ep, batch in seen if ep == e for d in batch]
+            assert len(demos) == passes * n_train and len(set(demos)) == n_train
 
 
 def test_trainer_steps_at_the_scheduled_learning_rate(nav_small, monkeypatch):
@@ -629,9 +661,10 @@ def test_restarts_resume_exactly(tmp_path, nav_small, three_restarts):
 @pytest.fixture(scope="module")
 def collapsing_case():
     """Issue 9's case, small: 100 Nav-World demonstrations (collect seed 0), 40 held-out ones
-    (seed 999), taco_sim/configs/navworld.yaml with 20 epochs and no early stopping, training seed 1."""
+    (seed 999), taco_sim/configs/navworld.yaml with 20 epochs of one pass each (epoch_size 0, as
+    the case was found; the config's 360 would make 4) and no early stopping, training seed 1."""
     base = config_mod.load("navworld")
-    values = dict(base.__dict__, algo="taco", seed=1, epochs=20, patience=20)
+    values = dict(base.__dict__, algo="taco", seed=1, epochs=20, patience=20, epoch_size=0)
     return navworld.collect(100, 3, seed=0), navworld.collect(40, 3, seed=999), values
 
 

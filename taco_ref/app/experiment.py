@@ -25,7 +25,7 @@ import numpy as np
 
 import taco_ref
 import taco_sim
-from taco_ref import evaluate, files, train
+from taco_ref import data as data_mod, evaluate, files, train
 
 ALGOS = ("taco", "gtbc", "ctcbc-mlp", "ctcbc-gru")
 LABELS = {"taco": "TACO", "gtbc": "GT-BC", "ctcbc-mlp": "CTC-BC (MLP)", "ctcbc-gru": "CTC-BC (GRU)"}
@@ -95,6 +95,9 @@ def cell_key(cell):
             del fields["config"][name]
     if fields["config"]["sigma"] != "learned":    # sigma_init is read only with a learned sigma
         del fields["config"]["sigma_init"]
+    n_train = cell["size"] - data_mod.holdout_count(cell["size"], fields["config"]["holdout_fraction"])
+    if train.passes_per_epoch(fields["config"]["epoch_size"], n_train) == 1:
+        del fields["config"]["epoch_size"]        # one pass per epoch: the same run as before the field
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
