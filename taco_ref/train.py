@@ -59,7 +59,8 @@ class TrainConfig:
     gives small data sets the optimiser steps of a larger one while epochs, patience, the rate
     schedule and the dropout decay keep their meaning (spec/training.md §4)."""
     epochs: int = 200
-    """Upper bound on passes over the training set, per stage."""
+    """Upper bound on epochs per stage (an epoch is one pass over the training set, or
+    passes_per_epoch passes with epoch_size)."""
     patience: int = 15
     """Early stopping: stop a stage after this many epochs without a better held-out loss."""
     holdout_fraction: float = 0.1
