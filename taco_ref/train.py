@@ -304,9 +304,7 @@ def passes_per_epoch(epoch_size, n_train):
     """Whole passes over a training set of n_train demonstrations that make one epoch of at
     least epoch_size (TrainConfig.epoch_size): ceil(epoch_size / n_train), at least 1;
     spec/training.md eq. (11)."""
-    if epoch_size <= n_train:
-        return 1
-    return -(-epoch_size // n_train)
+    return max(1, -(-epoch_size // n_train))
 
 
 LR_DECAYS = ("none", "cosine")

@@ -88,10 +88,8 @@ def cell_key(cell):
     (TRAIN_DATA_SEED + seed, TEST_DATA_SEED + seed), so the seed stands for them."""
     fields = {k: cell.get(k) for k in CELL_FIELDS}
     fields["config"] = full_config(cell)
-    if fields["config"]["dtype"] == "float64":    # the default: keys from before the field stay valid
-        del fields["config"]["dtype"]
-    for name, off in (("act_l2", 0.0), ("stop_l2", 0.0), ("lr_decay", "none")):
-        if fields["config"][name] == off:        # off by default: keys from before the fields stay valid
+    for name, default in (("dtype", "float64"), ("act_l2", 0.0), ("stop_l2", 0.0), ("lr_decay", "none")):
+        if fields["config"][name] == default:    # at the default: keys from before the field stay valid
             del fields["config"][name]
     if fields["config"]["sigma"] != "learned":    # sigma_init is read only with a learned sigma
         del fields["config"]["sigma_init"]
