@@ -201,9 +201,10 @@ def mlp_init(rng, sizes, activation="relu"):
     return layers
 
 
-def _hidden_inplace(h, activation, dropout):
-    """h <- drop(act(h)) in place; returns the cache (activation derivative, dropout mask)."""
-    deriv = _ACTIVATIONS_INPLACE[activation](h)           # (..., O) bool (relu) or float
+def _hidden_inplace(h, activation, dropout, activated=False):
+    """h <- drop(act(h)) in place; returns the cache (activation derivative, dropout mask).
+    activated=True: act was already applied by the caller (the derivative is then None)."""
+    deriv = None if activated else _ACTIVATIONS_INPLACE[activation](h)  # (..., O) bool or float
     mask = _dropout_mask(h.shape, h.dtype, dropout)
     if mask is not None:
         h *= mask
@@ -211,11 +212,12 @@ def _hidden_inplace(h, activation, dropout):
 
 
 def _hidden_backward_inplace(dh, cache):
-    """dh <- d drop(act(h)) / dh in place: undo dropout, then the activation."""
+    """dh <- d drop(act(h)) / dh in place: undo dropout, then the activation (if cached)."""
     deriv, mask = cache
     if mask is not None:
         dh *= mask                                        # dropout_backward, in place
-    dh *= deriv                                           # relu_backward / tanh_backward
+    if deriv is not None:
+        dh *= deriv                                       # relu_backward / tanh_backward
 
 
 def mlp_forward(layers, x, activation="relu", dropout=None):
@@ -281,17 +283,23 @@ def mlp_pair_forward(layers_a, layers_b, x, n_a, activation="relu", dropout_b=No
         first = np.concatenate([W_a, W_b], axis=1), np.concatenate([b_a, b_b])
     z = x @ first[0]                                      # (N, H_a + H_b) one GEMM for both
     z += first[1]
+    # When both first layers are hidden, the activation runs once over the whole of z: on the
+    # contiguous (N, H_a + H_b) array it takes about half the time of two calls on its column
+    # halves (bench/bench_train.py, Nav-World-sized step). Rows n_a: of z_a are activated and
+    # never read. Dropout (net b only) then scales its half; values and draws are unchanged.
+    joint = len(layers_a) > 1 and len(layers_b) > 1
+    deriv = _ACTIVATIONS_INPLACE[activation](z) if joint else None  # (N, H_a + H_b)
     outs, caches = [], []
     for layers, h, dropout in ((layers_a, z[:n_a, :H_a], None), (layers_b, z[:, H_a:], dropout_b)):
         if len(layers) == 1:                              # the first layer is the output layer
             outs.append(h)
             caches.append((None, None))
             continue
-        hidden_cache = _hidden_inplace(h, activation, dropout)   # h: a view of z, in place
+        hidden_cache = _hidden_inplace(h, activation, dropout, activated=joint)  # h: view of z
         out, rest_cache = mlp_forward(layers[1:], h, activation, dropout)
         outs.append(out)
         caches.append((hidden_cache, rest_cache))
-    return outs[0], outs[1], (x, n_a, H_a, W_b.shape[1], caches)
+    return outs[0], outs[1], (x, n_a, H_a, W_b.shape[1], caches, deriv)
 
 
 def mlp_pair_backward(dout_a, dout_b, cache):
@@ -299,7 +307,7 @@ def mlp_pair_backward(dout_a, dout_b, cache):
 
     The two first layers' gradients come from one product: x^T [dz_a (0 past row n_a) | dz_b].
     """
-    x, n_a, H_a, H_b, caches = cache
+    x, n_a, H_a, H_b, caches, deriv = cache
     dz = np.empty((x.shape[0], H_a + H_b), np.result_type(x, dout_a, dout_b))  # (N, H_a + H_b)
     dz[n_a:, :H_a] = 0.0                                  # net a never read these rows
     rest = []
@@ -310,8 +318,10 @@ def mlp_pair_backward(dout_a, dout_b, cache):
             rest.append([])
             continue
         _, grads = mlp_backward(dout, rest_cache, dx_out=dz_head)   # writes dh into dz
-        _hidden_backward_inplace(dz_head, hidden_cache)
+        _hidden_backward_inplace(dz_head, hidden_cache)  # the dropout; the activation if not joint
         rest.append(grads)
+    if deriv is not None:
+        dz *= deriv                                       # joint activation; dz[n_a:, :H_a] is 0
     # z = x W + b for both nets at once
     dW = x.T @ dz                                         # (I, H_a + H_b)
     db = dz.sum(axis=0)                                   # (H_a + H_b,)
