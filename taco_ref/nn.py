@@ -157,7 +157,7 @@ def _dropout_mask(shape, dtype, dropout):
     if dropout is None or dropout.rate == 0.0:
         return None
     keep = dropout.rng.random(shape) >= dropout.rate      # (...) P(keep) = 1 - rate
-    return (keep / (1.0 - dropout.rate)).astype(dtype, copy=False)  # (...)
+    return np.multiply(keep, 1.0 / (1.0 - dropout.rate), dtype=dtype)  # (...) no float64 temporary
 
 
 def dropout_backward(dout, cache):
