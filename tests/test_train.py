@@ -30,8 +30,9 @@ from taco_ref.app import config as config_mod
 from taco_ref.train import TrainConfig
 from taco_sim import navworld
 
+# float64 nets: several tests compare against float64 arithmetic at rtol 1e-12
 SMALL = dict(act_hidden=[8], stop_hidden=[8], ctc_hidden=[8], epochs=3, patience=100,
-             batch_size=10, stop_dropout=0.3, warmup_epochs=1)
+             batch_size=10, stop_dropout=0.3, warmup_epochs=1, dtype="float64")
 
 
 @pytest.fixture(scope="module")
