@@ -88,8 +88,10 @@ def cell_key(cell):
     (TRAIN_DATA_SEED + seed, TEST_DATA_SEED + seed), so the seed stands for them."""
     fields = {k: cell.get(k) for k in CELL_FIELDS}
     fields["config"] = full_config(cell)
-    for name, default in (("dtype", "float64"), ("act_l2", 0.0), ("stop_l2", 0.0), ("lr_decay", "none")):
-        if fields["config"][name] == default:    # at the default: keys from before the field stay valid
+    # each field at the value it trained with before the field existed (dtype's default is now
+    # float32; float64 is what every older cell ran): keys from before the field stay valid
+    for name, before in (("dtype", "float64"), ("act_l2", 0.0), ("stop_l2", 0.0), ("lr_decay", "none")):
+        if fields["config"][name] == before:
             del fields["config"][name]
     if fields["config"]["sigma"] != "learned":    # sigma_init is read only with a learned sigma
         del fields["config"]["sigma_init"]
