@@ -713,6 +713,15 @@ def test_ctcbc_relabels_once_exactly_as_aligning_each_batch(nav_small, kind):
 # (d) float32 nets
 # ----------------------------------------------------------------------------------------------
 
+def test_the_default_precision_is_float32_in_every_shipped_domain_config():
+    """spec/training.md §4: float32 nets unless dtype says otherwise, and no domain config
+    overrides it (the committed float64 results name it with --set dtype=float64)."""
+    assert TrainConfig().dtype == "float32"
+    for domain in ("navworld", "dial", "dial-velocity", "craft", "craft-holdout"):
+        assert TrainConfig.from_dict(config_mod.settings(domain, None, [])).dtype == "float32", domain
+    assert TrainConfig.from_dict(config_mod.settings("dial", None, ["dtype=float64"])).dtype == "float64"
+
+
 def test_float32_training_runs_the_nets_in_float32_and_saves_float64(tmp_path, nav_small, monkeypatch):
     seen = []
     real = optim.Adam.step
