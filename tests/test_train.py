@@ -28,6 +28,7 @@ import pytest
 from taco_ref import data, evaluate, files, model as model_mod, objectives, optim, policy, train
 from taco_ref.app import config as config_mod
 from taco_ref.train import TrainConfig
+import taco_sim
 from taco_sim import navworld
 
 # float64 nets: several tests compare against float64 arithmetic at rtol 1e-12
@@ -717,7 +718,7 @@ def test_the_default_precision_is_float32_in_every_shipped_domain_config():
     """spec/training.md §4: float32 nets unless dtype says otherwise, and no domain config
     overrides it (the committed float64 results name it with --set dtype=float64)."""
     assert TrainConfig().dtype == "float32"
-    for domain in ("navworld", "dial", "dial-velocity", "craft", "craft-holdout"):
+    for domain in taco_sim.names():
         assert TrainConfig.from_dict(config_mod.settings(domain, None, [])).dtype == "float32", domain
     assert TrainConfig.from_dict(config_mod.settings("dial", None, ["dtype=float64"])).dtype == "float64"
 
