@@ -10,6 +10,15 @@ Precision: float32 and float64 arrays keep their dtype through every layer (the 
 train in either, spec/training.md §1 `dtype`); anything else (ints, lists) is read as float64.
 Mixed inputs follow NumPy's promotion (float32 with float64 gives float64).
 
+Subnormal float32 values never enter the nets' matrix products (spec/training.md eq. (12)):
+every float32 array an MLP multiplies (its input rows, each hidden activation, each backward
+dout) has its entries with |x| < 2^-100 (the subnormals, below 2^-126, and the tiny normals
+whose products would be subnormal) replaced by zero where it is made (`flush_subnormals`; in
+the ReLU, fused into its mask). Intel cores take a microcode assist of ~100 cycles for every
+instruction with a subnormal operand or result; AMD cores do not. float64 arrays are never
+touched. Every product goes through `matmul`, which a `subnormal_census()` counts (tests,
+bench/bench_train.py).
+
 Symbol | Shape | Meaning
 N      |       | rows: any number of leading axes (...) flattened together
 I      |       | input width of a layer
@@ -20,17 +29,95 @@ Hd     |       | GRU hidden width (H is the GRU output array)
 A      |       | action dimension (Gaussian policy)
 K      |       | number of classes (categorical policy)
 """
+import contextlib
 import numbers
 
 import numpy as np
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+TINY32 = np.float32(np.finfo(np.float32).tiny)
+"""2^-126, the smallest normal float32; below it (and above 0) a float32 is subnormal."""
+FLUSH_BELOW = np.float32(2.0 ** -100)
+"""float32 entries of the nets' arrays with |x| below this (~7.9e-31) are set to 0
+(`flush_subnormals`): 2^26 times TINY32, so that a surviving entry times a weight of magnitude
+2^-26 or more is still normal (spec/training.md eq. (12))."""
 
 
 def _floats(x):
     """x as an array of its own float dtype if float32 or float64, else as float64."""
     x = np.asarray(x)
     return x if x.dtype in _FLOATS else x.astype(np.float64)
+
+
+# ----------------------------------------------------------------------------------------
+# Subnormals: the flush, the one matrix product, and its census
+# ----------------------------------------------------------------------------------------
+
+def count_subnormal(x):
+    """Number of subnormal entries (0 < |x| < 2^-126) of a float32 array; 0 for any other dtype."""
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        return 0
+    a = np.abs(x)
+    return int(np.count_nonzero((a < TINY32) & (a > 0)))
+
+
+def flush_subnormals(x):
+    """Set the entries of a float32 array x with |x| < FLUSH_BELOW (2^-100: the subnormals and
+    the tiny normals whose products would be subnormal) to zero, in place; returns x. Other
+    dtypes are returned untouched. spec/training.md eq. (12)."""
+    if x.dtype == np.float32:
+        x *= np.abs(x) >= FLUSH_BELOW                     # (...) tiny * 0 = 0, the rest * 1
+    return x
+
+
+def _flushed(x):
+    """x itself when flush_subnormals would not change it, else a flushed copy (x is not
+    written)."""
+    if x.dtype != np.float32:
+        return x
+    a = np.abs(x)
+    return flush_subnormals(x.copy()) if ((a < FLUSH_BELOW) & (a > 0)).any() else x
+
+
+class SubnormalCensus:
+    """What `matmul` multiplied while this census was active: products, float32 operand
+    entries, and the subnormal ones among them."""
+
+    __slots__ = ("products", "entries", "subnormal")
+
+    def __init__(self):
+        self.products = self.entries = self.subnormal = 0
+
+    def add(self, *operands):
+        self.products += 1
+        for x in operands:
+            if x.dtype == np.float32:
+                self.entries += x.size
+                self.subnormal += count_subnormal(x)
+
+
+_CENSUSES = []
+
+
+@contextlib.contextmanager
+def subnormal_census():
+    """Count every product of the nets (`matmul`) made inside the block: with
+    subnormal_census() as c: ...; then c.products, c.entries, c.subnormal. Off by default
+    (costs one list check per product)."""
+    census = SubnormalCensus()
+    _CENSUSES.append(census)
+    try:
+        yield census
+    finally:
+        _CENSUSES.remove(census)
+
+
+def matmul(a, b, out=None):
+    """a @ b (np.matmul, into out if given): every matrix product of the linear layers and MLPs."""
+    for census in _CENSUSES:
+        census.add(a, b)
+    return np.matmul(a, b, out=out)
 
 # ----------------------------------------------------------------------------------------
 # Affine layer and element-wise non-linearities
@@ -46,7 +133,7 @@ def linear_forward(x, W, b):
     out    | (..., O) |
     """
     x = _floats(x)
-    out = x @ W                                           # (..., O)
+    out = matmul(x, W)                                    # (..., O)
     if np.result_type(out, b) == out.dtype:
         out += b                                          # in place: no (..., O) temporary
     else:
@@ -65,21 +152,24 @@ def linear_backward(dout, cache, input_grad=True, dx_out=None):
     dout = _floats(dout)
     x2 = x.reshape(-1, W.shape[0])                        # (N, I)
     d2 = dout.reshape(-1, W.shape[1])                     # (N, O)
-    dx = np.matmul(dout, W.T, out=dx_out) if input_grad else None  # (..., I) d(xW)/dx = W^T
-    dW = x2.T @ d2                                        # (I, O)    sum over rows of x^T dout
+    dx = matmul(dout, W.T, out=dx_out) if input_grad else None  # (..., I) d(xW)/dx = W^T
+    dW = matmul(x2.T, d2)                                 # (I, O)    sum over rows of x^T dout
     db = d2.sum(axis=0)                                   # (O,)      b is broadcast over rows
     return dx, dW, db
 
 
 def relu_inplace(h):
     """h <- max(h, 0) in place; returns the cache for :func:`relu_backward`: the derivative,
-    the (..., ) boolean mask h > 0.
+    the (..., ) boolean mask h > 0 (float32: h >= FLUSH_BELOW, so that the activation is flushed
+    in the same multiply; a pre-activation below 2^-100 gives 0 and derivative 0).
 
-    np.maximum and a multiply by the mask are about ten times faster than np.where on these
-    shapes (bench/bench_train.py), and give the same values.
+    A multiply by the mask is about ten times faster than np.where on these shapes
+    (bench/bench_train.py); negative entries become -0.0, which every later sum and product
+    treats as 0.
     """
-    np.maximum(h, 0.0, out=h)                             # (...)
-    return h > 0
+    keep = h >= FLUSH_BELOW if h.dtype == np.float32 else h > 0  # (...)
+    h *= keep
+    return keep
 
 
 def relu_forward(x):
@@ -96,7 +186,8 @@ def relu_backward(dout, cache):
 def tanh_inplace(h):
     """h <- tanh(h) in place; returns the cache for :func:`tanh_backward`: the derivative
     1 - tanh(h)^2 (not h, which a later dropout may scale in place)."""
-    np.tanh(h, out=h)                                     # (...)
+    np.tanh(h, out=h)                                     # (...) tanh(x) = x for tiny x
+    flush_subnormals(h)
     return 1.0 - h ** 2
 
 
@@ -211,12 +302,31 @@ def _hidden_inplace(h, activation, dropout, activated=False):
     return deriv, mask
 
 
-def _hidden_backward_inplace(dh, cache):
-    """dh <- d drop(act(h)) / dh in place: undo dropout, then the activation (if cached)."""
+def _times_derivative_flushed(dh, deriv):
+    """dh <- flush(dh * deriv) in place (deriv: the activation's derivative, or None): dh is a
+    product's output and the next product's operand. With a ReLU mask in float32, one multiply
+    by (|dh| >= FLUSH_BELOW) & mask does both."""
+    if dh.dtype == np.float32 and (deriv is None or deriv.dtype == bool):
+        keep = np.abs(dh) >= FLUSH_BELOW                  # (...)
+        if deriv is not None:
+            keep &= deriv
+        dh *= keep                                        # relu_backward and the flush
+        return
+    if deriv is not None:
+        dh *= deriv                                       # relu_backward / tanh_backward
+    flush_subnormals(dh)
+
+
+def _hidden_backward_inplace(dh, cache, flush=True):
+    """dh <- d drop(act(h)) / dh in place: undo dropout, then the activation (if cached), and
+    flush float32 (`_times_derivative_flushed`); flush=False (the caller flushes the array dh
+    is part of) applies the derivative alone."""
     deriv, mask = cache
     if mask is not None:
         dh *= mask                                        # dropout_backward, in place
-    if deriv is not None:
+    if flush:
+        _times_derivative_flushed(dh, deriv)
+    elif deriv is not None:
         dh *= deriv                                       # relu_backward / tanh_backward
 
 
@@ -251,7 +361,7 @@ def mlp_backward(dout, cache, input_grad=True, dx_out=None):
     dx_out (an array of x's shape, a view is fine) receives dx without a temporary.
     """
     grads = []
-    dh = _floats(dout)                                    # (..., O); never written to
+    dh = _flushed(_floats(dout))                          # (..., O); never written to
     for i, (lin_cache, hidden_cache) in reversed(list(enumerate(cache))):
         if hidden_cache is not None:                      # dh is a fresh array here
             _hidden_backward_inplace(dh, hidden_cache)
@@ -281,7 +391,7 @@ def mlp_pair_forward(layers_a, layers_b, x, n_a, activation="relu", dropout_b=No
     H_a = W_a.shape[1]
     if first is None:
         first = np.concatenate([W_a, W_b], axis=1), np.concatenate([b_a, b_b])
-    z = x @ first[0]                                      # (N, H_a + H_b) one GEMM for both
+    z = matmul(x, first[0])                               # (N, H_a + H_b) one GEMM for both
     z += first[1]
     # When both first layers are hidden, the activation runs once over the whole of z: on the
     # contiguous (N, H_a + H_b) array it takes about half the time of two calls on its column
@@ -318,12 +428,12 @@ def mlp_pair_backward(dout_a, dout_b, cache):
             rest.append([])
             continue
         _, grads = mlp_backward(dout, rest_cache, dx_out=dz_head)   # writes dh into dz
-        _hidden_backward_inplace(dz_head, hidden_cache)  # the dropout; the activation if not joint
+        _hidden_backward_inplace(dz_head, hidden_cache, flush=False)  # dropout; activation if not joint
         rest.append(grads)
-    if deriv is not None:
-        dz *= deriv                                       # joint activation; dz[n_a:, :H_a] is 0
+    _times_derivative_flushed(dz, deriv)                 # joint activation (dz[n_a:, :H_a] is 0);
+                                                          # dz was written by products above
     # z = x W + b for both nets at once
-    dW = x.T @ dz                                         # (I, H_a + H_b)
+    dW = matmul(x.T, dz)                                  # (I, H_a + H_b)
     db = dz.sum(axis=0)                                   # (H_a + H_b,)
     return ([(dW[:, :H_a], db[:H_a])] + rest[0], [(dW[:, H_a:], db[H_a:])] + rest[1])
 

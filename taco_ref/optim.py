@@ -2,6 +2,8 @@
 STOP nets (paper appendix A)."""
 import numpy as np
 
+from taco_ref.nn import flush_subnormals
+
 
 class Adam:
     """Adam (Kingma & Ba, 2015) on a dict of arrays, updated in place; spec/training.md eq. (2).
@@ -11,7 +13,10 @@ class Adam:
     The state (m, v, step count) round-trips through `state()` / `load_state()` for resuming.
     m, v and the update are in each parameter's dtype (float32 or float64); the update runs in
     two scratch buffers per parameter, reused from step to step, with the same operations in
-    the same order as the formula above.
+    the same order as the formula above. For float32 parameters m and v are flushed after they
+    are updated and the update before it is applied (spec/training.md eq. (12)): m and v of a
+    parameter whose gradient stays 0 decay geometrically into the subnormal range, where every
+    operation on them would take a microcode assist on Intel cores.
     """
 
     def __init__(self, names, shapes, lr, beta1=0.9, beta2=0.999, eps=1e-8, dtypes=None):
@@ -35,17 +40,19 @@ class Adam:
             m *= self.beta1
             np.multiply(1.0 - self.beta1, g, out=t)
             m += t                                        # m = b1 m + (1 - b1) g
+            flush_subnormals(m)
             v *= self.beta2
             np.multiply(1.0 - self.beta2, g, out=t)
             t *= g
             v += t                                        # v = b2 v + ((1 - b2) g) g
+            flush_subnormals(v)
             np.divide(v, c2, out=t)
             np.sqrt(t, out=t)
             t += self.eps                                 # t = sqrt(v / c2) + eps
             np.divide(m, c1, out=u)
             u *= self.lr
             u /= t                                        # u = lr (m / c1) / t
-            params[name] -= u
+            params[name] -= flush_subnormals(u)
 
     def state(self):
         arrays = {f"adam.m.{n}": a for n, a in self.m.items()}

@@ -183,11 +183,12 @@ def evaluate(params, cfg, batch, mask, final_mask=None, stop_dropout=None):
     final_states = None if final_mask is None else batch.final_state
     B, T, L = mask.shape
     dtype = net_dtype(params)
-    x_all = normalise(params, states).astype(dtype, copy=False).reshape(B * T, -1)  # (B*T, D)
+    # the nets' inputs, flushed of float32 subnormals (spec/training.md eq. (12))
+    x_all = nn.flush_subnormals(normalise(params, states).astype(dtype, copy=False)).reshape(B * T, -1)  # (B*T, D)
     out = {name: np.zeros((B, T, L)) for name in ("log_act", "log_stop", "log_go")}
     if final_states is not None:
         out["log_final_stop"] = np.zeros((B, L))
-        x_final = normalise(params, final_states).astype(dtype, copy=False)   # (B, D)
+        x_final = nn.flush_subnormals(normalise(params, final_states).astype(dtype, copy=False))  # (B, D)
     # the first layers of the action and STOP nets read the same states: one (K, D, H_a + H_s) stack
     first = (np.concatenate([params["act.W0"], params["stop.W0"]], axis=2),
              np.concatenate([params["act.b0"], params["stop.b0"]], axis=1))
@@ -238,7 +239,8 @@ def backward(grads_in, cache):
     d_final = grads_in.get("log_final_stop")
     for k, n, entries, row, fb, fl, f_row, nf, net_cache, dist_cache, logit in groups:
         # action net: d logp -> d head
-        d_act = _sum_rows(grads_in["log_act"][entries], row, n).astype(dtype, copy=False)
+        # float64 gradients become float32 here: flushed of subnormals (spec/training.md eq. (12))
+        d_act = nn.flush_subnormals(_sum_rows(grads_in["log_act"][entries], row, n).astype(dtype, copy=False))
         if cfg.learn_sigma:
             d_head, d_logstd = nn.gaussian_logstd_backward(d_act, dist_cache)   # (n, A), (A,)
             grads["act.logstd"][k] += d_logstd
@@ -251,7 +253,8 @@ def backward(grads_in, cache):
         if d_final is not None and nf:
             d_stop = np.concatenate([d_stop, np.bincount(f_row, d_final[fb, fl], minlength=nf)])
             d_go = np.concatenate([d_go, np.zeros(nf)])
-        d_stop, d_go = d_stop.astype(dtype, copy=False), d_go.astype(dtype, copy=False)
+        d_stop = nn.flush_subnormals(d_stop.astype(dtype, copy=False))
+        d_go = nn.flush_subnormals(d_go.astype(dtype, copy=False))
         p_stop = nn.sigmoid(logit)                                           # (n + nf,)
         d_logit = d_stop * (1.0 - p_stop) - d_go * p_stop
         # both nets at once; their first layers share one GEMM

@@ -617,3 +617,81 @@ def test_mlp_pair_equals_two_mlps_and_matches_autograd(dtype, activation, N, I, 
             close(g, w, f"gradient {i}")
         else:
             close32(g, w, f"gradient {i}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Subnormals
+# ----------------------------------------------------------------------------------------------
+
+TINY = float(np.finfo(np.float32).tiny)
+FLUSH = float(nn.FLUSH_BELOW)
+tiny32 = st.floats(-FLUSH, FLUSH, allow_nan=False, width=32, exclude_min=True, exclude_max=True)
+any32 = st.floats(allow_nan=False, allow_infinity=False, width=32)
+
+
+@given(hnp.arrays(np.float32, leading_shapes, elements=st.one_of(any32, tiny32)))
+def test_flush_zeroes_exactly_the_float32_subnormals(x):
+    """spec/training.md eq. (12): entries with |x| < 2^-100 (the subnormals among them) become 0,
+    every other entry keeps its bits, in place; the census counts the subnormals; float64 arrays
+    are never touched."""
+    before = x.copy()
+    flushed = np.abs(before) < FLUSH
+    sub = (np.abs(before) < TINY) & (before != 0)
+    note(f"{int(flushed.sum())} flushed, {int(sub.sum())} subnormal, of {x.size}")
+    assert nn.count_subnormal(before) == int(sub.sum())
+    out = nn.flush_subnormals(x)
+    assert out is x
+    assert (x[flushed] == 0).all()
+    np.testing.assert_array_equal(x[~flushed], before[~flushed])
+    assert nn.count_subnormal(x) == 0
+    x64 = before.astype(np.float64)
+    kept = x64.copy()
+    nn.flush_subnormals(x64)
+    np.testing.assert_array_equal(x64, kept)
+    assert nn.count_subnormal(x64) == 0
+
+
+def test_float32_relu_and_tanh_flush_their_outputs_and_the_census_counts_products():
+    """spec/training.md eq. (12): a pre-activation below 2^-100 gives 0 (ReLU: derivative 0 too);
+    matmul counts each product and each subnormal operand entry inside a census, none outside."""
+    z = np.array([[-1.0, 1e-39, 2.0, 0.0, 3e-30, 1e-32]], np.float32)
+    h, deriv = nn.relu_forward(z)
+    np.testing.assert_array_equal(h, np.array([[0.0, 0.0, 2.0, 0.0, 3e-30, 0.0]], np.float32))
+    np.testing.assert_array_equal(deriv, [[False, False, True, False, True, False]])
+    t, _ = nn.tanh_forward(z)
+    assert nn.count_subnormal(t) == 0 and t[0, 5] == 0 and t[0, 2] == np.tanh(np.float32(2.0))
+    np.testing.assert_array_equal(nn.relu_forward(z.astype(np.float64))[0] > 0,
+                                  [[False, True, True, False, True, True]])   # float64: as before
+    W = np.ones((6, 2), np.float32)
+    with nn.subnormal_census() as census:
+        nn.matmul(z, W)
+        nn.linear_forward(h, W, np.zeros(2, np.float32))
+    assert (census.products, census.entries, census.subnormal) == (2, 36, 1)
+    nn.matmul(z, W)
+    assert census.products == 2
+
+
+def test_mlp_backward_flushes_its_douts_but_never_writes_the_callers():
+    """spec/training.md eq. (12): an output-layer dout with subnormal and tiny entries reaches no
+    product (it is flushed in a copy; the caller's array keeps its values) and the parameter
+    gradients equal those of the flushed dout."""
+    rng = np.random.default_rng(0)
+    layers = [(W.astype(np.float32), b.astype(np.float32)) for W, b in nn.mlp_init(rng, [4, 8, 3])]
+    x = rng.normal(size=(5, 4)).astype(np.float32)
+    _, cache = nn.mlp_forward(layers, x)
+    dout = rng.normal(size=(5, 3)).astype(np.float32)
+    dout[::2, 1] = 1e-39
+    dout[1, 2] = 1e-33
+    kept = dout.copy()
+    with nn.subnormal_census() as census:
+        dx, grads = nn.mlp_backward(dout, cache)
+    assert census.subnormal == 0 and census.products == 4
+    np.testing.assert_array_equal(dout, kept)
+    clean = dout.copy()
+    clean[::2, 1] = 0.0
+    clean[1, 2] = 0.0
+    dx2, grads2 = nn.mlp_backward(clean, cache)
+    np.testing.assert_array_equal(dx, dx2)
+    for (dW, db), (dW2, db2) in zip(grads, grads2):
+        np.testing.assert_array_equal(dW, dW2)
+        np.testing.assert_array_equal(db, db2)

@@ -815,3 +815,67 @@ def test_keep_freed_memory_lets_the_next_step_reuse_freed_arrays():
                                        capture_output=True, text=True).stdout)
               for mode in ("keep", "default")}
     assert faults["keep"] < 100 < 5000 < faults["default"], faults
+
+
+def _extreme_alignment_batch(rng, B=4, T=60, D=6, A=3, K=4, L=3):
+    """Untrained nets on actions three times the Gaussian's scale: posteriors of unlikely
+    positions are ~1e-40 and below, so float32 rounding makes subnormal gradients."""
+    traj_len = rng.integers(T // 2, T + 1, size=B)
+    pad = np.arange(T)[None, :] >= traj_len[:, None]
+    states, actions = rng.standard_normal((B, T, D)), 3.0 * rng.standard_normal((B, T, A))
+    states[pad], actions[pad] = 0.0, 0.0
+    sketch = np.stack([rng.choice(K, size=L, replace=False) for _ in range(B)])
+    labels = np.where(pad, -1, np.minimum(np.arange(T)[None, :] * L // traj_len[:, None], L - 1))
+    return data.Demos(states=states, actions=actions, traj_len=traj_len, sketch=sketch,
+                      sketch_len=np.full(B, L), labels=labels, final_state=rng.standard_normal((B, D)),
+                      vocab=tuple(map(str, range(K)))).validate()
+
+
+@pytest.mark.parametrize("algo", ["taco", "gtbc"])
+def test_no_subnormal_reaches_a_matrix_product_of_a_float32_training_step(algo, monkeypatch):
+    """spec/training.md eq. (12): in float32 training steps (loss, backward, Adam) on a batch
+    whose posteriors underflow, with STOP nets whose sigma(g) is subnormal, the census of every matrix product of the nets counts no
+    subnormal operand entry. Without the flush the same steps send hundreds (so this test can
+    fail), and the float64 nets, which are never flushed, compute the same losses either way."""
+    from taco_ref import nn
+
+    def steps(dtype):
+        rng = np.random.default_rng(3)
+        demos = _extreme_alignment_batch(rng)
+        cfg = TrainConfig(algo=algo, act_hidden=[64, 64], stop_hidden=[64, 64], dtype=dtype,
+                          stop_dropout=0.2, warmup_epochs=0)
+        job = train._Job(cfg, demos, rng)
+        job.params["stop.b2"][:] = -95.0          # confident STOP nets, as trained ones are: sigma(g) < 2^-126
+        adam, losses = job.optimiser("policy"), []
+        with nn.subnormal_census() as census:
+            for _ in range(3):
+                loss, grads = job.loss("policy", demos, rng, 0, train=True)
+                adam.step(job.params, {k: g / int(demos.traj_len.sum()) for k, g in grads.items()})
+                losses.append(loss)
+        return census, losses
+
+    census, _ = steps("float32")
+    assert census.products > 0 and census.entries > 0
+    assert census.subnormal == 0, f"{census.subnormal} subnormal operand entries"
+    with_flush64 = steps("float64")[1]
+    monkeypatch.setattr(nn, "flush_subnormals", lambda x: x)
+    unflushed, _ = steps("float32")
+    assert unflushed.subnormal > 100
+    assert steps("float64")[1] == with_flush64
+
+
+def test_float32_adam_state_holds_no_subnormal():
+    """spec/training.md eq. (12): a float32 parameter whose gradient falls to 0 has m and v
+    decaying by beta each step; they are flushed instead of turning subnormal, the gradient is
+    flushed before it is read, and the parameter stops moving once m is gone."""
+    from taco_ref import nn
+    p = {"w": np.ones(4, np.float32)}
+    adam = optim.adam_for(p, ["w"], 1e-3)
+    adam.step(p, {"w": np.array([1e-30, 1e-39, 1e-20, 1.0], np.float32)})
+    for _ in range(1500):
+        adam.step(p, {"w": np.zeros(4, np.float32)})
+        assert nn.count_subnormal(adam.m["w"]) == nn.count_subnormal(adam.v["w"]) == 0
+    assert (adam.m["w"] == 0).all() and (adam.v["w"][:3] == 0).all() and adam.v["w"][3] > 0
+    still = p["w"].copy()
+    adam.step(p, {"w": np.zeros(4, np.float32)})
+    np.testing.assert_array_equal(p["w"], still)
