@@ -20,6 +20,24 @@ def import_torch(threads):
     return torch, None
 
 
+def cpu_model():
+    """'vendor, model name' of the first CPU (Linux /proc/cpuinfo; else platform's processor)."""
+    import platform
+    fields = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+                if not line.strip():
+                    break
+    except OSError:
+        pass
+    vendor = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD"}.get(fields.get("vendor_id"), fields.get("vendor_id"))
+    model = fields.get("model name") or platform.processor() or platform.machine()
+    return f"{vendor}, {model}" if vendor else model
+
+
 def numpy_blas_parts():
     """numpy's BLAS and the thread variables, as parts of a setup line."""
     try:

@@ -35,7 +35,11 @@ Before timing, each float64 torch variant gets taco_ref's initial weights and mu
 taco_ref's loss (rtol 1e-10), every parameter gradient (allclose) and the parameters after one
 Adam step; the float32 variants (torch and taco_ref) must match the loss to 1e-4 relative.
 
-Also printed, in the same run: the machine's practical GEMM limit (np.matmul of two 2000 x 2000
+Also printed, in the same run: the CPU's vendor and model, NumPy's version and BLAS; per taco_ref
+dtype, what one step sends into float32's subnormal range (spec/training.md eq. (12)): the float64
+gradients w.r.t. the scores that would round to a float32 subnormal, and the subnormal operand
+entries of every matrix product of the nets (nn.subnormal_census: 0 by construction; on Intel
+cores each one costs a microcode assist, on AMD cores nothing); the machine's practical GEMM limit (np.matmul of two 2000 x 2000
 matrices, float32 and float64, 1 thread) and the nets' useful GFLOP/s as a share of it; a
 profile of the taco_ref step per dtype (the phases; the same GEMMs replayed alone, so the
 rest of the nets' time is the non-GEMM work; the functions with the most self CPU time); and a
@@ -93,7 +97,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from taco_ref import align, data, nn, objectives, optim, policy, train  # noqa: E402
-from _timing import import_torch, interleaved_medians, numpy_blas_parts  # noqa: E402
+from _timing import cpu_model, import_torch, interleaved_medians, numpy_blas_parts  # noqa: E402
 
 torch, TORCH_SKIP_REASON = import_torch(THREADS)
 F = torch.nn.functional if torch is not None else None
@@ -217,6 +221,28 @@ def taco_ref_phased_step(params, cfg, batch, adam):
     phases = {"policy forward": t1 - t0, "align fwd-bwd": t2 - t1, "policy backward": t3 - t2,
               "Adam (incl. g / steps)": t4 - t3}
     return -res.loglik.sum() / steps, phases
+
+
+def subnormal_line(params, cfg, batch, dtype):
+    """What one training step (spec/training.md eq. (12)) sends into float32's subnormal range:
+    the float64 gradients w.r.t. the scores that round to a float32 subnormal (where the nets
+    would first see them without the flush), and the subnormal operand entries of every matrix
+    product of the nets (nn.subnormal_census; "n/a" in a tree without it)."""
+    p = as_dtype(params, dtype)
+    scores, cache = policy.evaluate(p, cfg, batch, objectives.valid_mask(batch))
+    res = align.taco_forward_backward(scores["log_act"], scores["log_stop"], scores["log_go"],
+                                      batch.traj_len, batch.sketch_len)
+    d = np.concatenate([res.d_act.ravel(), res.d_stop.ravel(), res.d_go.ravel()])
+    rounded = np.abs(d.astype(np.float32))
+    source = int(np.count_nonzero((rounded > 0) & (rounded < np.finfo(np.float32).tiny)))
+    line = f"score gradients in float32's subnormal range {source} of {d.size} per step"
+    if not hasattr(nn, "subnormal_census"):
+        return line + "; GEMM operand census n/a (no nn.subnormal_census in this tree)"
+    run, _ = make_taco_ref_step(p, cfg, batch)
+    with nn.subnormal_census() as census:
+        run()
+    return (line + f"; subnormal GEMM operand entries {census.subnormal} of {census.entries} "
+            f"in {census.products} products per step")
 
 
 def gemm_limit(dtype, repeats):
@@ -589,6 +615,7 @@ def bench_case(case, cfg_run, rng, dtypes, limits):
                           f"{abs(got['loss'] - ref['loss']) / abs(ref['loss']):.1e}, max grad err "
                           f"/ max |grad| {grad_err:.1e} (against taco_ref float64)")
         run, adam = make_taco_ref_step(as_dtype(params, dtype), cfg, batch)
+        checks.append(f"{case}: taco_ref {dtype}: {subnormal_line(params, cfg, batch, dtype)}")
         steps[dtype] = (run, adam)
         fns.append(run)
         labels.append(("taco_ref", dtype))
@@ -750,7 +777,7 @@ def main(argv=None):
     cfg_run = (dict(repeats=3, phase_repeats=2) if args.quick
                else dict(repeats=11, phase_repeats=5))
 
-    machine = dict(processor=platform.processor() or platform.machine(), cpu_count=os.cpu_count(),
+    machine = dict(processor=cpu_model(), cpu_count=os.cpu_count(),
                    python=platform.python_version(), numpy=np.__version__,
                    torch=torch.__version__ if torch is not None else None,
                    load_avg_start=os.getloadavg()[0])
