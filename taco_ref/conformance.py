@@ -11,7 +11,9 @@ equation the quantity implements and the rules the case checks (spec/align.md). 
 module lacks fails the quantities it computes. Exit status 0 when everything passes, 1 when
 something fails, 2 on bad arguments.
 
-This module reads the vectors and compares numbers; it contains no alignment maths.
+The vectors ship inside the installed package (setup.py copies them there); in a source
+checkout they are read from spec/vectors/. This module reads the vectors and compares numbers;
+it contains no alignment maths.
 """
 import argparse
 import importlib
@@ -23,7 +25,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-VECTORS = Path(__file__).resolve().parents[1] / "spec" / "vectors"
+def _default_vectors():
+    """The installed package's copy of the vectors, else the source checkout's spec/vectors."""
+    here = Path(__file__).resolve().parent
+    installed = here / "vectors"
+    return installed if any(installed.glob("*.json")) else here.parent / "spec" / "vectors"
+
+
+VECTORS = _default_vectors()
 FORMATS = ("taco_ref conformance vectors v2",)
 RTOL = ATOL = 1e-12
 INT_FIELDS = {"traj_len", "sketch_len", "sketch", "forward_argmax", "posterior_argmax", "viterbi"}

@@ -1,10 +1,15 @@
 """The conformance kit (taco_ref/conformance.py): taco_ref.align passes it, through the Python
 API, `taco conformance` and `python -m taco_ref.conformance`; deliberately wrong implementations
 fail it on the cases written to catch them, and the report names the rule they break."""
+import importlib.util
 import io
+import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -227,3 +232,90 @@ def test_failing_module_exits_1(tmp_path, monkeypatch, capsys):
     assert conformance.main(["bad_align", "--case", "taco_L1"]) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out and "loglik (taco_loglik)" in out and "eq. (5), (8)" in out
+
+
+def test_vectors_are_found_inside_an_installed_package(tmp_path):
+    """An installed copy reads the vectors beside it (the package's vectors folder, where
+    setup.py puts them); a source checkout reads spec/vectors."""
+    assert conformance.VECTORS == Path(conformance.__file__).resolve().parents[1] / "spec" / "vectors"
+    package = tmp_path / "site" / "taco_ref"
+    (package / "vectors").mkdir(parents=True)
+    (package / "conformance.py").write_text(Path(conformance.__file__).read_text(encoding="utf-8"),
+                                            encoding="utf-8")
+    (package / "vectors" / "taco.json").write_text("{}", encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("installed_conformance", package / "conformance.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.VECTORS == (package / "vectors").resolve()
+
+
+def test_viterbi_tie_breaking_is_caught_only_where_ties_are_exact():
+    impl, _ = WRONG["viterbi_moves_on_ties"]
+    results = run(impl)
+    assert not results[("taco_ties_viterbi", "viterbi")].passed
+    assert results[("taco_ties_viterbi", "viterbi_score")].passed      # same score, other path
+    assert results[("taco_random_T8", "viterbi")].passed               # no ties there
+
+
+def test_missing_function_fails_its_quantities():
+    impl = wrapped()
+    del impl.align_viterbi
+    results = run(impl)
+    r = results[("taco_random_T8", "viterbi")]
+    assert not r.passed and "AttributeError" in r.detail
+    assert results[("taco_random_T8", "loglik")].passed
+
+
+# ------------------------------------------------------------------------------ installed
+
+def _checkout_copy(root, dest):
+    """The checkout's files (tracked and new, not ignored) copied to dest, so that a build there
+    leaves nothing behind in the checkout."""
+    if (root / ".git").exists() and shutil.which("git"):
+        names = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=root,
+                               capture_output=True, check=True).stdout.decode().split("\0")
+        for name in filter(None, names):
+            if (root / name).is_file():
+                (dest / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(root / name, dest / name)
+    else:
+        shutil.copytree(root, dest, ignore=shutil.ignore_patterns(
+            ".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis", "runs"))
+
+
+@pytest.mark.slow
+def test_installed_package_runs_the_kit_from_any_directory(tmp_path):
+    """`pip install --no-deps .` (not editable) into a fresh virtual environment, then
+    `taco conformance taco_ref.align` in an empty directory: the vectors ship inside the package.
+    The run-time dependencies come from this environment through a .pth file (nothing is
+    downloaded for them); the fresh install comes first on the path."""
+    import mujoco
+    import scipy
+    import yaml
+    root = Path(__file__).resolve().parents[1]
+    src, venv, elsewhere = tmp_path / "src", tmp_path / "venv", tmp_path / "elsewhere"
+    _checkout_copy(root, src)
+    elsewhere.mkdir()
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    scripts = Path(sysconfig.get_path("scripts", vars={"base": str(venv), "platbase": str(venv)}))
+    python = scripts / ("python.exe" if os.name == "nt" else "python")
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    deps = sorted({str(Path(m.__file__).resolve().parents[1]) for m in (np, scipy, yaml, mujoco)})
+    Path(purelib, "_taco_test_deps.pth").write_text("\n".join(deps) + "\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    install = [str(python), "-m", "pip", "install", "--no-deps", "--quiet", str(src)]
+    proc = subprocess.run(install, capture_output=True, text=True, env=env, cwd=elsewhere)
+    if proc.returncode != 0:   # no index to fetch the build backend from: build with this one's
+        proc = subprocess.run(install + ["--no-build-isolation"], capture_output=True, text=True,
+                              env=env, cwd=elsewhere)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    where = subprocess.run([str(python), "-c", "import taco_ref.conformance as c; print(c.__file__); print(c.VECTORS)"],
+                           capture_output=True, text=True, env=env, cwd=elsewhere, check=True).stdout.split()
+    assert all(Path(w).resolve().is_relative_to(venv.resolve()) for w in where), where
+    taco = scripts / ("taco.exe" if os.name == "nt" else "taco")
+    proc = subprocess.run([str(taco), "conformance", "taco_ref.align"], capture_output=True, text=True,
+                          env=env, cwd=elsewhere)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    n = len(LOADED)
+    assert f"{n}/{n} cases pass" in proc.stdout
