@@ -1,4 +1,33 @@
+from pathlib import Path
+
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+HERE = Path(__file__).resolve().parent
+# the alignment conformance kit's vectors: the JSON cases, formula.py (expands their compact
+# inputs) and README.md (their definition); they live in spec/vectors/ with the spec
+VECTORS = ("*.json", "formula.py", "README.md")
+
+
+class BuildPyWithVectors(build_py):
+    """build_py that also copies the conformance vectors into the built package as
+    taco_ref/vectors, so that `taco conformance MODULE` finds them after `pip install .`
+    (taco_ref.conformance looks there before spec/vectors). An editable install reads
+    spec/vectors from the checkout and needs no copy."""
+
+    def run(self):
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return
+        source = HERE / "spec" / "vectors"
+        files = sorted({f for pattern in VECTORS for f in source.glob(pattern)})
+        if not any(f.suffix == ".json" for f in files):
+            raise RuntimeError(f"no conformance vectors (*.json) in {source}")
+        target = Path(self.build_lib) / "taco_ref" / "vectors"
+        self.mkpath(str(target))
+        for f in files:
+            self.copy_file(str(f), str(target / f.name))
+
 
 setup(
     name="taco_ref",
@@ -28,6 +57,7 @@ setup(
                 # the package's ament lint tests (ament_copyright is not on PyPI: that one skips)
                 "ros-ament-flake8", "ros-ament-pep257", "flake8", "pydocstyle"],
     },
+    cmdclass={"build_py": BuildPyWithVectors},
     entry_points={"console_scripts": ["taco=taco_ref.app.cli:main",
                                       "taco-bridge-dial=taco_bridge.dial:main",
                                       "taco-bridge-send=taco_bridge.send:main"]},

@@ -6,28 +6,42 @@
 MODULE is an importable Python module (``taco_ref.align``, ``mypkg.align``) that provides the
 functions of spec/vectors/README.md ("Function signatures") under the spec's names. Each
 case's inputs are passed to them, and every expected quantity is compared with the case's
-tolerance: pass or fail per case and quantity, the largest error, and for a failure the
-equation the quantity implements and the rules the case checks (spec/align.md). A function the
-module lacks fails the quantities it computes. Exit status 0 when everything passes, 1 when
-something fails, 2 on bad arguments.
+tolerance, and exactly where rules R3 and R4 of spec/align.md fix a gradient at 0. For each
+failing case and quantity the report names the one rule or equation its worst element breaks,
+that element's index, the value expected and the value got. A function the module lacks fails
+the quantities it computes. Exit status 0 when everything passes, 1 when something fails, 2 on
+bad arguments.
 
-This module reads the vectors and compares numbers; it contains no alignment maths.
+The vectors ship inside the installed package (setup.py copies them there); in a source
+checkout they are read from spec/vectors/. This module reads the vectors and compares numbers;
+it contains no alignment maths.
 """
 import argparse
+import functools
 import importlib
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-VECTORS = Path(__file__).resolve().parents[1] / "spec" / "vectors"
+
+def _default_vectors():
+    """The installed package's copy of the vectors, else the source checkout's spec/vectors."""
+    here = Path(__file__).resolve().parent
+    installed = here / "vectors"
+    return installed if any(installed.glob("*.json")) else here.parent / "spec" / "vectors"
+
+
+VECTORS = _default_vectors()
 FORMATS = ("taco_ref conformance vectors v2",)
 RTOL = ATOL = 1e-12
 INT_FIELDS = {"traj_len", "sketch_len", "sketch", "forward_argmax", "posterior_argmax", "viterbi"}
 DECODERS = ("forward_argmax", "posterior_argmax", "viterbi")
+GRADIENTS = ("d_act", "d_stop", "d_go", "posterior", "d_log_p")   # (B, T, ...) fields
 TACO_FUNCTIONS = {"loglik": "taco_forward_backward", "loglik (taco_loglik)": "taco_loglik",
                   "forward_argmax": "align_forward_argmax",
                   "posterior_argmax": "align_posterior_argmax", "viterbi": "align_viterbi",
@@ -44,15 +58,19 @@ class Result(NamedTuple):
     case: str
     quantity: str
     passed: bool
-    max_error: float     # largest |got - expected| (inf: wrong shape, non-finite mismatch, error)
-    rules: tuple         # what a failure breaks: the quantity's equation, then the case's rules
-    detail: str          # why it failed ("" when it passed)
+    max_error: float     # largest |got - expected| (inf: wrong shape, non-finite mismatch, error);
+                         # for decoders the number of positions that differ
+    rule: str            # the rule or equation the worst element breaks ("" when it passed)
+    index: tuple         # that element's index (() for a whole-array failure or a pass)
+    got: object          # its value as returned (None when there is none)
+    expected: object     # its expected value
+    detail: str          # the failure in words ("" when it passed)
 
 
 # ------------------------------------------------------------------------------ reading
 
 def _formula_module(vectors):
-    """spec/vectors/formula.py, which expands the compact inputs of long cases."""
+    """formula.py beside the vectors, which expands the compact inputs of long cases."""
     spec = importlib.util.spec_from_file_location("taco_vectors_formula", Path(vectors) / "formula.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -74,15 +92,25 @@ def _array(key, value, formula):
     return np.array(_decode(value), dtype=np.int64 if key in INT_FIELDS else np.float64)
 
 
-def load(vectors=VECTORS):
-    """[(case dict with arrays, {rule id: text}, {quantity: equation})] from every vector file."""
-    vectors = Path(vectors)
+def load(vectors=None):
+    """[(case dict with arrays, {rule id: text}, {quantity: equation})] from every vector file.
+
+    Expanding the formula inputs takes about a second, so the cases are kept for later calls
+    (until a file changes): treat them as read-only.
+    """
+    vectors = Path(VECTORS if vectors is None else vectors)
     files = sorted(vectors.glob("*.json"))
     if not files:
         raise FileNotFoundError(f"no *.json vector files in {vectors}")
+    stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in files)
+    return list(_load(vectors.resolve(), stamp))
+
+
+@functools.lru_cache(maxsize=4)
+def _load(vectors, stamp):
     formula = _formula_module(vectors)
     out = []
-    for path in files:
+    for path in sorted(vectors.glob("*.json")):
         doc = json.loads(path.read_text(encoding="utf-8"))
         if doc.get("format") not in FORMATS:
             raise ValueError(f"{path.name}: format {doc.get('format')!r}, expected one of {FORMATS}")
@@ -91,7 +119,7 @@ def load(vectors=VECTORS):
             case["inputs"] = {k: _array(k, v, formula) for k, v in case["inputs"].items()}
             case["expected"] = {k: _array(k, v, formula) for k, v in case["expected"].items()}
             out.append((case, doc["rules"], doc["quantities"]))
-    return out
+    return tuple(out)
 
 
 # ------------------------------------------------------------------------------ running
@@ -154,43 +182,162 @@ def _call_ctc(impl, inp, fields):
     return got
 
 
-def _padding(shape, traj_len, sketch_len, sketch_axis):
-    """(B, T, X) bool: True at t >= T_b, and (sketch_axis) at l >= L_b."""
-    B, T, X = shape
-    T_b = np.full(B, T) if traj_len is None else traj_len
-    pad = np.arange(T)[None, :, None] >= T_b[:, None, None]
-    if sketch_axis:
-        L_b = np.full(B, X) if sketch_len is None else sketch_len
-        pad = pad | (np.arange(X)[None, None, :] >= L_b[:, None, None])
-    return np.broadcast_to(pad, shape)
+# ------------------------------------------------------------------------------ what must be 0
+
+class _Layout(NamedTuple):
+    """Where each entry of a case lies (spec/align.md §4, rules R3 and R4), full time axis."""
+
+    T_b: np.ndarray        # (B,)
+    L_b: np.ndarray        # (B,)
+    possible: np.ndarray   # (B,) bool: expected loglik > -inf (rule R4 otherwise)
+    padding: np.ndarray    # (B, T, L) bool: t >= T_b or l >= L_b
+    read: dict             # {"act", "stop", "go": (B, T, L) bool}: entries some path prefix reads
+    on_path: dict          # {"act", "stop", "go": (B, T, L) bool}: entries some complete path uses
 
 
-def compare(key, have, want, rtol, atol, pad=None):
-    """(passed, max_error, detail) for one quantity."""
+def layout(case):
+    """The _Layout of a case, from its lengths and expected loglik (0-based, spec/align.md R3).
+
+    act[t, l] is read for l <= t, go[t, l] for l < t, stop[t, l] for l < t and l < L_b - 1 (all
+    for t < T_b, l < L_b). A read entry is on a complete path when its cell can still reach
+    (T_b - 1, L_b - 1): l >= t - (T_b - L_b) (for stop, l + 1 >= t - (T_b - L_b)); no entry of
+    an impossible row is.
+    """
+    inp = case["inputs"]
+    shaped = inp["log_act"] if case["family"] == "taco" else inp["log_p"]
+    B, T = shaped.shape[:2]
+    L = inp["log_act"].shape[2] if case["family"] == "taco" else inp["sketch"].shape[1]
+    T_b = np.full(B, T) if inp["traj_len"] is None else np.asarray(inp["traj_len"])
+    L_b = np.full(B, L) if inp["sketch_len"] is None else np.asarray(inp["sketch_len"])
+    possible = np.asarray(case["expected"]["loglik"]) > -np.inf
+    t = np.arange(T)[None, :, None]
+    l = np.arange(L)[None, None, :]
+    Tb, Lb = T_b[:, None, None], L_b[:, None, None]
+    valid = (t < Tb) & (l < Lb)                                               # (B, T, L)
+    read = {"act": valid & (l <= t), "go": valid & (l < t)}
+    read["stop"] = read["go"] & (l < Lb - 1)
+    reach = possible[:, None, None] & (l >= t - (Tb - Lb))                    # can end at L_b
+    on_path = {"act": read["act"] & reach, "go": read["go"] & reach,
+               "stop": read["stop"] & possible[:, None, None] & (l + 1 >= t - (Tb - Lb))}
+    return _Layout(T_b, L_b, possible, ~valid, read, on_path)
+
+
+def zero_masks(case):
+    """{quantity: bool array shaped like its expected field}: the entries rules R3 and R4 of
+    spec/align.md fix at exactly 0 (padding, entries no path reads, read entries on no complete
+    path, every entry of an impossible row, d_final_stop off L_b - 1 or when no terminal STOP is
+    given; for CTC, d_log_p of a class whose sketch positions are all off every complete path
+    at that step, classes absent from the sketch included)."""
+    lay = layout(case)
+    exp = case["expected"]
+    masks = {}
+    if case["family"] == "taco":
+        for key, entry in (("d_act", "act"), ("posterior", "act"), ("d_stop", "stop"), ("d_go", "go")):
+            masks[key] = ~lay.on_path[entry]
+        B, L = lay.padding.shape[0], lay.padding.shape[2]
+        final = np.zeros((B, L), bool)
+        if "log_final_stop" in case["inputs"]:
+            final[np.arange(B), lay.L_b - 1] = lay.possible
+        masks["d_final_stop"] = ~final
+    else:
+        masks["posterior"] = ~lay.on_path["act"]
+        sketch = case["inputs"]["sketch"]                                     # (B, L)
+        K = case["inputs"]["log_p"].shape[2]
+        hit = np.zeros(lay.padding.shape[:2] + (K,), bool)                    # (B, T, K)
+        for b in range(sketch.shape[0]):
+            for l in range(lay.L_b[b]):
+                hit[b, :, sketch[b, l]] |= lay.on_path["act"][b, :, l]
+        masks["d_log_p"] = ~hit
+    sample_t = case.get("sample_t")
+    if sample_t is not None:
+        masks = {k: m[:, sample_t] if k in GRADIENTS else m for k, m in masks.items()}
+    return {k: m for k, m in masks.items() if k in exp}
+
+
+def _zero_reason(case, key, idx):
+    """Why rule R3 or R4 fixes entry idx of quantity key at 0, in words."""
+    lay = layout(case)
+    b = idx[0]
+    if not lay.possible[b]:
+        return "R4", "an impossible row: every gradient and posterior is exactly 0"
+    if key == "d_final_stop":
+        return "R3", f"d_final_stop off L_b - 1 = {lay.L_b[b] - 1} or without a terminal STOP is exactly 0"
+    t = idx[1] if case.get("sample_t") is None else case["sample_t"][idx[1]]
+    if t >= lay.T_b[b] or (key != "d_log_p" and idx[2] >= lay.L_b[b]):
+        return "R3", "padding: its gradient is exactly 0"
+    if key == "d_log_p":
+        return "R3", "a class none of whose sketch positions is on a complete path at this step"
+    entry = {"d_stop": "stop", "d_go": "go"}.get(key, "act")
+    if not lay.read[entry][b, t, idx[2]]:
+        return "R3", f"{entry}[{t}, {idx[2]}] is never read: its gradient is exactly 0"
+    return "R3", f"{entry}[{t}, {idx[2]}] is read but on no complete path: its gradient is exactly 0"
+
+
+# ------------------------------------------------------------------------------ comparing
+
+def compare(key, have, want, rtol, atol, zero=None):
+    """(passed, max_error, index of the worst element or None, detail) for one quantity.
+
+    Floats pass where |have - want| <= atol + rtol |want| (non-finite values must match
+    exactly) and, where the bool mask zero is set, where have is exactly 0. The worst element
+    is the one furthest outside its allowance, an exact-zero violation counting as infinitely
+    far; integers (decoders) must be equal, and the worst element is reported by the caller.
+    """
     if isinstance(have, Exception):
-        return False, np.inf, f"raised {type(have).__name__}: {have}"
+        return False, np.inf, None, f"raised {type(have).__name__}: {have}"
     have = np.asarray(have)
     if have.shape != want.shape:
-        return False, np.inf, f"shape {have.shape}, expected {want.shape}"
+        return False, np.inf, None, f"shape {have.shape}, expected {want.shape}"
     if key in INT_FIELDS:
         if have.dtype.kind not in "iu":
-            return False, np.inf, f"dtype {have.dtype}, expected integers"
+            return False, np.inf, None, f"dtype {have.dtype}, expected integers"
         wrong = int(np.sum(have != want))
-        return wrong == 0, float(wrong), f"{wrong} positions differ" if wrong else ""
+        return wrong == 0, float(wrong), None, ""
     have = have.astype(np.float64)
     same_nonfinite = (np.isnan(have) == np.isnan(want)) & (np.isinf(have) == np.isinf(want)) \
         & (np.sign(np.where(np.isinf(want), want, 0)) == np.sign(np.where(np.isinf(have), have, 0)))
     finite = np.isfinite(want) & np.isfinite(have)
     with np.errstate(invalid="ignore"):   # inf - inf where both are non-finite: masked below
         err = np.where(finite, np.abs(have - want), np.where(same_nonfinite, 0.0, np.inf))
+    allowed = atol + rtol * np.where(finite, np.abs(want), 0.0)
+    if zero is not None:
+        allowed = np.where(zero, 0.0, allowed)
+    bad = err > allowed
     max_err = float(err.max()) if err.size else 0.0
-    bad = err > atol + rtol * np.where(finite, np.abs(want), 0.0)
-    if bad.any():
-        idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        return False, max_err, f"at {list(idx)}: {have[idx]!r}, expected {want[idx]!r}"
-    if pad is not None and np.any(have[pad] != 0.0):
-        return False, max_err, "not exactly 0 in the padding (rule R3)"
-    return True, max_err, ""
+    if not bad.any():
+        return True, max_err, None, ""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ratio = np.where(bad, err / allowed, 0.0)          # x / 0 = inf: an exact-0 violation
+    order = np.lexsort((-np.arange(err.size), err.ravel(), ratio.ravel()))    # first on ties
+    worst = np.unravel_index(order[-1], err.shape)
+    return False, max_err, tuple(int(i) for i in worst), f"{int(bad.sum())} of {bad.size} elements fail"
+
+
+def _decoder_worst(key, have, want):
+    """The element that shows a decoder's mistake: the first differing one, except for Viterbi,
+    where it is the last differing step of the first differing row (where the back-tracked
+    paths part)."""
+    diff = np.argwhere(np.asarray(have) != want)
+    if key != "viterbi":
+        return tuple(int(i) for i in diff[0])
+    b = diff[0][0]
+    return int(b), int(diff[diff[:, 0] == b][-1][1])
+
+
+def _element_rule(case, key, idx, eq, zero):
+    """(rule id, note) for the failing element idx of quantity key."""
+    exp = case["expected"]
+    if key.startswith("loglik") or key == "viterbi_score":
+        return ("R4", "an impossible row: -inf") if exp[key.split(" ")[0]][idx[0]] == -np.inf else (eq, "")
+    if key in DECODERS:
+        if [idx[0], idx[1]] in case.get("ties", {}).get(key, []):
+            return "R6", "this step is decided by a tie or a near-tie"
+        if np.all(exp[key][idx[0]] == -1):
+            return "R4", "alpha_T(L_b) = 0: -1 at every step"
+        return eq, ""
+    if zero is not None and zero[idx]:
+        return _zero_reason(case, key, idx)
+    return eq, ""
 
 
 def run_case(impl, case, quantities):
@@ -202,28 +349,37 @@ def run_case(impl, case, quantities):
     tol = case.get("tolerance", {})
     rtol, atol = tol.get("rtol", RTOL), tol.get("atol", ATOL)
     sample_t = case.get("sample_t")
+    zeros = zero_masks(case)
     results = []
     for key, want in exp.items():
         have = got[key]
-        pad = None
-        if key in ("d_act", "d_stop", "d_go", "posterior", "d_log_p") and not isinstance(have, Exception):
+        if key in GRADIENTS and sample_t is not None and not isinstance(have, Exception):
             have = np.asarray(have)
-            if sample_t is not None and have.ndim == 3:
+            if have.ndim == 3:
                 have = have[:, sample_t]
-            if have.shape == want.shape:
-                T_b = inp["traj_len"]
-                if sample_t is not None:   # the stored times: padding where t >= T_b
-                    T_full = np.full(want.shape[0], inp["log_act" if family == "taco" else "log_p"].shape[1])
-                    T_b = T_full if T_b is None else T_b
-                    T_b = np.searchsorted(np.asarray(sample_t), T_b)
-                pad = _padding(want.shape, T_b, inp["sketch_len"], key != "d_log_p")
-        passed, max_err, detail = compare(key, have, want, rtol, atol, pad)
+        passed, max_err, idx, detail = compare(key, have, want, rtol, atol, zeros.get(key))
         eq = quantities.get(key.split(" ")[0], "")
-        results.append(Result(case["name"], key, passed, max_err, (eq, *case["rules"]), detail))
+        rule, got_v, want_v, index = "", None, None, ()
+        if not passed:
+            rule = eq
+            if key in DECODERS and not detail:
+                idx = _decoder_worst(key, have, want)
+                detail = f"{int(max_err)} positions differ"
+            if idx is not None:
+                index = idx
+                rule, note = _element_rule(case, key, idx, eq, zeros.get(key))
+                got_v, want_v = np.asarray(have)[idx].item(), want[idx].item()
+                must = " exactly" if zeros.get(key) is not None and zeros[key][idx] else ""
+                where = list(idx)
+                if sample_t is not None and key in GRADIENTS:
+                    where[1] = sample_t[idx[1]]
+                detail = (f"at {where}: got {got_v!r}, expected {want_v!r}{must}"
+                          + (f" ({note})" if note else "") + f"; {detail}")
+        results.append(Result(case["name"], key, passed, max_err, rule, index, got_v, want_v, detail))
     return results
 
 
-def run(module, vectors=VECTORS, select=None):
+def run(module, vectors=None, select=None):
     """[Result] for every case (whose name contains select, when given) of every vector file.
 
     module is a module object or an importable name.
@@ -236,8 +392,20 @@ def run(module, vectors=VECTORS, select=None):
     return results
 
 
+def _rule_ids(label):
+    """The ids of the rules table a label names: "eq. (5), (8)" -> ["eq. (5)", "eq. (8)"]."""
+    if label.startswith("eq."):
+        return [f"eq. ({n})" for n in re.findall(r"\((\d+)\)", label)]
+    return [label]
+
+
 def report(results, rules, verbose=False, out=None):
-    """Print one line per failure (per result with verbose) and a summary; return the exit status."""
+    """Print one line per failure (per result with verbose) and a summary; return the exit status.
+
+    A failure's second line names the rule or equation its worst element breaks (with the rule's
+    text from the vector files) and the element: index (time steps on the full axis), got,
+    expected.
+    """
     out = out or sys.stdout
     for r in results:
         if r.passed and not verbose:
@@ -245,8 +413,9 @@ def report(results, rules, verbose=False, out=None):
         status = "pass" if r.passed else "FAIL"
         line = f"{status}  {r.case:32s} {r.quantity:22s} max error {r.max_error:.3g}"
         if not r.passed:
-            broken = "; ".join(rules.get(x, x) for x in r.rules if x)
-            line += f"\n      {r.detail}\n      breaks: {broken}"
+            text = "; ".join(rules[x] for x in _rule_ids(r.rule) if x in rules)
+            line += f"\n      breaks {r.rule}" + (f" ({text})" if text else "")
+            line += f"\n      {r.detail}"
         print(line, file=out)
     failed = [r for r in results if not r.passed]
     cases = {r.case for r in results}

@@ -1,10 +1,15 @@
 """The conformance kit (taco_ref/conformance.py): taco_ref.align passes it, through the Python
 API, `taco conformance` and `python -m taco_ref.conformance`; deliberately wrong implementations
 fail it on the cases written to catch them, and the report names the rule they break."""
+import importlib.util
 import io
+import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -173,18 +178,81 @@ def test_wrong_implementation_fails_the_cases_meant_to_catch_it(name):
         f"{name} fails every case: the harness, not the cases, caught it"
 
 
+def case_named(name):
+    return next(c for c, _, _ in LOADED if c["name"] == name)
+
+
 def test_go_from_stop_is_reported_with_the_rule_it_breaks():
+    """The report names the equation the failing quantity implements, not every rule of the
+    case, with the worst element's index, expected and got values."""
     impl, _ = WRONG["go_from_stop"]
-    case = next(c for c, _, _ in LOADED if c["name"] == "taco_stop_go_independent")
+    case = case_named("taco_stop_go_independent")
     results = conformance.run_case(impl, case, LOADED[0][2])
     bad = {r.quantity: r for r in results if not r.passed}
     assert {"loglik", "d_go"} <= set(bad)
-    assert bad["d_go"].rules[0] == "eq. (14)" and "R1" in bad["d_go"].rules
+    assert bad["d_go"].rule == "eq. (14)" and bad["loglik"].rule == "eq. (5), (8)"
     assert bad["loglik"].max_error > 1e-3
+    r = bad["d_go"]
+    b, t, l = r.index
+    assert r.expected == case["expected"]["d_go"][b, t, l] and r.got != r.expected
+    # the worst element: the largest error measured against its allowance
+    got = impl.taco_forward_backward(case["inputs"]["log_act"], case["inputs"]["log_stop"],
+                                     case["inputs"]["log_go"], traj_len=case["inputs"]["traj_len"],
+                                     sketch_len=case["inputs"]["sketch_len"]).d_go
+    err = np.abs(got - case["expected"]["d_go"])
+    assert err[b, t, l] == err.max()
     out = io.StringIO()
     assert conformance.report(results, RULES, out=out) == 1
     text = out.getvalue()
-    assert "FAIL  taco_stop_go_independent" in text and "need not be 1" in text
+    assert "FAIL  taco_stop_go_independent" in text
+    assert "breaks eq. (14) (align.md eq. (14): d loglik / d log_go" in text
+    assert f"at [{b}, {t}, {l}]: got {r.got!r}, expected {r.expected!r}" in text
+    assert "R1" not in text and "R2" not in text     # the case's other rules are not listed
+
+
+def test_an_exact_zero_violation_names_R3_or_R4_and_the_entry():
+    """A gradient of 1e-13 where rule R3 or R4 promises exactly 0 fails (it is inside atol), and
+    the report says which entry and why it must be 0."""
+    def bumped(*args, **kwargs):
+        res = align.taco_forward_backward(*args, **kwargs)
+        d_stop = res.d_stop.copy()
+        d_stop[0, 0, 0] += 1e-13         # stop at t = 0 is never read (row 0 is possible)
+        d_act = res.d_act.copy()
+        d_act[1, 2, 0] += 1e-13          # row 1 is impossible
+        return res._replace(d_stop=d_stop, d_act=d_act, posterior=d_act)
+    case = case_named("taco_exact_zeros")
+    results = {r.quantity: r for r in conformance.run_case(wrapped(taco_forward_backward=bumped), case,
+                                                             LOADED[0][2])}
+    assert results["d_stop"].rule == "R3" and results["d_stop"].index == (0, 0, 0)
+    assert "stop[0, 0] is never read" in results["d_stop"].detail
+    assert "expected 0.0 exactly" in results["d_stop"].detail
+    assert results["d_act"].rule == "R4" and results["d_act"].index == (1, 2, 0)
+    assert results["d_go"].passed and results["loglik"].passed
+
+
+def test_a_wrong_tie_break_names_R6_and_where_the_paths_part():
+    """A decoder that breaks an exact tie the wrong way is reported under rule R6, at the step the
+    tie decides (for Viterbi, the last step at which the back-tracked paths differ)."""
+    impl, _ = WRONG["viterbi_moves_on_ties"]
+    case = case_named("taco_ties_exact")
+    r = next(r for r in conformance.run_case(impl, case, LOADED[0][2]) if r.quantity == "viterbi")
+    assert not r.passed and r.rule == "R6" and r.index == (0, 1)
+    assert (r.got, r.expected) == (0, 1)
+
+
+def test_vectors_are_found_inside_an_installed_package(tmp_path):
+    """An installed copy reads the vectors beside it (the package's vectors folder, where
+    setup.py puts them); a source checkout reads spec/vectors."""
+    assert conformance.VECTORS == Path(conformance.__file__).resolve().parents[1] / "spec" / "vectors"
+    package = tmp_path / "site" / "taco_ref"
+    (package / "vectors").mkdir(parents=True)
+    (package / "conformance.py").write_text(Path(conformance.__file__).read_text(encoding="utf-8"),
+                                            encoding="utf-8")
+    (package / "vectors" / "taco.json").write_text("{}", encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("installed_conformance", package / "conformance.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.VECTORS == (package / "vectors").resolve()
 
 
 def test_viterbi_tie_breaking_is_caught_only_where_ties_are_exact():
@@ -227,3 +295,58 @@ def test_failing_module_exits_1(tmp_path, monkeypatch, capsys):
     assert conformance.main(["bad_align", "--case", "taco_L1"]) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out and "loglik (taco_loglik)" in out and "eq. (5), (8)" in out
+
+
+# ------------------------------------------------------------------------------ installed
+
+def _checkout_copy(root, dest):
+    """The checkout's files (tracked and new, not ignored) copied to dest, so that a build there
+    leaves nothing behind in the checkout."""
+    if (root / ".git").exists() and shutil.which("git"):
+        names = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=root,
+                               capture_output=True, check=True).stdout.decode().split("\0")
+        for name in filter(None, names):
+            if (root / name).is_file():
+                (dest / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(root / name, dest / name)
+    else:
+        shutil.copytree(root, dest, ignore=shutil.ignore_patterns(
+            ".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis", "runs"))
+
+
+@pytest.mark.slow
+def test_installed_package_runs_the_kit_from_any_directory(tmp_path):
+    """`pip install --no-deps .` (not editable) into a fresh virtual environment, then
+    `taco conformance taco_ref.align` in an empty directory: the vectors ship inside the package.
+    The run-time dependencies come from this environment through a .pth file (nothing is
+    downloaded for them); the fresh install comes first on the path."""
+    import mujoco
+    import scipy
+    import yaml
+    root = Path(__file__).resolve().parents[1]
+    src, venv, elsewhere = tmp_path / "src", tmp_path / "venv", tmp_path / "elsewhere"
+    _checkout_copy(root, src)
+    elsewhere.mkdir()
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    scripts = Path(sysconfig.get_path("scripts", vars={"base": str(venv), "platbase": str(venv)}))
+    python = scripts / ("python.exe" if os.name == "nt" else "python")
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    deps = sorted({str(Path(m.__file__).resolve().parents[1]) for m in (np, scipy, yaml, mujoco)})
+    Path(purelib, "_taco_test_deps.pth").write_text("\n".join(deps) + "\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    install = [str(python), "-m", "pip", "install", "--no-deps", "--quiet", str(src)]
+    proc = subprocess.run(install, capture_output=True, text=True, env=env, cwd=elsewhere)
+    if proc.returncode != 0:   # no index to fetch the build backend from: build with this one's
+        proc = subprocess.run(install + ["--no-build-isolation"], capture_output=True, text=True,
+                              env=env, cwd=elsewhere)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    where = subprocess.run([str(python), "-c", "import taco_ref.conformance as c; print(c.__file__); print(c.VECTORS)"],
+                           capture_output=True, text=True, env=env, cwd=elsewhere, check=True).stdout.split()
+    assert all(Path(w).resolve().is_relative_to(venv.resolve()) for w in where), where
+    taco = scripts / ("taco.exe" if os.name == "nt" else "taco")
+    proc = subprocess.run([str(taco), "conformance", "taco_ref.align"], capture_output=True, text=True,
+                          env=env, cwd=elsewhere)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    n = len(LOADED)
+    assert f"{n}/{n} cases pass" in proc.stdout

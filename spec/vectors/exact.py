@@ -14,9 +14,17 @@ Inputs are float64 log-values (or -inf); exp() of each is taken in Decimal, so t
 float64 rounding in the outputs is the final conversion of each result to the nearest float.
 The cost is O(T L) Decimal operations (about a second for T L = 10^5).
 
-Decoder ambiguity: with the outputs the module reports, for every comparison a decoder makes
-on this row, the margin between the two candidates (spec/vectors/README.md, "Ties"): log-space
-for the forward argmax and Viterbi, probability for the posterior argmax.
+Decoder ambiguity: with the outputs the module reports, for every element a decoder returns,
+the margin between the two candidates that decide it (spec/vectors/README.md, "Ties"):
+log-space for the forward argmax and Viterbi, probability for the posterior argmax. Values
+that differ by less than TIE_REL relative are equal: a true tie, such as two paths whose scores
+are the same sum of dyadic inputs in another order, can differ in the 50th digit after Decimal
+rounding, while distinct values built from float64 inputs differ far more. Such ties are broken
+by rule R6 and reported with margin 0.
+
+Scale: "log_scale" is the largest |log alpha_t(l)| and |log beta_t(l)| over the non-zero
+forward and backward variables of the row, the magnitude a log-space implementation carries
+(spec/vectors/README.md, "Tolerances").
 """
 import decimal
 import math
@@ -25,6 +33,7 @@ from decimal import Decimal
 PREC = 50
 CTX = decimal.Context(prec=PREC, Emin=-999_999_999, Emax=999_999_999)
 ZERO, ONE = Decimal(0), Decimal(1)
+TIE_REL = Decimal("1e-40")   # relative difference below which two values are a tie (docstring)
 
 
 def dexp(x):
@@ -46,13 +55,19 @@ def _mul(*xs):
     return out
 
 
+def _tie(a, b):
+    """a and b (non-negative Decimals) are equal up to Decimal rounding (TIE_REL)."""
+    return a == b or abs(a - b) <= TIE_REL * max(a, b)
+
+
 def _log_gap(a, b):
-    """|log a - log b| for non-negative Decimals (inf when exactly one is 0, nan when both are)."""
+    """|log a - log b| for non-negative Decimals (inf when exactly one is 0, nan when both are,
+    0 for a tie)."""
     if a == 0 and b == 0:
         return math.nan
     if a == 0 or b == 0:
         return math.inf
-    return abs(float(CTX.ln(CTX.divide(a, b))))
+    return 0.0 if _tie(a, b) else abs(float(CTX.ln(CTX.divide(a, b))))
 
 
 def _top_two_gap(values, log=True):
@@ -60,14 +75,33 @@ def _top_two_gap(values, log=True):
     nz = sorted((v for v in values if v > 0), reverse=True)
     if len(nz) < 2:
         return math.inf
+    if _tie(nz[0], nz[1]):
+        return 0.0
     return _log_gap(nz[0], nz[1]) if log else float(nz[0] - nz[1])
+
+
+def _first_max(values):
+    """The lowest index whose value ties with the maximum (rule R6)."""
+    top = max(values)
+    return next(i for i, v in enumerate(values) if _tie(v, top))
+
+
+def _log_scale(*tables):
+    """Largest |ln x| over the non-zero entries of the tables (lists of lists of Decimals)."""
+    nz = [x for table in tables for row in table for x in row if x > 0]
+    if not nz:
+        return 0.0
+    return max(abs(float(CTX.ln(max(nz)))), abs(float(CTX.ln(min(nz)))))
 
 
 def taco_exact(log_act, log_stop, log_go, log_final_stop=None):
     """Every quantity spec/align.md defines for one TACO row (nested lists (T, L) of floats).
 
-    Returns a dict like brute_force.taco_reference (lists instead of arrays) plus "gaps":
-    {"forward_argmax", "posterior_argmax", "viterbi"} -> smallest margin of that decoder.
+    Returns a dict like brute_force.taco_reference (lists instead of arrays) plus
+    "margins": {"forward_argmax", "posterior_argmax", "viterbi"} -> a list over t of the margin
+    that decides element t of that decoder (inf where nothing competes; for Viterbi, element t
+    is decided by the comparison of eq. (23) at t + 1 on the decoded path), "gaps": the smallest
+    margin of each decoder, and "log_scale" (module docstring).
     Only the entries a path can read are looked at (spec/align.md rule R3).
     """
     T, L = len(log_act), len(log_act[0])
@@ -91,7 +125,7 @@ def taco_exact(log_act, log_stop, log_go, log_final_stop=None):
             prev_d = _mul(delta[t - 1][l - 1], stop[t][l - 1]) if l else ZERO
             alpha[t][l] = _mul(act[t][l], CTX.add(same_a, prev_a))
             delta[t][l] = _mul(act[t][l], max(same_d, prev_d))
-            moved[t][l] = prev_d > same_d
+            moved[t][l] = prev_d > same_d and not _tie(prev_d, same_d)   # ties: stay (R6)
             vit_gap[t][l] = _log_gap(same_d, prev_d)
     # eq. (6)-(7): backward variables
     beta = [[ZERO] * L for _ in range(T)]
@@ -105,8 +139,9 @@ def taco_exact(log_act, log_stop, log_go, log_final_stop=None):
            "d_act": [[0.0] * L for _ in range(T)], "d_stop": [[0.0] * L for _ in range(T)],
            "d_go": [[0.0] * L for _ in range(T)], "d_final_stop": [0.0] * L,
            "forward_argmax": [-1] * T, "posterior_argmax": [-1] * T, "viterbi": [-1] * T,
-           "viterbi_score": -math.inf,
-           "gaps": {"forward_argmax": math.inf, "posterior_argmax": math.inf, "viterbi": math.inf}}
+           "viterbi_score": -math.inf, "log_scale": _log_scale(alpha, beta),
+           "margins": {d: [math.inf] * T for d in ("forward_argmax", "posterior_argmax", "viterbi")}}
+    out["gaps"] = {d: math.inf for d in out["margins"]}
     if Z > 0:
         for t in range(T):
             for l in range(L):
@@ -123,22 +158,22 @@ def taco_exact(log_act, log_stop, log_go, log_final_stop=None):
     out["posterior"] = out["d_act"]
     if alpha[T - 1][L - 1] == 0:     # the decoders take no f: impossible means alpha_T(L) = 0
         return out
-    gaps = out["gaps"]
+    margins = out["margins"]
     for t in range(T):               # eq. (21), (22): first maximum = lowest position on ties
         a = alpha[t]
-        out["forward_argmax"][t] = a.index(max(a))
-        gaps["forward_argmax"] = min(gaps["forward_argmax"], _top_two_gap(a))
+        out["forward_argmax"][t] = _first_max(a)
+        margins["forward_argmax"][t] = _top_two_gap(a)
         g = [_mul(alpha[t][l], beta[t][l]) for l in range(L)]
-        out["posterior_argmax"][t] = g.index(max(g))
-        gaps["posterior_argmax"] = min(gaps["posterior_argmax"],
-                                       _top_two_gap([CTX.divide(x, Z) for x in g], log=False))
+        out["posterior_argmax"][t] = _first_max(g)
+        margins["posterior_argmax"][t] = _top_two_gap([CTX.divide(x, Z) for x in g], log=False)
     z = L - 1                        # eq. (24): back-track, staying on ties
     out["viterbi_score"] = dlog(delta[T - 1][L - 1])
     for t in range(T - 1, 0, -1):
         out["viterbi"][t] = z
-        gaps["viterbi"] = min(gaps["viterbi"], vit_gap[t][z])
+        margins["viterbi"][t - 1] = vit_gap[t][z]      # decides z_{t-1}
         z -= moved[t][z]
     out["viterbi"][0] = z
+    out["gaps"] = {d: min(m) for d, m in margins.items()}
     return out
 
 

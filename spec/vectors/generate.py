@@ -1,13 +1,16 @@
-"""Build the conformance vectors in spec/vectors/*.json from brute_force.py alone.
+"""Build the conformance vectors in spec/vectors/*.json from brute_force.py and exact.py.
 
 Run from the repository root:  python spec/vectors/generate.py
-It rewrites taco.json and ctc.json beside this file. The format, the encoding of
-non-finite numbers and the tolerances are described in spec/vectors/README.md.
+It rewrites taco.json, ctc.json, long.json and blocks.json beside this file. The format, the
+encoding of non-finite numbers and the tolerances are described in spec/vectors/README.md.
 
-Every expected value comes from the path enumeration in brute_force.py, applied
-row by row to the valid part (t < T_b, l < L_b) of each batch row; padding in
-the outputs is 0 for gradients and posteriors and -1 for decoders. taco_ref is
-never imported here: the vectors must stay an independent statement of the maths.
+Short cases: loglik and gradients come from the path enumeration in brute_force.py, the
+decoders, their margins and the log scale from exact.py, applied row by row to the valid part
+(t < T_b, l < L_b) of each batch row; long and block cases come from exact.py alone. Padding in
+the outputs is 0 for gradients and posteriors and -1 for decoders. Each case also records the
+decoder elements a tie decides ("ties") and, where its log magnitudes call for it, its
+tolerance. taco_ref is never imported here: the vectors must stay an independent statement of
+the maths.
 
 Determinism: each case has its own ``random.Random(seed)`` and uses only its
 ``random()`` method, whose sequence Python guarantees across versions. Inputs are
@@ -35,15 +38,15 @@ RULES = {   # every rule and numbered equation of spec/align.md a case can name 
           "exp(log_stop) + exp(log_go) need not be 1",
     "R2": "align.md §9 R2: log_act is any real or -inf; log_stop, log_go, log_final_stop, log_p "
           "are <= LOGP_TOL = 1e-9 and used as given (never clipped)",
-    "R3": "align.md §4 R3: padding and never-read entries may hold anything; they change no "
-          "output and get gradient exactly 0",
-    "R4": "align.md §5 R4: an impossible row has loglik -inf, every gradient 0, decoders -1 "
-          "(for the decoders: alpha_T(L_b) = 0)",
+    "R3": "align.md §4 R3: padding and never-read entries may hold anything and change no "
+          "output; they, and read entries on no complete path, get gradient exactly 0",
+    "R4": "align.md §5 R4: an impossible row has loglik -inf, every gradient and posterior "
+          "exactly 0, decoders -1 (for the decoders: alpha_T(L_b) = 0)",
     "R5": "align.md §3 R5: f scales Z only; the decoders take no f; viterbi_score excludes f",
-    "R6": "align.md §7 R6: ties go to the lower position (argmax) or to staying (Viterbi); "
-          "margins >= 1e-9 must be resolved",
-    "R7": "align.md §8 R7: long rows (T in the thousands, |loglik| ~ 1e4) meet the same "
-          "tolerances",
+    "R6": "align.md §7 R6: exact ties go to the lower position (argmax) or to staying "
+          "(Viterbi); true margins >= 1e-9 must be resolved",
+    "R7": "align.md §8 R7: long rows (T up to 3000, |loglik| up to 5.4e4, every T from 9 to 200 "
+          "on either side of a multiple of 16) meet each case's tolerance",
     "eq. (1)": "align.md eq. (1): the alignment paths",
     "eq. (2)": "align.md eq. (2): the probability of one path",
     "eq. (3)": "align.md eq. (3): alpha_1",
@@ -65,7 +68,8 @@ RULES = {   # every rule and numbered equation of spec/align.md a case can name 
     "eq. (22)": "align.md eq. (22): posterior argmax",
     "eq. (23)": "align.md eq. (23): Viterbi max-product",
     "eq. (24)": "align.md eq. (24): Viterbi back-tracking",
-    "eq. (25)": "align.md eq. (25): recentring (dead rows shift by 0)",
+    "eq. (25)": "align.md eq. (25): recentring, taco_ref's way to meet R7 (rows across its "
+                "block boundaries; dead rows shift by 0)",
 }
 QUANTITY_EQ = {  # the equation each expected field checks (the conformance kit cites it)
     "loglik": "eq. (5), (8)", "d_act": "eq. (12)", "d_stop": "eq. (13)", "d_go": "eq. (14)",
@@ -74,6 +78,8 @@ QUANTITY_EQ = {  # the equation each expected field checks (the conformance kit 
     "viterbi_score": "eq. (23)",
 }
 TIE_GAP = 1e-6   # decoders whose top two candidates are closer than this are redrawn
+RTOL = ATOL = 1e-12  # the default tolerances (README "Tolerances")
+SCALE_ATOL = 2.0 ** -47  # atol per unit of the case's largest |log alpha|, |log beta| (32 ulps)
 MAX_DRAWS = 100  # give up (an error) if a case still has a near tie after this many draws
 DECIMALS = 9     # inputs are rounded to this many decimal places
 GARBAGE = [math.nan, math.inf, 7.5, -math.inf, 1e300, -3.25]  # padding in "garbage" cases
@@ -149,31 +155,35 @@ def check_agree(name, bf_ref, ex_ref, gaps):
                 raise RuntimeError(f"{name}: brute_force and exact disagree on {key}")
 
 
+FROM_EXACT = DECODERS + ("viterbi_score", "margins", "log_scale")  # taken from exact.py
+
+
 def taco_row(act, stop, go, final_stop=None, name=""):
-    """Reference outputs and decoder margins for one TACO row (nested lists, valid part only).
+    """Reference outputs for one TACO row (nested lists, valid part only).
 
     loglik and gradients come from the path enumeration (brute_force.py, with the terminal
-    STOP); the decoders and the Viterbi score from exact.py without it (rule R5), whose
-    comparisons are exact and break ties by rule R6. The two references must agree.
+    STOP); the decoders, the Viterbi score, the decoders' margins and the log scale from
+    exact.py without it (rule R5), whose comparisons are exact and break ties by rule R6. The
+    two references must agree.
     """
     ex = exact.taco_exact(act, stop, go)                      # decoders take no f (rule R5)
     a, s_, g = (np.array(x, dtype=float) for x in (act, stop, go))        # (T_b, L_b)
     fs = None if final_stop is None else np.array(final_stop, dtype=float)
     ref = bf.taco_reference(a, s_, g, fs)
     check_agree(name, bf.taco_reference(a, s_, g), ex, ex["gaps"])
-    for key in DECODERS + ("viterbi_score",):
+    for key in FROM_EXACT:
         ref[key] = ex[key]
-    return ref, ex["gaps"]
+    return ref
 
 
 def ctc_row(log_p, sketch, name=""):
-    """Reference outputs and decoder margins for one CTC row (valid part only)."""
+    """Reference outputs for one CTC row (valid part only), as taco_row."""
     ex = exact.ctc_exact(log_p, list(sketch))
     ref = bf.ctc_reference(np.array(log_p, dtype=float), sketch)
     check_agree(name, ref, ex, ex["gaps"])
-    for key in DECODERS + ("viterbi_score",):
+    for key in FROM_EXACT:
         ref[key] = ex[key]
-    return ref, ex["gaps"]
+    return ref
 
 
 # ----------------------------------------------------------------------------- batching
@@ -231,17 +241,51 @@ def expected_outputs(refs, T, L, family, K=None, decoders=DECODERS):
     return exp
 
 
-def draw_until_untied(name, decoders, min_gap, attempt):
-    """Call attempt() until every listed decoder has margin >= min_gap on every row.
+def untied(refs, decoders, min_gap=None, exact_ties=()):
+    """True when every margin of every listed decoder on every row is at least min_gap[decoder]
+    (TIE_GAP by default), except the exact ties (margin 0) of the decoders in exact_ties: those
+    are part of the case (rule R6), built so that float64 reproduces them in any evaluation
+    order."""
+    for ref in refs:
+        for d in decoders:
+            lo = (min_gap or {}).get(d, TIE_GAP)
+            if not all(m >= lo or (m == 0 and d in exact_ties) for m in ref["margins"][d]):
+                return False
+    return True
 
-    attempt() returns a tuple whose last item is [(ref, gaps), ...]; min_gap[decoder] = 0 for
-    a decoder whose ties are part of the case (rule R6).
-    """
+
+def draw_until_untied(name, decoders, min_gap, exact_ties, attempt):
+    """Call attempt() until untied() holds; attempt() returns a tuple whose last item is the
+    list of per-row references."""
     for _ in range(MAX_DRAWS):
         out = attempt()
-        if all(gaps[d] >= min_gap.get(d, TIE_GAP) for _, gaps in out[-1] for d in decoders):
+        if untied(out[-1], decoders, min_gap, exact_ties):
             return out
     raise RuntimeError(f"{name}: decoders still tied after {MAX_DRAWS} draws")
+
+
+def ties(refs, decoders):
+    """{decoder: [[b, t], ...]}: the elements a tie or near-tie decides (margin < TIE_GAP; rule
+    R6), for the decoders the case stores; the conformance kit names R6 when one of them is
+    wrong."""
+    out = {}
+    for d in decoders:
+        at = [[b, t] for b, ref in enumerate(refs) for t, m in enumerate(ref["margins"][d])
+              if m < TIE_GAP]
+        if at:
+            out[d] = at
+    return out
+
+
+def tolerance_for(refs):
+    """The case's tolerance when it differs from the default: atol = max(ATOL, SCALE_ATOL *
+    Lambda), Lambda the largest |log alpha_t(l)|, |log beta_t(l)| of any row (exact.py's
+    log_scale), rounded up to two significant digits (README "Tolerances")."""
+    atol = SCALE_ATOL * max(ref["log_scale"] for ref in refs)
+    if atol <= ATOL:
+        return None
+    unit = 10.0 ** (math.floor(math.log10(atol)) - 1)
+    return {"rtol": RTOL, "atol": float(f"{math.ceil(atol / unit) * unit:.2g}")}
 
 
 def never_read_mask(Tb, Lb, T, L):
@@ -255,23 +299,30 @@ def never_read_mask(Tb, Lb, T, L):
             "log_stop": valid & ((l >= t) | (l == Lb - 1))}
 
 
-def case_dict(name, description, family, rules, inputs, expected, tolerance):
+def case_dict(name, description, family, rules, inputs, refs, T, L, K=None, decoders=DECODERS):
+    """One case: its inputs, the expected outputs built from the per-row references, the
+    elements ties decide, and its tolerance when not the default."""
     case = {"name": name, "description": description, "family": family, "rules": list(rules),
-            "inputs": inputs, "expected": expected}
+            "inputs": inputs, "expected": expected_outputs(refs, T, L, family, K, decoders)}
+    tie_at = ties(refs, decoders)
+    if tie_at:
+        case["ties"] = tie_at
+    tolerance = tolerance_for(refs)
     if tolerance:
         case["tolerance"] = tolerance
     return case
 
 
 def taco_case(name, seed, B, T, L, draw, description, rules, traj_len=None, sketch_len=None,
-              pad="random", final_stop=None, decoders=DECODERS, min_gap=None, never_read=False,
-              tolerance=None):
+              pad="random", final_stop=None, decoders=DECODERS, min_gap=None, exact_ties=(),
+              never_read=False):
     """Build one TACO case.
 
     draw(rng, b, T_b, L_b) -> (act, stop, go) nested lists of shape (T_b, L_b);
     final_stop(rng, b, L_b) -> list of length L_b, or None for no terminal STOP.
     The whole case is redrawn while a listed decoder has a margin below min_gap (default
-    TIE_GAP). never_read=True puts garbage in the valid entries no path reads (rule R3).
+    TIE_GAP) other than an exact tie of a decoder in exact_ties (untied()). never_read=True puts
+    garbage in the valid entries no path reads (rule R3).
     """
     rng = random.Random(seed)
     Tb = traj_len if traj_len is not None else [T] * B
@@ -282,8 +333,7 @@ def taco_case(name, seed, B, T, L, draw, description, rules, traj_len=None, sket
         return rows, fs_rows, [taco_row(*rows[b], None if fs_rows is None else fs_rows[b], name)
                                for b in range(B)]
 
-    rows, fs_rows, results = draw_until_untied(name, decoders, min_gap or {}, attempt)
-    refs = [ref for ref, _ in results]
+    rows, fs_rows, refs = draw_until_untied(name, decoders, min_gap, exact_ties, attempt)
     padder = pad_source(rng, pad)
     valid = lambda b, idx: idx[0] < Tb[b] and idx[1] < Lb[b]          # noqa: E731
     inputs = {name_: batch([r[i] for r in rows], (B, T, L), valid, padder)
@@ -299,13 +349,13 @@ def taco_case(name, seed, B, T, L, draw, description, rules, traj_len=None, sket
         read = lambda b, idx: idx[0] == Lb[b] - 1 if never_read else idx[0] < Lb[b]  # noqa: E731
         fs_pad = pad_source(rng, "garbage") if never_read else padder
         inputs["log_final_stop"] = batch(fs_rows, (B, L), read, fs_pad)
-    return case_dict(name, description, "taco", rules, inputs,
-                     expected_outputs(refs, T, L, "taco", decoders=decoders), tolerance)
+    return case_dict(name, description, "taco", rules, inputs, refs, T, L, decoders=decoders)
 
 
 def ctc_case(name, seed, B, T, L, K, draw, description, rules, traj_len=None, sketch_len=None,
-             pad="random", decoders=DECODERS, tolerance=None):
-    """Build one CTC case; draw(rng, b, T_b, L_b) -> (log_p (T_b, K), sketch (L_b,))."""
+             pad="random", decoders=DECODERS, min_gap=None, exact_ties=()):
+    """Build one CTC case; draw(rng, b, T_b, L_b) -> (log_p (T_b, K), sketch (L_b,)). Ties as
+    in taco_case."""
     rng = random.Random(seed)
     Tb = traj_len if traj_len is not None else [T] * B
     Lb = sketch_len if sketch_len is not None else [L] * B
@@ -313,8 +363,7 @@ def ctc_case(name, seed, B, T, L, K, draw, description, rules, traj_len=None, sk
         rows = [draw(rng, b, Tb[b], Lb[b]) for b in range(B)]
         return rows, [ctc_row(log_p, sketch, name) for log_p, sketch in rows]
 
-    rows, results = draw_until_untied(name, decoders, {}, attempt)
-    refs = [ref for ref, _ in results]
+    rows, refs = draw_until_untied(name, decoders, min_gap, exact_ties, attempt)
     padder = pad_source(rng, pad)
     log_p = batch([r[0] for r in rows], (B, T, K), lambda b, idx: idx[0] < Tb[b], padder)
     sketch = np.full((B, L), -1, dtype=np.int64)                          # (B, L), -1 in padding
@@ -323,8 +372,7 @@ def ctc_case(name, seed, B, T, L, K, draw, description, rules, traj_len=None, sk
     inputs = {"log_p": log_p, "sketch": sketch,
               "traj_len": None if traj_len is None else np.array(traj_len, dtype=np.int64),
               "sketch_len": None if sketch_len is None else np.array(sketch_len, dtype=np.int64)}
-    return case_dict(name, description, "ctc", rules, inputs,
-                     expected_outputs(refs, T, L, "ctc", K=K, decoders=decoders), tolerance)
+    return case_dict(name, description, "ctc", rules, inputs, refs, T, L, K, decoders)
 
 
 # ----------------------------------------------------------------------------- long cases
@@ -344,9 +392,9 @@ def block(value, b=None, t=None, l=None, shape=None):
         | {"value": value}
 
 
-def sample_times(T, extra=()):
-    """The time steps at which long cases store gradients: the ends, 16 spread, and extra."""
-    spread = {round(k * (T - 1) / 15) for k in range(16)}
+def sample_times(T, extra=(), spread=16):
+    """The time steps at which long cases store gradients: the ends, `spread` spread, and extra."""
+    spread = {round(k * (T - 1) / (spread - 1)) for k in range(spread)} if spread else set()
     return sorted(spread | {0, 1, 2, T - 3, T - 2, T - 1} | {t for t in extra if 0 <= t < T})
 
 
@@ -362,38 +410,37 @@ def padding_blocks(Tb, Lb, T, L, value=math.nan):
 
 
 def long_taco_case(name, description, rules, B, T, L, fields, traj_len=None, sketch_len=None,
-                   final=None, decoders=DECODERS, min_gap=None, extra_t=(), tolerance=None):
+                   final=None, decoders=DECODERS, min_gap=None, exact_ties=(), extra_t=(),
+                   spread=16):
     """A long TACO case. fields(seed) -> {"log_act": formula object, ...} (and "log_final_stop"
-    when final); the seed is advanced while a listed decoder has a near tie."""
+    when final); the seed is advanced while a listed decoder has a near tie (untied())."""
     Tb = traj_len if traj_len is not None else [T] * B
     Lb = sketch_len if sketch_len is not None else [L] * B
     for attempt in range(MAX_DRAWS):
         objs = fields(attempt)
         arrays = {k: formula.expand(v) for k, v in objs.items()}
-        refs, ok = [], True
+        refs = []
         for b in range(B):
             rows = [[r[:Lb[b]] for r in arrays[k][b][:Tb[b]]] for k in ("log_act", "log_stop", "log_go")]
             fs = arrays["log_final_stop"][b][:Lb[b]] if final else None
             ref = exact.taco_exact(*rows, fs)
             dec = exact.taco_exact(*rows) if final else ref          # decoders take no f (R5)
-            for key in DECODERS + ("viterbi_score",):
+            for key in FROM_EXACT:
                 ref[key] = dec[key]
-            ok = ok and all(dec["gaps"][d] >= (min_gap or {}).get(d, TIE_GAP) for d in decoders)
             refs.append(ref)
-        if ok:
+        if untied(refs, decoders, min_gap, exact_ties):
             break
     else:
         raise RuntimeError(f"{name}: decoders still tied after {MAX_DRAWS} seeds")
     inputs = dict(objs)
     inputs["traj_len"] = None if traj_len is None else np.array(traj_len, dtype=np.int64)
     inputs["sketch_len"] = None if sketch_len is None else np.array(sketch_len, dtype=np.int64)
-    return sampled(case_dict(name, description, "taco", rules, inputs,
-                             expected_outputs(refs, T, L, "taco", decoders=decoders), tolerance),
-                   sample_times(T, extra_t))
+    return sampled(case_dict(name, description, "taco", rules, inputs, refs, T, L,
+                             decoders=decoders), sample_times(T, extra_t, spread))
 
 
-def long_ctc_case(name, description, rules, B, T, K, sketches, field, traj_len=None,
-                  tolerance=None):
+def long_ctc_case(name, description, rules, B, T, K, sketches, field, traj_len=None, extra_t=(),
+                  spread=16):
     """A long CTC case: log_p from the formula object field(seed), sketches given (lists)."""
     L = max(len(s) for s in sketches)
     Tb = traj_len if traj_len is not None else [T] * B
@@ -401,7 +448,7 @@ def long_ctc_case(name, description, rules, B, T, K, sketches, field, traj_len=N
         obj = field(attempt)
         log_p = formula.expand(obj)
         refs = [exact.ctc_exact(log_p[b][:Tb[b]], sketches[b]) for b in range(B)]
-        if all(r["gaps"][d] >= TIE_GAP for r in refs for d in DECODERS):
+        if untied(refs, DECODERS):
             break
     else:
         raise RuntimeError(f"{name}: decoders still tied after {MAX_DRAWS} seeds")
@@ -411,9 +458,8 @@ def long_ctc_case(name, description, rules, B, T, K, sketches, field, traj_len=N
     inputs = {"log_p": obj, "sketch": sketch,
               "traj_len": None if traj_len is None else np.array(traj_len, dtype=np.int64),
               "sketch_len": np.array([len(sk) for sk in sketches], dtype=np.int64)}
-    return sampled(case_dict(name, description, "ctc", rules, inputs,
-                             expected_outputs(refs, T, L, "ctc", K=K), tolerance),
-                   sample_times(T))
+    return sampled(case_dict(name, description, "ctc", rules, inputs, refs, T, L, K),
+                   sample_times(T, extra_t, spread))
 
 
 def sampled(case, times):
@@ -582,6 +628,54 @@ def tiny_final(rng, b, L):
     return fs
 
 
+def zeros_row(rng, b, T, L):
+    """taco_exact_zeros: row 1 has action probability 0 at position 1 on every step (alpha is
+    positive at position 0, yet no complete path survives); the other rows are random (row 2
+    has L_b > T_b, row 3 is cut by f = 0 alone, see zeros_final)."""
+    act, stop, go = random_taco_row(rng, T, L)
+    if b == 1:
+        for t in range(T):
+            act[t][1] = -math.inf
+    return act, stop, go
+
+
+def zeros_final(rng, b, L):
+    """taco_exact_zeros: row 3's terminal STOP has probability 0 (impossible through f only)."""
+    fs = final_stop_row(rng, b, L)
+    if b == 3:
+        fs[L - 1] = -math.inf
+    return fs
+
+
+def unreachable_row(rng, b, T, L):
+    """taco_unreachable_argmax: action probability 1 at position 0 on every step, below e^-2
+    elsewhere, so alpha_t(0) leads at every t, including the last steps, from which position 0
+    cannot reach L_b in time (rule R3: those entries are read, but their gradients are 0)."""
+    act, stop, go = random_taco_row(rng, T, L)
+    for t in range(T):
+        act[t][0] = 0.0
+        for l in range(1, L):
+            act[t][l] = q(uniform(rng, -4.0, -2.0))
+    return act, stop, go
+
+
+def ctc_zeros_draw(rng, b, T, L):
+    """ctc_exact_zeros: sketches using 3, 2 and 3 of K = 6 classes; row 2's first sketch class
+    has probability 0 at t = 0 (impossible)."""
+    log_p, sketch = ctc_draw(6, [[4, 1, 4], [2, 5], [0, 3, 1]])(rng, b, T, L)
+    if b == 2:
+        log_p[0][0] = -math.inf
+    return log_p, sketch
+
+
+def ctc_constant_draw(sketches, value):
+    """Every log_p equal to value[b] (dyadic): all paths tie exactly (rule R6)."""
+    def draw(rng, b, T, L):
+        K = 1 + max(max(sk) for sk in sketches)
+        return [[value[b]] * K for _ in range(T)], sketches[b]
+    return draw
+
+
 def taco_cases():
     return [
         taco_case(
@@ -683,13 +777,13 @@ def taco_cases():
                         "1e-9)."),
         taco_case(
             "taco_ties_exact", 117, B=2, T=3, L=2, draw=constant_row([0.0, -0.25]),
-            min_gap={d: 0.0 for d in DECODERS}, rules=["R6", "eq. (21)", "eq. (22)", "eq. (24)"],
+            exact_ties=DECODERS, rules=["R6", "eq. (21)", "eq. (22)", "eq. (24)"],
             description="Exact ties in every decoder (all log inputs 0, or all -0.25): at t = 1 "
                         "both positions tie; argmax takes the lower position [0, 0, 1], Viterbi "
                         "stays when going back [0, 1, 1]."),
         taco_case(
             "taco_ties_viterbi", 118, B=3, T=7, L=3, draw=dyadic_row, decoders=("viterbi",),
-            min_gap={"viterbi": 0.0}, rules=["R6", "eq. (23)", "eq. (24)"],
+            exact_ties=("viterbi",), rules=["R6", "eq. (23)", "eq. (24)"],
             description="Values in {-1, -1.5, -2}: many paths tie exactly in float64; Viterbi "
                         "must return the one eq. (24) back-tracks to (stay unless moving is "
                         "strictly better). Only viterbi and viterbi_score are given."),
@@ -698,6 +792,24 @@ def taco_cases():
             min_gap={d: 1e-9 for d in DECODERS}, rules=["R6", "eq. (21)", "eq. (22)", "eq. (24)"],
             description="Near-ties of 1e-8 and 3e-9 at t = 1, against the tie direction in rows 0 "
                         "and 2 (argmax decoders choose position 1) and row 1 (Viterbi stays)."),
+        taco_case(
+            "taco_exact_zeros", 120, B=5, T=7, L=4, draw=zeros_row, traj_len=[7, 6, 2, 7, 7],
+            sketch_len=[4, 3, 4, 4, 2], pad="garbage", final_stop=zeros_final, never_read=True,
+            rules=["R3", "R4", "eq. (15)"],
+            description="Every kind of gradient that is exactly 0. Row 0: never-read entries "
+                        "(garbage) and read entries on no complete path (act at l < t - (T_b - "
+                        "L_b), near the end); row 1: impossible through an action of probability 0 "
+                        "at l = 1 on every step, although alpha is positive at l = 0; row 2: L_b > "
+                        "T_b; row 3: impossible through f = 0 only (its decoders decode, rule R5); "
+                        "row 4: L_b = 2 with wide padding. Every gradient, posterior and "
+                        "d_final_stop entry that rule R3 or R4 fixes must be exactly 0."),
+        taco_case(
+            "taco_unreachable_argmax", 121, B=2, T=6, L=3, draw=unreachable_row, traj_len=[6, 5],
+            sketch_len=[3, 3], rules=["eq. (21)", "R3"],
+            description="Position 0 explains every action best, so the forward argmax stays at 0 "
+                        "up to the last step, where position 0 can no longer reach L_b - 1 (eq. "
+                        "(21) has no end constraint); those read entries lie on no complete path: "
+                        "their gradients are exactly 0 and the posterior argmax moves on."),
     ]
 
 
@@ -736,11 +848,15 @@ def ctc_cases():
                         "sketch class has probability 0 at t = 0 (impossible)."),
         ctc_case(
             "ctc_adjacent_repeat_ties", 206, B=2, T=5, L=3, K=4, draw=ctc_draw(4, [[1, 1, 2], [0, 0]]),
-            traj_len=[5, 4], sketch_len=[3, 2], decoders=(),
-            rules=["eq. (18)", "eq. (20)"],
+            traj_len=[5, 4], sketch_len=[3, 2],
+            exact_ties=("forward_argmax", "viterbi"),
+            rules=["eq. (18)", "eq. (20)", "R6", "eq. (21)", "eq. (22)", "eq. (24)"],
             description="Adjacent repeated class ids: paths that differ only in where they cross "
-                        "the repeat have the same probability, so ties are structural and there "
-                        "are no decoder fields."),
+                        "the repeat have the same probability. The structural ties are exact in "
+                        "float64 in any evaluation order: the forward argmax at t = 1 (alpha_1(0) "
+                        "= alpha_1(1), the same product) goes to position 0, and Viterbi stays on "
+                        "every tied step of the repeat; the posterior argmax has margins above "
+                        "1e-6."),
         ctc_case(
             "ctc_random_T8", 207, B=4, T=8, L=5, K=5, draw=ctc_draw(5), traj_len=[8, 7, 8, 5],
             sketch_len=[5, 4, 2, 3],
@@ -751,6 +867,21 @@ def ctc_cases():
             "ctc_random_full", 208, B=3, T=6, L=3, K=5, draw=ctc_draw(5),
             rules=["eq. (19)", "eq. (20)", "eq. (21)", "eq. (22)", "eq. (23)"],
             description="General random values, full-length rows (traj_len and sketch_len omitted)."),
+        ctc_case(
+            "ctc_exact_zeros", 209, B=3, T=6, L=3, K=6, draw=ctc_zeros_draw, traj_len=[6, 4, 6],
+            sketch_len=[3, 2, 3], pad="garbage", rules=["R3", "R4", "eq. (20)"],
+            description="d_log_p entries that are exactly 0: classes absent from the sketch (3 of "
+                        "6 in row 0), a class whose only sketch position is off every complete "
+                        "path at that step (class 1 at t = 0 and t = 5 in row 0), padding "
+                        "(garbage, row 1), and row 2, impossible (its first class has probability "
+                        "0 at t = 0)."),
+        ctc_case(
+            "ctc_ties_exact", 210, B=2, T=3, L=2, K=3,
+            draw=ctc_constant_draw([[0, 1], [2, 0]], [0.0, -0.25]), exact_ties=DECODERS,
+            rules=["R6", "eq. (21)", "eq. (22)", "eq. (24)"],
+            description="Exact ties in every CTC decoder (every log_p 0, or every log_p -0.25): at "
+                        "t = 1 both positions tie; the argmax decoders take the lower position "
+                        "[0, 0, 1], Viterbi stays when going back [0, 1, 1]."),
     ]
 
 
@@ -799,7 +930,7 @@ def long_cases():
             "1000. Exact ties in the forward argmax (t = 200) and Viterbi (both paths score "
             "-1000).", ["R7", "R6", "eq. (4)", "eq. (25)"],
             B=1, T=202, L=2, fields=underflow, decoders=("forward_argmax", "viterbi"),
-            min_gap={"forward_argmax": 0.0, "viterbi": 0.0}, extra_t=(1, 100, 101, 200, 201)),
+            exact_ties=("forward_argmax", "viterbi"), extra_t=(1, 100, 101, 200, 201)),
         long_taco_case(
             "long_density_T2000", "T = 2000, L = 5, log_act in [0, 6] (a density above 1 "
             "everywhere): loglik grows to about +4000; log_stop, log_go in [-2, 0].",
@@ -822,11 +953,67 @@ def long_cases():
     ]
 
 
+BLOCK = 16   # taco_ref's recentring period (spec/align.md eq. (25)), a constant here: the
+             # generator never imports taco_ref. Other periods that divide it are covered too.
+BLOCK_T = [9, 15] + [t for k in range(1, 13) for t in (BLOCK * k, BLOCK * k + 1)] + [200]
+
+
+def boundary_times(T):
+    """The steps on either side of every multiple of BLOCK below T (recentring boundaries)."""
+    return [t + d for t in range(BLOCK, T, BLOCK) for d in (-1, 0, 1)]
+
+
+def block_cases():
+    """T from 9 to 200 on both sides of every multiple of BLOCK (rule R7): one TACO and one CTC
+    case per T, each batching rows of lengths T, T - 1 and T - 8, so that both an
+    implementation that recentres on the padded time axis and one that works row by row meets
+    a row whose last step is a block boundary and one whose last step is just before it."""
+    cases = []
+    for T in BLOCK_T:
+        Tb = [T, T - 1, T - 8] if T > 8 else [T, T - 1]
+        B, L = len(Tb), 4
+        Lb = [4, 3, min(2, Tb[-1])][:B]
+        shape = (B, T, L)
+        pad = padding_blocks(Tb, Lb, T, L)
+
+        def fields(k, T=T, B=B, shape=shape, pad=pad):
+            seed = 100_000 * (k + 1) + 100 * T
+            return {"log_act": fill(shape, seed + 1, -6.0, 1.0, step=2.0 ** -16, blocks=pad),
+                    "log_stop": fill(shape, seed + 2, -4.0, 0.0, step=2.0 ** -16, blocks=pad),
+                    "log_go": fill(shape, seed + 3, -4.0, 0.0, step=2.0 ** -16, blocks=pad),
+                    "log_final_stop": fill((B, L), seed + 4, -4.0, 0.0, step=2.0 ** -16)}
+        cases.append(long_taco_case(
+            f"taco_blocks_T{T}", f"T = {T}: rows of length {', '.join(map(str, Tb))} (L_b = "
+            f"{', '.join(map(str, Lb))}) across the recentring blocks of {BLOCK} steps; log_act in "
+            "[-6, 1], independent log_stop and log_go in [-4, 0], terminal STOP, NaN padding. "
+            "Gradients are stored on both sides of every block boundary.",
+            ["R7", "eq. (25)", "eq. (4)", "eq. (17)"], B=B, T=T, L=L, fields=fields,
+            traj_len=Tb, sketch_len=Lb, final=True, extra_t=boundary_times(T) + [t - 1 for t in Tb],
+            spread=0))
+
+        sketches = [sk[:lb] for sk, lb in zip([[1, 3, 0, 3], [4, 2, 1], [2, 0]], Lb)]
+        ctc_pad = [block("nan", b=(b, b + 1), t=(tb, T), shape=(B, T, 5)) for b, tb in enumerate(Tb)
+                   if tb < T]
+
+        def field(k, T=T, B=B, ctc_pad=ctc_pad):
+            return fill((B, T, 5), 100_000 * (k + 1) + 100 * T + 5, -6.0, 0.0, step=2.0 ** -16,
+                        blocks=ctc_pad)
+        cases.append(long_ctc_case(
+            f"ctc_blocks_T{T}", f"Blank-free CTC, T = {T}: rows of length {', '.join(map(str, Tb))}, "
+            f"K = 5, sketches {sketches} (a non-adjacent repeat), NaN padding, across the "
+            f"recentring blocks of {BLOCK} steps.", ["R7", "eq. (25)", "eq. (19)", "eq. (20)"],
+            B=B, T=T, K=5, sketches=sketches, field=field,
+            traj_len=Tb, extra_t=boundary_times(T) + [t - 1 for t in Tb], spread=0))
+    return cases
+
+
 FILES = {
     "taco.json": ("TACO alignment (spec/align.md): loglik, gradients, posterior, decoders.", taco_cases),
     "ctc.json": ("Blank-free CTC (spec/align.md): loglik, d_log_p, posterior, decoders.", ctc_cases),
     "long.json": ("Long rows (spec/align.md rule R7): formula inputs, references from exact.py.",
                   long_cases),
+    "blocks.json": ("T from 9 to 200 on both sides of every recentring block boundary (spec/align.md "
+                    "rule R7): formula inputs, references from exact.py.", block_cases),
 }
 
 
