@@ -883,6 +883,15 @@ def workers_for_a_domain_that_collects_in_one_process(base, tmp, capsys):
 
 
 @case("silent")
+def local_workers_beside_a_scheduler(base, tmp, capsys):
+    """The cells run on the scheduler's workers: --workers was accepted and ignored. Refused
+    before any connection is tried."""
+    expect(capsys, ["experiment", "navworld", "--sizes", "5", "--seeds", "0", "--scheduler",
+                    "tcp://127.0.0.1:9", "--workers", "4", "--out", tmp / "grid"], 2, "--workers", "scheduler")
+    assert not (tmp / "grid").exists()
+
+
+@case("silent")
 def two_gru_layers_asked_of_ctcbc_gru(base, tmp, capsys):
     """The bi-GRU has one hidden size; [5, 5] silently trained [5]."""
     expect(capsys, ["train", "--algo", "ctcbc-gru", "--data", base / "nav.npz", "--out", tmp / "r",

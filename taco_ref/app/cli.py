@@ -160,6 +160,9 @@ def cmd_experiment(args):
                   n_tasks=args.n_tasks, n_align=args.n_align, config=base,
                   test_lengths=args.test_lengths)
              for n in _unique(args.sizes) for s in _unique(args.seeds) for a in _unique(args.algos)]
+    if args.workers is not None and (args.scheduler or os.environ.get(engine.SCHEDULER_ENV)):
+        raise ValueError(f"--workers: the cells run on the Dask scheduler's workers, so --workers "
+                         f"{args.workers} (local processes) would do nothing; leave it out")
     if args.migrate:
         written = experiment.migrate(cells, args.out)
         left = sum(experiment.finished(args.out, c) is None for c in cells)
@@ -167,7 +170,7 @@ def cmd_experiment(args):
               f"under {os.path.join(args.out, 'cells')}; {left} of the grid's {len(cells)} cells are not "
               f"finished there (a run computes them)")
         return EXIT_OK
-    with engine.executor(args.scheduler, args.workers) as ex:
+    with engine.executor(args.scheduler, 2 if args.workers is None else args.workers) as ex:
         for line in ex.check_workers():
             print(f"taco experiment: warning: {line}", file=sys.stderr)
         progress = engine.Progress()
@@ -345,7 +348,8 @@ def build_parser():
     p.add_argument("--config", default=None)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a training config value (repeatable); part of each cell's key")
-    p.add_argument("--workers", type=workers_count, default=2, help="local worker processes (without --scheduler)")
+    p.add_argument("--workers", type=workers_count, default=None,
+                   help="local worker processes (default 2; not with --scheduler, whose workers run the cells)")
     p.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
                    help=f"run the cells on this Dask scheduler's workers (default: ${engine.SCHEDULER_ENV}, "
                         f"else this machine); needs the 'dist' extra")
