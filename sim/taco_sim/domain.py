@@ -154,8 +154,9 @@ MAX_DART_SIGMA = 1.0
 range (Nav-World: a per-component std in units of MAX_SPEED = 1; the Dial: the largest noise
 std as a share of each joint's torque or velocity limit), so at 1 the noise is as large as the
 largest action: beyond it the executed action is mostly noise and the expert no longer
-finishes (Nav-World at 2: no episode of a chunk finished in 100 redraws; the Dial at 1
-discards about 10 attempts per demonstration)."""
+finishes. Measured: Nav-World at 1 redraws 2 % of its episodes (20 in 1000), at 2 a chunk's
+episodes were still unfinished after 100 redraws; the Dial at 1 discarded 42 attempts for 4
+demonstrations."""
 
 
 def check_dart_sigma(dart_sigma):
