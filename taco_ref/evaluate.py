@@ -93,7 +93,7 @@ def task_accuracy(model, make_env, sketches, seed=0, progress=None):
 
 MAX_TASKS = 100_000
 """Most test tasks protocol draws: 100 times the experiments' 1000, checked before the sketches
-are drawn (1e9 of them would need 40 GB)."""
+are drawn (1e9 of them ask for tens of GB: an out-of-memory kill before)."""
 TEST_SKETCH_SEED = 30_000
 """The test sketches of evaluation seed s are drawn from np.random.default_rng(30_000 + s)."""
 EPISODE_SEED = 40_000
