@@ -25,6 +25,15 @@ from taco_ref.files import atomic_write
 
 FORMAT_VERSION = 1
 ARRAY_FIELDS = ("states", "actions", "traj_len", "sketch", "sketch_len", "labels", "final_state")
+MAX_ABS_VALUE = 1e6
+"""Largest magnitude of a state or continuous action inside a trajectory (and of final_state).
+A robot's readings and commands in any unit it reports (metres, radians, N m, rad/s, pixel
+values) stay far below it, while 1e300 turns a squared residual into inf and every loss after
+it into NaN; squares of 1e6 (1e12) keep the objectives finite in float32 as in float64.
+spec/data.md §5 rule 10."""
+MAX_ACTIONS = 1024
+"""Most discrete actions (meta.n_actions): far above any discrete domain here (Craft's), and
+small enough for the CTC classifier's one-hot table (n_actions x n_actions float64, 8 MiB)."""
 
 
 class DataError(ValueError):
@@ -112,6 +121,8 @@ def validate(d):
     if d.final_state.shape != (N, D) or d.final_state.dtype.kind != "f":
         _fail("final_state", f"a float array of shape (N, D) = ({N}, {D})",
               f"{d.final_state.dtype} {d.final_state.shape}")
+    if isinstance(d.vocab, (str, bytes)):
+        _fail("vocab", "a list of sub-task names, not one string", repr(d.vocab))
     K = len(d.vocab)
     if K < 1 or not all(isinstance(v, str) and v for v in d.vocab) or len(set(d.vocab)) != K:
         _fail("vocab", "a non-empty list of distinct, non-empty sub-task names", list(d.vocab))
@@ -144,8 +155,8 @@ def validate(d):
     _finite("final_state", d.final_state, np.ones((N, 1), bool))
     if d.discrete:
         n_actions = d.meta.get("n_actions")
-        if not isinstance(n_actions, int) or n_actions < 1:
-            _fail("meta.n_actions", "a positive integer for discrete actions", n_actions)
+        if isinstance(n_actions, bool) or not isinstance(n_actions, int) or not 1 <= n_actions <= MAX_ACTIONS:
+            _fail("meta.n_actions", f"a positive integer up to {MAX_ACTIONS} for discrete actions", n_actions)
         bad = np.argwhere(in_t & ((d.actions < 0) | (d.actions >= n_actions)))
         if bad.size:
             n, t = bad[0]
@@ -168,10 +179,17 @@ def validate(d):
 
 
 def _finite(name, arr, valid):
-    bad = np.argwhere(~np.isfinite(arr) & valid)
+    """Finite values of magnitude <= MAX_ABS_VALUE where valid (padding is not checked)."""
+    with np.errstate(invalid="ignore"):
+        bad = np.argwhere(~np.isfinite(arr) & valid)
+        if bad.size:
+            idx = tuple(int(i) for i in bad[0])
+            _fail(name, "finite values inside the trajectory", f"{name}{list(idx)} = {arr[idx]}")
+        bad = np.argwhere((np.abs(arr) > MAX_ABS_VALUE) & valid)
     if bad.size:
         idx = tuple(int(i) for i in bad[0])
-        _fail(name, "finite values inside the trajectory", f"{name}{list(idx)} = {arr[idx]}")
+        _fail(name, f"values of magnitude at most {MAX_ABS_VALUE:g} inside the trajectory (data.MAX_ABS_VALUE)",
+              f"{name}{list(idx)} = {arr[idx]:.6g}")
 
 
 # ----------------------------------------------------------------------------------------
@@ -202,6 +220,12 @@ def load(path):
     if missing:
         raise DataError(f"{path}: missing fields {missing}; is this a taco_ref demonstration file?")
     arrays = {k: z[k] for k in ARRAY_FIELDS}
+    if z["vocab"].ndim != 1 or z["vocab"].dtype.kind != "U":
+        raise DataError(f"{path}: vocab: expected a 1-d array of sub-task names (strings), got "
+                        f"{z['vocab'].dtype} of shape {z['vocab'].shape}")
+    if z["meta"].ndim != 0 or z["meta"].dtype.kind != "U":
+        raise DataError(f"{path}: meta: expected one string of JSON text, got {z['meta'].dtype} of "
+                        f"shape {z['meta'].shape}")
     try:
         vocab = tuple(str(v) for v in z["vocab"].tolist())
         meta = json.loads(str(z["meta"]))

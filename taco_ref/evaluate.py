@@ -91,6 +91,9 @@ def task_accuracy(model, make_env, sketches, seed=0, progress=None):
             "n_tasks": len(sketches)}
 
 
+MAX_TASKS = 100_000
+"""Most test tasks protocol draws: 100 times the experiments' 1000, checked before the sketches
+are drawn (1e9 of them ask for tens of GB: an out-of-memory kill before)."""
 TEST_SKETCH_SEED = 30_000
 """The test sketches of evaluation seed s are drawn from np.random.default_rng(30_000 + s)."""
 EPISODE_SEED = 40_000
@@ -134,8 +137,9 @@ def protocol(model, domain, n_tasks, seed=0, sketch_len=None, lengths=(), progre
     seed, L])) with the same episode seed. Returns task_accuracy, subtask_accuracy, n_tasks and,
     with lengths, task_accuracy_by_length {str(L): accuracy}. progress(label) -> callback, if given.
     """
-    if not isinstance(n_tasks, (int, np.integer)) or n_tasks < 1:
-        raise ValueError(f"n_tasks: expected a positive integer, got {n_tasks!r}")
+    if (isinstance(n_tasks, bool) or not isinstance(n_tasks, (int, np.integer))
+            or not 1 <= n_tasks <= MAX_TASKS):
+        raise ValueError(f"n_tasks: expected an integer in [1, {MAX_TASKS}], got {n_tasks!r}")
     check_vocab(model, domain.vocab, f"domain {domain.name}")
     rng = np.random.default_rng(TEST_SKETCH_SEED + seed)
     sketches = (domain.test_sketches(n_tasks, rng) if sketch_len is None

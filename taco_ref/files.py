@@ -87,15 +87,24 @@ def regular_file(path, max_bytes, error=ValueError):
 
 
 def read_bytes(path, max_bytes, error=ValueError):
-    """The contents of the regular file path, at most max_bytes (regular_file), read once."""
+    """The contents of the regular file path, at most max_bytes (regular_file), read once.
+
+    The buffer is the file's own size (as fstat reports it for the open file) plus one byte,
+    never max_bytes: Python allocates the whole buffer a read asks for, and a 16 GiB request
+    fails under an address-space limit or on a computer with less memory, whatever the file's
+    size. A file that grows or shrinks while it is read is refused.
+    """
     regular_file(path, max_bytes, error)
     try:
         with open(path, "rb") as f:
-            blob = f.read(max_bytes + 1)
+            size = os.fstat(f.fileno()).st_size        # the file opened, not the name stat'ed
+            if size > max_bytes:
+                raise error(f"{path}: {size} bytes, more than the {max_bytes} this reader accepts")
+            blob = f.read(size + 1)
     except OSError as err:
         raise error(f"{path}: cannot read ({err.strerror or err})") from None
-    if len(blob) > max_bytes:
-        raise error(f"{path}: more than the {max_bytes} bytes this reader accepts")
+    if len(blob) != size:
+        raise error(f"{path}: changed while it was read ({size} bytes, then {len(blob)}{'+' * (len(blob) > size)})")
     return blob
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from taco_ref import files
+from taco_ref import files, objectives
 from taco_ref.files import npz_blob, read_npz, write_bytes
 from taco_ref.policy import PolicyConfig, param_shapes
 
@@ -74,8 +74,35 @@ def save(model, directory):
             os.unlink(os.path.join(directory, name))
 
 
+KNOWN_FIELDS = ("format", "format_version", "algo", "vocab", "policy", "ctc_kind", "config", "info",
+                "weights_sha256", "weights_file", "arrays")
+"""Every field model.json may hold; any other is refused (a field nobody reads is a mistake)."""
+MAX_ABS_WEIGHT = 1e6
+"""Largest magnitude of any stored number. Trained nets stay within tens (the shipped Dial
+models: 7.1 and 6.1; a normalised input is O(1), and a weight of 1e6 would already turn it into
+an output no action scale has); data is bounded by the same 1e6 (data.MAX_ABS_VALUE), so the
+normalisation's mean is too."""
+NORM_STD_RANGE = (1e-6, 1e6)
+"""norm.std: training floors it at 1e-6 (train.state_statistics) and data bounded by 1e6
+cannot spread further than 1e6; 0 would divide by zero."""
+MAX_ABS_LOGSTD = 20.0
+"""A learned log standard deviation (act.logstd) lies in [-20, 20], sigma from 2e-9 to 5e8:
+far beyond what training reaches (the Dial's learned sigma settles near the torques' scale,
+0.1-1), and exp(2 * 20) keeps the Gaussian's terms finite for actions bounded by 1e6."""
+
+
 def load(directory):
-    """Read a model directory; ModelError (naming the file and the problem) if anything is off."""
+    """Read a model directory; ModelError (naming the file and the problem) if anything is off.
+
+    Every field must have its meaning and a value training can produce: format and version;
+    algo one of train.ALGOS and ctc_kind the one it implies; the policy architecture
+    (PolicyConfig, sigma in policy.SIGMA_RANGE); the vocabulary a list of distinct non-empty
+    names, one per sub-task; config a training config (TrainConfig.from_dict) that agrees with
+    the algorithm and the architecture where it names them; info an object; and the weights
+    exactly the arrays the architecture declares (the sub-policies' and normalisation's, plus
+    the CTC classifier's for CTC-BC), float64, finite, |w| <= MAX_ABS_WEIGHT, norm.std in
+    NORM_STD_RANGE and act.logstd within MAX_ABS_LOGSTD. spec/training.md §9.
+    """
     meta_path = os.path.join(directory, META)
     if not os.path.isdir(directory):
         raise ModelError(f"{directory}: not a taco_ref model directory (no such directory)")
@@ -86,23 +113,32 @@ def load(directory):
         raise ModelError(f"{meta_path}: not a taco_ref model (format field is {meta.get('format')!r})")
     if meta.get("format_version") != FORMAT_VERSION:
         raise ModelError(f"{meta_path}: format_version {meta.get('format_version')!r}, this code reads {FORMAT_VERSION}")
+    unknown = sorted(set(meta) - set(KNOWN_FIELDS))
+    if unknown:
+        raise ModelError(f"{meta_path}: unknown fields {unknown[:10]}; a model holds {list(KNOWN_FIELDS)}")
     try:
+        if not isinstance(meta.get("policy"), dict):
+            raise TypeError(f"policy must be an object, got {type(meta.get('policy')).__name__}")
         policy = PolicyConfig(**meta["policy"])
-        vocab = tuple(meta["vocab"])
-        algo = str(meta["algo"])
         weights_name = meta.get("weights_file", WEIGHTS)
-        expected = {str(k): tuple(int(n) for n in v) for k, v in dict(meta.get("arrays", {})).items()}
+        arrays = meta.get("arrays")
+        if not isinstance(arrays, dict) or not all(
+                isinstance(v, list) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in v)
+                for v in arrays.values()):
+            raise TypeError("arrays must map each array's name to its shape, a list of sizes")
+        expected = {str(k): tuple(v) for k, v in arrays.items()}
     except (KeyError, TypeError, ValueError) as err:
-        raise ModelError(f"{meta_path}: bad model description ({err})") from None
-    if not all(isinstance(v, str) and v for v in vocab) or len(set(vocab)) != len(vocab):
-        raise ModelError(f"{meta_path}: vocab must be distinct non-empty names, got {list(vocab)[:20]}")
-    if len(vocab) != policy.n_subtasks:
-        raise ModelError(f"{meta_path}: vocab has {len(vocab)} names, the policy {policy.n_subtasks} sub-tasks")
-    if not isinstance(weights_name, str) or os.path.basename(weights_name) != weights_name or not weights_name.endswith(".npz"):
-        raise ModelError(f"{meta_path}: weights_file must be a file name in the model directory, got {weights_name!r}")
+        raise ModelError(f"{meta_path}: bad model description ({_short(err)})") from None
     sizes = {name: int(np.prod(shape, dtype=object)) for name, shape in param_shapes(policy).items()}
     if sum(sizes.values()) > MAX_PARAMS or sum(int(np.prod(v, dtype=object)) for v in expected.values()) > MAX_PARAMS:
         raise ModelError(f"{meta_path}: the architecture has more than {MAX_PARAMS} parameters")
+    algo, ctc_kind, vocab = _algorithm_and_vocab(meta, meta_path, policy)
+    config = _config(meta, meta_path, algo, policy)
+    info = meta.get("info", {})
+    if not isinstance(info, dict):
+        raise ModelError(f"{meta_path}: info must be an object (a JSON mapping), got {_short(info)}")
+    if not isinstance(weights_name, str) or os.path.basename(weights_name) != weights_name or not weights_name.endswith(".npz"):
+        raise ModelError(f"{meta_path}: weights_file must be a file name in the model directory, got {weights_name!r}")
     weights_path = os.path.join(directory, weights_name)
     if not os.path.exists(weights_path):
         raise ModelError(f"{directory}: not a taco_ref model directory ({weights_path} is missing)")
@@ -114,8 +150,114 @@ def load(directory):
             raise ModelError(f"{weights_path}: {name} is {arr.dtype} {arr.shape}, expected float64 {tuple(expected[name])}")
         if not np.isfinite(arr).all():
             raise ModelError(f"{weights_path}: {name} holds non-finite values")
-    for name, shape in policy_shapes(policy).items():
+    declared = dict(policy_shapes(policy))
+    if ctc_kind:
+        declared.update(_ctc_shapes(params, ctc_kind, policy, config, weights_path))
+    for name, shape in declared.items():
         if name not in params or params[name].shape != shape:
             got = params[name].shape if name in params else "missing"
             raise ModelError(f"{weights_path}: {name} is {got}, the architecture in {META} needs {shape}")
-    return Model(params, policy, vocab, algo, meta.get("ctc_kind"), meta.get("config", {}), meta.get("info", {}))
+    extra = sorted(set(params) - set(declared))
+    if extra:
+        raise ModelError(f"{weights_path}: arrays {extra[:10]} are not part of the {algo} architecture "
+                         f"in {META}")
+    _check_values(params, weights_path)
+    return Model(params, policy, vocab, algo, ctc_kind, config, info)
+
+
+def _short(value, limit=80):
+    text = str(value) if isinstance(value, Exception) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _algorithm_and_vocab(meta, meta_path, policy):
+    """(algo, ctc_kind, vocab) after checking each against the registry and the architecture."""
+    from taco_ref.train import ALGOS, TrainConfig        # train imports this module
+    algo = meta.get("algo")
+    if not isinstance(algo, str) or algo not in ALGOS:
+        raise ModelError(f"{meta_path}: algo must be one of {list(ALGOS)}, got {_short(algo)}")
+    ctc_kind = meta.get("ctc_kind")
+    want = TrainConfig(algo=algo).ctc_kind
+    if ctc_kind != want:
+        raise ModelError(f"{meta_path}: ctc_kind must be {want!r} for algo {algo!r}, got {_short(ctc_kind)}")
+    vocab = meta.get("vocab")
+    if (not isinstance(vocab, list) or not all(isinstance(v, str) and v for v in vocab)
+            or len(set(vocab)) != len(vocab)):
+        raise ModelError(f"{meta_path}: vocab must be a list of distinct non-empty names, got "
+                         f"{_short(vocab if not isinstance(vocab, list) else vocab[:20])}")
+    if len(vocab) != policy.n_subtasks:
+        raise ModelError(f"{meta_path}: vocab has {len(vocab)} names, the policy {policy.n_subtasks} sub-tasks")
+    return algo, ctc_kind, tuple(vocab)
+
+
+_ARCHITECTURE_KEYS = ("act_hidden", "stop_hidden", "activation")
+
+
+def _config(meta, meta_path, algo, policy):
+    """The training config: an object of TrainConfig fields with valid values (missing ones are
+    the defaults of older versions), naming the model's algorithm and, where it names them, the
+    policy's hidden sizes, activation and sigma."""
+    from taco_ref.train import TrainConfig
+    config = meta.get("config", {})
+    if not isinstance(config, dict):
+        raise ModelError(f"{meta_path}: config must be an object of training settings, got {_short(config)}")
+    try:
+        cfg = TrainConfig.from_dict(config)
+    except (TypeError, ValueError) as err:
+        raise ModelError(f"{meta_path}: config: {_short(err, 200)}") from None
+    if "algo" in config and cfg.algo != algo:
+        raise ModelError(f"{meta_path}: config.algo is {cfg.algo!r}, the model's algo {algo!r}")
+    for key in _ARCHITECTURE_KEYS:
+        if key in config and getattr(cfg, key) != getattr(policy, key):
+            raise ModelError(f"{meta_path}: config.{key} is {getattr(cfg, key)!r}, the policy's "
+                             f"{getattr(policy, key)!r}")
+    if "sigma" in config:
+        learned = cfg.sigma == "learned"
+        if policy.learn_sigma != (learned and not policy.discrete) or (not learned and cfg.sigma != policy.sigma):
+            raise ModelError(f"{meta_path}: config.sigma is {cfg.sigma!r}, the policy's sigma "
+                             f"{policy.sigma!r}{' (learned)' if policy.learn_sigma else ''}")
+    return config
+
+
+def _ctc_shapes(params, kind, policy, config, weights_path):
+    """{name: shape} of the CTC classifier of kind whose hidden sizes the weights show (and,
+    where it names them, config.ctc_hidden): its input is a state and an action (one-hot when
+    discrete), its output one score per sub-task."""
+    def shape(name, ndim):
+        arr = params.get(name)
+        if arr is None or arr.ndim != ndim or min(arr.shape, default=1) < 1:
+            raise ModelError(f"{weights_path}: the CTC {kind} classifier needs {name} ({ndim}-d), "
+                             f"got {'nothing' if arr is None else arr.shape}")
+        return arr.shape
+    if kind == "mlp":
+        layers = 0
+        while f"ctc.W{layers}" in params:
+            layers += 1
+        hidden = [shape(f"ctc.W{i}", 2)[1] for i in range(layers - 1)]
+        if not hidden:
+            raise ModelError(f"{weights_path}: the CTC mlp classifier needs ctc.W0, ctc.W1, ... (at "
+                             f"least one hidden layer), got {layers} weight matrices")
+    else:
+        hidden = [shape("ctc.fwd.W_h", 2)[0]]
+    if "ctc_hidden" in config and list(config["ctc_hidden"]) != hidden:
+        raise ModelError(f"{weights_path}: the CTC classifier's hidden sizes are {hidden}, "
+                         f"config.ctc_hidden {config['ctc_hidden']!r}")
+    return objectives.ctc_param_shapes(kind, policy.state_dim + policy.action_dim, hidden,
+                                       policy.n_subtasks)
+
+
+def _check_values(params, weights_path):
+    """Magnitudes a trained model can have (MAX_ABS_WEIGHT, NORM_STD_RANGE, MAX_ABS_LOGSTD)."""
+    for name, arr in params.items():
+        if arr.size and np.abs(arr).max() > MAX_ABS_WEIGHT:
+            raise ModelError(f"{weights_path}: {name} holds values up to {np.abs(arr).max():.3g}; a "
+                             f"trained model's are within {MAX_ABS_WEIGHT:g}")
+    std = params["norm.std"]
+    low, high = NORM_STD_RANGE
+    if std.size and not ((std >= low) & (std <= high)).all():
+        raise ModelError(f"{weights_path}: norm.std must lie in [{low:g}, {high:g}] (a standard "
+                         f"deviation of the training states), got values from {std.min():.3g} to {std.max():.3g}")
+    logstd = params.get("act.logstd")
+    if logstd is not None and logstd.size and np.abs(logstd).max() > MAX_ABS_LOGSTD:
+        raise ModelError(f"{weights_path}: act.logstd must lie in [-{MAX_ABS_LOGSTD:g}, {MAX_ABS_LOGSTD:g}] "
+                         f"(a learned log standard deviation), got values up to {np.abs(logstd).max():.3g}")

@@ -210,6 +210,27 @@ def init_ctc_params(rng, kind, input_dim, hidden, n_subtasks):
     return params
 
 
+CTC_KINDS = ("mlp", "gru")
+
+
+def ctc_param_shapes(kind, input_dim, hidden, n_subtasks):
+    """{name: shape} of every array init_ctc_params(rng, kind, input_dim, hidden, n_subtasks)
+    makes, computed without allocating (model files are checked against it)."""
+    if kind == "mlp":
+        sizes = [input_dim] + list(hidden) + [n_subtasks]
+        shapes = {}
+        for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+            shapes[f"ctc.W{i}"], shapes[f"ctc.b{i}"] = (fan_in, fan_out), (fan_out,)
+        return shapes
+    if kind == "gru":
+        H = hidden[0]
+        shapes = {f"ctc.{direction}.{name}": shape for direction in ("fwd", "bwd") for name, shape in
+                  (("W_x", (input_dim, 3 * H)), ("W_h", (H, 3 * H)), ("b_x", (3 * H,)), ("b_h", (3 * H,)))}
+        shapes["ctc.out.W"], shapes["ctc.out.b"] = (2 * H, n_subtasks), (n_subtasks,)
+        return shapes
+    raise ValueError(f"ctc kind must be 'mlp' or 'gru', got {kind!r}")
+
+
 def _sub(params, prefix):
     return {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
 

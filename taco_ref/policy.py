@@ -17,12 +17,20 @@ L      |           | (padded) sketch length
 K      |           | number of sub-tasks
 D, A   |           | state dimension; action dimension (continuous) or number of actions (discrete)
 """
+import numbers
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple, Optional
 
 import numpy as np
 
 from taco_ref import nn
+
+SIGMA_RANGE = (1e-4, 1e4)
+"""The Gaussian action model's fixed standard deviation (and a learned one's initial value) lies
+in this range: sigma is in the actions' own units, where the shipped configs use 0.1 to 1. At
+1e-4 a unit residual already costs 5e7 nats per step, beyond the divergence bound of training
+(train.DIVERGED_LOSS); at 1e4 the action term no longer moves the alignment (STOP alone decides
+it). TrainConfig and every model file are held to it."""
 
 
 @dataclass
@@ -60,8 +68,12 @@ class PolicyConfig:
             if not all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in sizes):
                 raise ValueError(f"{name} must be a list of positive integers, got {sizes!r}")
             setattr(self, name, sizes)
-        if not self.sigma > 0:
-            raise ValueError(f"sigma must be positive, got {self.sigma!r}")
+        if (isinstance(self.sigma, bool) or not isinstance(self.sigma, numbers.Real)
+                or not SIGMA_RANGE[0] <= self.sigma <= SIGMA_RANGE[1]):
+            raise ValueError(f"sigma must be a positive number in [{SIGMA_RANGE[0]:g}, {SIGMA_RANGE[1]:g}], "
+                             f"got {self.sigma!r}")
+        if not isinstance(self.discrete, bool):
+            raise ValueError(f"discrete must be true or false, got {self.discrete!r}")
         if self.activation not in ("relu", "tanh"):
             raise ValueError(f"activation must be 'relu' or 'tanh', got {self.activation!r}")
         if not isinstance(self.learn_sigma, bool) or (self.learn_sigma and self.discrete):

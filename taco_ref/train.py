@@ -11,6 +11,7 @@ of valid steps in the batch, so the learning rate means the same for any batch a
 """
 import ctypes
 import json
+import math
 import os
 import sys
 import time
@@ -107,7 +108,7 @@ class TrainConfig:
     normalise_states: bool = True
     """Standardise states with the training set's mean and std (stored in the model)."""
     ctc_hidden: list = field(default_factory=lambda: [100])
-    """CTC-BC classifier: MLP hidden sizes, or [hidden size] of the bi-GRU."""
+    """CTC-BC classifier: MLP hidden sizes, or [hidden size] of the bi-GRU (exactly one)."""
     ctc_lr: float = 5e-3
     """Adam learning rate of the CTC classifier."""
     ctc_weighting: str = "argmax"
@@ -131,6 +132,7 @@ class TrainConfig:
                 raise ValueError(f"{f.name} must be true or false, got {value!r}")
         if self.algo not in ALGOS:
             raise ValueError(f"algo must be one of {ALGOS}, got {self.algo!r}")
+        low, high = policy.SIGMA_RANGE
         if self.sigma != "learned":
             try:
                 if isinstance(self.sigma, bool):
@@ -138,10 +140,12 @@ class TrainConfig:
                 self.sigma = float(self.sigma)
             except (TypeError, ValueError):
                 raise ValueError(f"sigma must be a positive number or 'learned', got {self.sigma!r}") from None
-            if not 0 < self.sigma < float("inf"):
-                raise ValueError(f"sigma must be a positive number or 'learned', got {self.sigma!r}")
-        if not 0 < self.sigma_init < float("inf"):
-            raise ValueError(f"sigma_init must be a positive number, got {self.sigma_init!r}")
+            if not low <= self.sigma <= high:
+                raise ValueError(f"sigma must be a positive number in [{low:g}, {high:g}] "
+                                 f"(policy.SIGMA_RANGE) or 'learned', got {self.sigma!r}")
+        if not low <= self.sigma_init <= high:
+            raise ValueError(f"sigma_init must be a positive number in [{low:g}, {high:g}] "
+                             f"(policy.SIGMA_RANGE), got {self.sigma_init!r}")
         for name in ("batch_size", "epochs", "patience", "restarts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
@@ -154,6 +158,9 @@ class TrainConfig:
                                for h in sizes)):
                 raise ValueError(f"{name} must be a list of 1 to {MAX_LAYERS} integers in "
                                  f"[1, {MAX_WIDTH}], got {sizes!r}")
+        if self.algo == "ctcbc-gru" and len(self.ctc_hidden) != 1:
+            raise ValueError(f"ctc_hidden must be one hidden size [H] for ctcbc-gru (its bi-GRU has "
+                             f"one layer), got {self.ctc_hidden!r}")
         for name in ("warmup_epochs", "temperature_epochs"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {getattr(self, name)!r}")
@@ -383,6 +390,56 @@ _CHECKPOINT_FIELDS = {"stage": int, "epoch": int, "bad_epochs": int, "saves": in
                       "arrays_sha256": str}
 
 
+def _number(x):
+    """Whether x is a finite JSON number (not a bool; an integer too large for a float is not)."""
+    try:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    except OverflowError:
+        return False
+
+
+def _check_progress(meta, path, job):
+    """ValueError ("cannot resume: ...") unless the counters, history, optimiser record and
+    generator state of checkpoint.json are what a run writes: each a value the loop can use."""
+    def bad(field, expected):
+        raise ValueError(f"cannot resume: {path}: field {field!r} must be {expected}, "
+                         f"got {_one_line_repr(meta.get(field))}")
+    if meta["saves"] < 1:
+        bad("saves", "a positive integer")
+    if meta.get("best_loss") is not None and not _number(meta.get("best_loss")):
+        bad("best_loss", "null or a finite number")
+    if meta["bad_epochs"] > meta["epoch"]:
+        bad("bad_epochs", f"at most the epochs run in the stage ({meta['epoch']})")
+    for entry in meta["history"]:
+        if (not isinstance(entry, dict) or entry.get("stage") not in job.stages
+                or not isinstance(entry.get("epoch"), int) or isinstance(entry.get("epoch"), bool)
+                or not all(_number(entry.get(k)) for k in ("train_loss", "held_out_loss"))):
+            bad("history", f"a list of {{stage, epoch, train_loss, held_out_loss}} records, one of "
+                           f"{list(job.stages)} and finite numbers each")
+    stages = [job.stages.index(entry["stage"]) for entry in meta["history"]]
+    current = sum(s == meta["stage"] for s in stages)
+    if (stages != sorted(stages) or (stages and stages[-1] > meta["stage"])
+            or (meta["stage"] < len(job.stages) and current != meta["epoch"])):
+        bad("history", f"one record per epoch run, stage by stage: {meta['epoch']} of stage "
+                       f"{meta['stage']} so far")
+    step_count = meta["adam"].get("step_count")
+    if isinstance(step_count, bool) or not isinstance(step_count, int) or step_count < 0:
+        bad("adam", "an object with step_count a non-negative integer")
+    probe = np.random.default_rng(0).bit_generator
+    try:
+        probe.state = meta["rng"]
+        written = probe.state == meta["rng"]          # what the run wrote reads back the same
+    except (TypeError, ValueError, KeyError, OverflowError):
+        written = False
+    if not written:
+        bad("rng", f"the state of a {type(probe).__name__} generator, as the run wrote it")
+
+
+def _one_line_repr(value, limit=80):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _load_checkpoint(out_dir, job, data_sha256):
     path = os.path.join(out_dir, CHECKPOINT_META)
     meta = files.read_json(path)
@@ -399,6 +456,7 @@ def _load_checkpoint(out_dir, job, data_sha256):
         changed = sorted(k for k in meta["config"] if meta["config"][k] != asdict(job.cfg).get(k))
         raise ValueError(f"cannot resume: the checkpoint in {out_dir} was made with a different "
                          f"config (differs in {changed})")
+    _check_progress(meta, path, job)
     arrays = files.read_npz(os.path.join(out_dir, os.path.basename(meta["arrays_file"])),
                             meta["arrays_sha256"], recorded_in=f"{CHECKPOINT_META} (cannot resume)")
     for k in job.params:
@@ -408,7 +466,21 @@ def _load_checkpoint(out_dir, job, data_sha256):
                 have = "missing" if got is None else f"{got.dtype} {got.shape}"
                 raise ValueError(f"cannot resume: {path}: {key} is {have}, this run needs "
                                  f"{job.params[k].dtype} {job.params[k].shape}")
+            if not np.isfinite(got).all():
+                raise ValueError(f"cannot resume: {path}: {key} holds non-finite values")
         job.params[k] = arrays[f"param.{k}"]
+    if meta["stage"] < len(job.stages):             # the optimiser state of the stage under way
+        for name in job.names(job.stages[meta["stage"]]):
+            for key in (f"adam.m.{name}", f"adam.v.{name}"):
+                got = arrays.get(key)
+                want = job.params[name]
+                if got is None or got.dtype != want.dtype or got.shape != want.shape:
+                    have = "missing" if got is None else f"{got.dtype} {got.shape}"
+                    raise ValueError(f"cannot resume: {path}: {key} is {have}, this run needs "
+                                     f"{want.dtype} {want.shape}")
+                if not np.isfinite(got).all() or (key.startswith("adam.v.") and (got < 0).any()):
+                    raise ValueError(f"cannot resume: {path}: {key} holds non-finite"
+                                     f"{' or negative' if key.startswith('adam.v.') else ''} values")
     best = {k[len("best."):]: v for k, v in arrays.items() if k.startswith("best.")}
     return meta, arrays, best
 
@@ -607,7 +679,35 @@ class _Run:
 
     def epoch(self):
         """passes_per_epoch passes over the stage's training set (each in a fresh random order),
-        then its held-out loss and early stopping."""
+        then its held-out loss and early stopping.
+
+        NumPy's floating-point warnings (overflow, invalid, divide) are off during the epoch:
+        they arise only on the way to a diverged run, and the check at its end reports that as
+        DivergedError, one line, instead of a screenful of RuntimeWarnings before it."""
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            total, steps, held = self._passes()
+        # both losses are checked (max() would pass over a NaN), and the parameters themselves
+        bad = [x for x in (total / steps, held) if not (np.isfinite(x) and x <= DIVERGED_LOSS)]
+        if bad or not all(np.isfinite(p).all() for p in self.job.params.values()):
+            what = f"loss per step {bad[0]:.3g}" if bad else "non-finite parameters"
+            raise DivergedError(f"training diverged in the {self.stage} stage at epoch {self.state['epoch'] + 1}: "
+                                f"{what} (lower lr: it is {self.job.lr(self.stage):g}{self._scale_hint()})")
+        self._early_stopping(total, steps, held)
+
+    def _scale_hint(self):
+        """A second suspect for a diverged run: continuous actions far larger than sigma (a
+        residual of 1e6 at sigma 1 costs 5e11 nats per step, beyond DIVERGED_LOSS at once)."""
+        if self.demos.discrete:
+            return ""
+        in_t = np.arange(self.demos.actions.shape[1])[None, :] < self.demos.traj_len[:, None]
+        largest = float(np.abs(self.demos.actions[in_t]).max())
+        sigma = self.cfg.sigma_init if self.cfg.sigma == "learned" else self.cfg.sigma
+        if largest <= 1e3 * sigma:
+            return ""
+        return f"; or rescale the actions: they reach {largest:.3g}, against sigma {sigma:g}"
+
+    def _passes(self):
+        """(summed training loss, steps, held-out loss per step) of one epoch's passes."""
         job, state, stage = self.job, self.state, self.stage
         if stage not in self.sets:
             self.sets[stage] = job.stage_sets(stage, self.train_set, self.held_out)
@@ -625,11 +725,10 @@ class _Run:
                 optim.add_l2(grads, job.params, {"act": self.cfg.act_l2, "stop": self.cfg.stop_l2})
             self.adam.step(job.params, grads)
             total, steps = total + loss, steps + n
-        held = mean_loss(job, stage, stage_held)
-        worst = max(total / steps, held)
-        if not (np.isfinite(worst) and worst <= DIVERGED_LOSS):
-            raise DivergedError(f"training diverged in the {stage} stage at epoch {state['epoch'] + 1}: "
-                                f"loss per step {worst:.3g} (lower lr: it is {self.job.lr(stage):g})")
+        return total, steps, mean_loss(job, stage, stage_held)
+
+    def _early_stopping(self, total, steps, held):
+        job, state, stage = self.job, self.state, self.stage
         state["epoch"] += 1
         if not job.tracks_best(stage, state["epoch"] - 1):
             # warm-up or tempered epoch: hand on the latest parameters, count nothing

@@ -94,15 +94,18 @@ def test_evaluate_rejects_a_model_of_another_domain(trained, capsys):
 
 
 def test_collect_gives_the_same_data_for_any_workers(files, capsys):
-    """The domain contract: collection is deterministic by seed whatever --workers is."""
+    """The domain contract: collection is deterministic by seed whatever --workers is (the
+    Dial's collect runs worker processes); a domain that collects in one process refuses
+    --workers > 1 instead of ignoring it, and 0 workers is refused everywhere."""
     for w in (1, 2):
-        assert cli.main(["collect", "navworld", "--n", "3", "--workers", str(w),
+        assert cli.main(["collect", "dial", "--n", "2", "--sketch-len", "1", "--workers", str(w),
                          "--out", str(files / f"w{w}.npz")]) == 0
     assert data.load(files / "w1.npz").fingerprint() == data.load(files / "w2.npz").fingerprint()
     capsys.readouterr()
-    assert cli.main(["collect", "navworld", "--n", "3", "--workers", "0",
-                     "--out", str(files / "never.npz")]) == 2
-    assert "workers" in one_line_error(capsys, "collect")
+    for domain, w in (("navworld", "0"), ("navworld", "2"), ("craft", "2"), ("dial", "0")):
+        assert cli.main(["collect", domain, "--n", "3", "--workers", w,
+                         "--out", str(files / "never.npz")]) == 2
+        assert "--workers" in one_line_error(capsys, "collect")
     assert not (files / "never.npz").exists()
 
 

@@ -155,6 +155,48 @@ def test_nan_in_padding_is_accepted():
     dataclasses.replace(d, states=states, actions=actions).validate()
 
 
+@pytest.mark.parametrize("field", ["states", "actions", "final_state"])
+def test_values_beyond_the_magnitude_bound_are_rejected(field):
+    """|x| <= data.MAX_ABS_VALUE inside trajectories (the bound itself is accepted); 1e300
+    would turn every loss into inf or NaN. Padding stays unchecked."""
+    d = make_demos()
+    arr = getattr(d, field).copy()
+    idx = (1, 0) if field == "final_state" else (1, d.traj_len[1] - 1, 0)
+    arr[idx] = -data.MAX_ABS_VALUE
+    dataclasses.replace(d, **{field: arr}).validate()
+    arr[idx] = 1e300
+    with pytest.raises(DataError, match=f"^{field}: expected values of magnitude at most 1e\\+06"):
+        dataclasses.replace(d, **{field: arr}).validate()
+    if field != "final_state":
+        padded = getattr(d, field).copy()
+        padded[np.arange(padded.shape[1])[None, :] >= d.traj_len[:, None]] = 1e300
+        dataclasses.replace(d, **{field: padded}).validate()
+
+
+def test_a_vocabulary_given_as_one_string_is_rejected():
+    invalid("vocab", vocab="sub0")
+
+
+def test_discrete_actions_are_bounded_in_number():
+    d = make_demos(discrete=True)
+    for n_actions in (data.MAX_ACTIONS + 1, True):
+        invalid("meta.n_actions", discrete=True, meta=dict(d.meta, n_actions=n_actions))
+
+
+@pytest.mark.parametrize("vocab, message", [
+    (np.array("sub0sub1sub2"), "vocab: expected a 1-d array of sub-task names"),
+    (np.arange(3), "vocab: expected a 1-d array of sub-task names"),
+    (np.array([["sub0", "sub1", "sub2"]]), "vocab: expected a 1-d array of sub-task names"),
+])
+def test_load_rejects_a_vocabulary_that_is_not_a_list_of_names(tmp_path, vocab, message):
+    """A 0-d string was split into characters, integers became names: both silently."""
+    d = make_demos()
+    arrays = {name: getattr(d, name) for name in data.ARRAY_FIELDS}
+    np.savez(tmp_path / "v.npz", vocab=vocab, meta=np.array("{}"), **arrays)
+    with pytest.raises(DataError, match=message):
+        data.load(tmp_path / "v.npz")
+
+
 def test_empty_sketch_is_rejected():
     d = make_demos()
     sketch_len = d.sketch_len.copy()

@@ -112,3 +112,24 @@ def test_shipped_models_load_and_speak_the_domain(dom):
         model = model_mod.load(path)
         evaluate.check_vocab(model, dom.vocab, f"domain {dom.name}")
         assert model.policy.state_dim == dom.state_dim, name
+
+
+def test_collect_refuses_counts_and_noise_out_of_bounds_before_collecting(dom, monkeypatch):
+    """Counts beyond taco_sim.domain.MAX_COLLECT / MAX_WORKERS are refused by name before any
+    array is allocated (np.zeros would be the first); a continuous domain's DART level must lie
+    in [0, MAX_DART_SIGMA]."""
+    import inspect
+    from taco_sim import domain as domain_mod
+
+    def no_allocation(*args, **kwargs):
+        raise AssertionError("collect allocated before checking its arguments")
+    monkeypatch.setattr(np, "zeros", no_allocation)
+    for kwargs, name in (({"n": domain_mod.MAX_COLLECT + 1}, "n"), ({"n": 0}, "n"),
+                         ({"n": 2, "workers": domain_mod.MAX_WORKERS + 1}, "workers")):
+        args = dict({"sketch_len": dom.train_sketch_len, "seed": 0}, **kwargs)
+        with pytest.raises(ValueError, match=f"^{name}: expected an integer in"):
+            dom.collect(**args)
+    if "dart_sigma" in inspect.signature(dom.collect).parameters:
+        for level in (float("inf"), float("nan"), -0.1, domain_mod.MAX_DART_SIGMA * 1.01, True):
+            with pytest.raises(ValueError, match="^dart_sigma: expected a number in"):
+                dom.collect(2, dom.train_sketch_len, 0, dart_sigma=level)

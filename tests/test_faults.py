@@ -16,6 +16,9 @@ import errno
 import io
 import json
 import os
+import resource
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -43,10 +46,18 @@ def base(tmp_path_factory):
 
 
 def run(capsys, argv):
-    """(exit code, the one stderr line) of `taco argv`; fails on a traceback or several lines."""
+    """(exit code, the one stderr line) of `taco argv`. On failure stderr must hold progress
+    lines (each rewritten in place: it starts with a carriage return) and then exactly one line
+    "taco COMMAND: ..." of its own: no warning or traceback before it, and not glued to a
+    progress line that was never ended."""
     capsys.readouterr()
     code = cli.main([str(a) for a in argv])
-    err = capsys.readouterr().err.strip().split("\n")[-1] if code else ""
+    if not code:
+        return code, ""
+    lines = capsys.readouterr().err.rstrip("\n").split("\n")
+    *before, err = lines
+    assert all(line.startswith("\r") for line in before), lines
+    assert "\r" not in err and err.startswith(f"taco {argv[0]}: "), lines
     return code, err
 
 
@@ -328,7 +339,7 @@ def zero_sketch_length(base, tmp, capsys):
 @case("crash")
 def a_million_digit_pin(base, tmp, capsys):
     expect(capsys, ["collect", "dial", "--n", "1", "--sketch-len", "1000000", "--out", tmp / "d.npz"], 2,
-           "sketch_len")
+           "--sketch-len")
 
 
 @case("crash")
@@ -444,6 +455,480 @@ def read_only_output(base, tmp, capsys, monkeypatch):
         raise PermissionError(errno.EROFS, "Read-only file system", str(tmp / "ro"))
     monkeypatch.setattr(files_mod.tempfile, "mkstemp", refuse)
     expect(capsys, ["collect", "navworld", "--n", "2", "--out", tmp / "ro" / "d.npz"], 3, "Read-only file system")
+
+
+# ---- memory: readers allocate by the file's size -----------------------------------------
+
+ADDRESS_SPACE = 1_500_000_000
+"""Bytes of address space the memory cases allow a `taco` process (ulimit -v 1.5 GB): a
+reader that asks for its 16 GiB cap at once fails under it, as on a small robot computer."""
+
+
+def _limited(argv, limit=ADDRESS_SPACE, python=()):
+    """(exit code, stderr) of `taco argv` (or of `python *python`) in a child
+    process whose address space is limited to limit bytes (RLIMIT_AS, set between fork and
+    exec; None: no limit). A child process also shows stderr as a user sees it: in this
+    process pytest records warnings instead of printing them."""
+    def limit_memory():
+        if limit is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    args = list(python) or ["-m", "taco_ref.app.cli"] + [str(a) for a in argv]
+    done = subprocess.run([sys.executable] + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          preexec_fn=limit_memory)
+    return done.returncode, done.stderr.decode(errors="replace")
+
+
+@case("crash")
+def model_read_under_an_address_space_limit(base, tmp, capsys):
+    """Reading model.json and the weights asked Python for a 16 GiB buffer (MemoryError)."""
+    code, err = _limited(["evaluate", "--model", base / "run" / "model", "--n-tasks", "1"])
+    assert code == 0 and "Error" not in err, err
+
+
+SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                       "sim", "taco_sim", "dial", "models")
+
+
+@pytest.fixture(scope="module")
+def dial_data(tmp_path_factory):
+    """A few demonstrations of each Dial domain, for align and train."""
+    import taco_sim
+    d = tmp_path_factory.mktemp("dial-data")
+    for domain in ("dial", "dial-velocity"):
+        data.save(taco_sim.get(domain).collect(6, 2, 5), d / f"{domain}.npz")
+    return d
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["dial", "dial-velocity"])
+def test_shipped_models_run_under_an_address_space_limit(model, dial_data, tmp_path, offscreen_gl):
+    """Everything a robot computer does with a shipped model fits in ADDRESS_SPACE: loading it
+    (the ROS policy node's start-up), evaluate, align, rollout, and a training run resumed
+    with the model's own config (bench/bench_memory.py measures the peak of each)."""
+    path = os.path.join(SHIPPED, model)
+    runs = {
+        "load": None,
+        "evaluate": ["evaluate", "--model", path, "--domain", model, "--n-tasks", "2"],
+        "align": ["align", "--model", path, "--data", dial_data / f"{model}.npz"],
+        "rollout": ["rollout", "--model", path, "--domain", model, "--sketch", "0 5",
+                    "--out", tmp_path / "sheet.png"],
+    }
+    if model == "dial":
+        config = ["--config", "dial-small", "--set", "epochs=2"]
+        run = tmp_path / "run"
+        assert cli.main([str(a) for a in ["train", "--data", dial_data / "dial.npz", "--out", run,
+                                          "--stop-after", "1"] + config]) == 0
+        runs["train --resume"] = ["train", "--data", dial_data / "dial.npz", "--out", run, "--resume"] + config
+    for what, argv in runs.items():
+        code, err = (_limited([], python=["-c", f"from taco_ref import model; model.load({path!r})"])
+                        if what == "load" else _limited(argv))
+        assert code in ((0, 1) if what == "rollout" else (0,)) and "Error" not in err, (what, err)
+    assert (tmp_path / "sheet.png").stat().st_size > 0
+
+
+def test_read_bytes_asks_for_the_files_size_only(tmp_path, monkeypatch):
+    """The read buffer is the file's size + 1, whatever the cap; a file that changes size
+    between the size check and the read is refused."""
+    import builtins
+    path = tmp_path / "f.json"
+    path.write_bytes(b"{}")
+    asked = []
+    real_open = builtins.open
+
+    class Spy:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def fileno(self):
+            return self.f.fileno()
+
+        def read(self, n=-1):
+            asked.append(n)
+            return self.f.read(n)
+    monkeypatch.setattr(builtins, "open", lambda p, mode="r", *a, **k: Spy(real_open(p, mode, *a, **k)))
+    assert files_mod.read_bytes(path, files_mod.MAX_ARRAY_BYTES) == b"{}"
+    assert asked == [3]
+    monkeypatch.setattr(files_mod.os, "fstat", lambda fd: os.stat_result((0o100644,) + (0,) * 5 + (1,) + (0,) * 3))
+    with pytest.raises(ValueError, match="changed while it was read"):
+        files_mod.read_bytes(path, files_mod.MAX_ARRAY_BYTES)
+
+
+# ---- model files that mean nothing -------------------------------------------------------
+
+def _edit_weights(directory, **arrays):
+    """Replace arrays of the weights file (None removes one), recording the new SHA-256 and
+    shapes in model.json: a consistent forgery, so that the value checks are reached."""
+    import hashlib
+    meta = json.loads((directory / "model.json").read_text())
+    weights = directory / meta.get("weights_file", "weights.npz")
+    with np.load(weights) as z:
+        current = {k: z[k] for k in z.files}
+    for name, value in arrays.items():
+        if value is None:
+            current.pop(name)
+        else:
+            current[name] = value
+    _npz(weights, **current)
+    meta["weights_sha256"] = hashlib.sha256(weights.read_bytes()).hexdigest()
+    meta["arrays"] = {k: list(v.shape) for k, v in current.items()}
+    (directory / "model.json").write_text(json.dumps(meta))
+
+
+def _weights(directory):
+    with np.load(model_mod.weights_file(directory)) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _refused_model(base, tmp, capsys, *phrases, command="evaluate", meta=None, weights=None, policy=None):
+    m = _model_copy(base, tmp)
+    if meta:
+        _edit_meta(m, **meta)
+    if policy:
+        current = json.loads((m / "model.json").read_text())["policy"]
+        _edit_meta(m, policy=dict(current, **policy))
+    if weights:
+        _edit_weights(m, **weights(_weights(m)))
+    argv = (["evaluate", "--model", m, "--n-tasks", "1"] if command == "evaluate"
+            else ["align", "--model", m, "--data", base / "nav.npz"])
+    expect(capsys, argv, 2, *phrases)
+
+
+@case("silent")
+def model_with_an_unknown_algorithm(base, tmp, capsys):
+    _refused_model(base, tmp, capsys, "algo must be one of", meta={"algo": "bogus"})
+
+
+@case("silent")
+def model_with_a_list_as_algorithm(base, tmp, capsys):
+    _refused_model(base, tmp, capsys, "algo must be one of", meta={"algo": ["taco"]})
+
+
+@case("silent")
+def model_config_that_is_a_list(base, tmp, capsys):
+    _refused_model(base, tmp, capsys, "config must be an object", meta={"config": [1]})
+
+
+@case("silent")
+def model_config_with_an_unknown_field(base, tmp, capsys):
+    _refused_model(base, tmp, capsys, "unknown config keys", meta={"config": {"lerning_rate": 1}})
+
+
+@case("silent")
+def model_config_of_another_algorithm(base, tmp, capsys):
+    _refused_model(base, tmp, capsys, "config.algo", meta={"config": {"algo": "gtbc"}})
+
+
+@case("silent")
+def model_info_that_is_text(base, tmp, capsys):
+    _refused_model(base, tmp, capsys, "info must be an object", meta={"info": "x"})
+
+
+@case("silent")
+def model_with_an_unknown_field(base, tmp, capsys):
+    _refused_model(base, tmp, capsys, "unknown fields ['note']", meta={"note": "x"})
+
+
+@case("silent")
+def model_with_an_extra_weights_array(base, tmp, capsys):
+    """Listed in model.json and present in the weights, but no part of the architecture."""
+    _refused_model(base, tmp, capsys, "not part of the taco architecture",
+                   weights=lambda w: {"extra": np.zeros(3)})
+
+
+@case("silent")
+def model_ctc_kind_that_does_not_match_the_algorithm(base, tmp, capsys):
+    _refused_model(base, tmp, capsys, "ctc_kind must be None", meta={"ctc_kind": "gru"})
+
+
+@case("crash")
+def model_with_a_bogus_ctc_kind_in_align(base, tmp, capsys):
+    """A KeyError traceback in align before."""
+    m = _model_copy(base, tmp)
+    _edit_meta(m, algo="ctcbc-mlp", ctc_kind="bogus", config={})
+    expect(capsys, ["align", "--model", m, "--data", base / "nav.npz"], 2, "ctc_kind must be 'mlp'")
+
+
+@case("silent")
+def model_ctc_weights_of_another_kind(base, tmp, capsys):
+    """A CTC-BC (MLP) model whose classifier arrays are a GRU's."""
+    from taco_ref import objectives
+    m = _model_copy(base, tmp)
+    _edit_meta(m, algo="ctcbc-mlp", ctc_kind="mlp", config={})
+    meta = json.loads((m / "model.json").read_text())
+    D, A, K = meta["policy"]["state_dim"], meta["policy"]["action_dim"], meta["policy"]["n_subtasks"]
+    gru = objectives.init_ctc_params(np.random.default_rng(0), "gru", D + A, [4], K)
+    _edit_weights(m, **gru)
+    expect(capsys, ["align", "--model", m, "--data", base / "nav.npz"], 2, "ctc.W0")
+
+
+@case("crash")
+def model_sigma_of_1e300_in_align(base, tmp, capsys):
+    """An OverflowError traceback in align before."""
+    _refused_model(base, tmp, capsys, "sigma must be a positive number in", command="align",
+                   policy={"sigma": 1e300})
+
+
+@case("silent")
+def model_sigma_far_below_the_range(base, tmp, capsys):
+    """Align reported 0.00 % for it."""
+    _refused_model(base, tmp, capsys, "sigma must be a positive number in", command="align",
+                   policy={"sigma": 1e-30})
+
+
+@case("silent")
+def model_sigma_that_is_a_boolean(base, tmp, capsys):
+    _refused_model(base, tmp, capsys, "sigma must be", policy={"sigma": True})
+
+
+@case("silent")
+def model_weights_scaled_by_1e200(base, tmp, capsys):
+    _refused_model(base, tmp, capsys, "act.W0 holds values up to 1",
+                   weights=lambda w: {"act.W0": w["act.W0"] * 1e200})
+
+
+@case("silent")
+def model_norm_std_of_zero(base, tmp, capsys):
+    _refused_model(base, tmp, capsys, "norm.std must lie in",
+                   weights=lambda w: {"norm.std": np.zeros_like(w["norm.std"])})
+
+
+@case("silent")
+def model_learned_log_std_far_out(base, tmp, capsys):
+    def add_logstd(w):
+        K, A = w["act.b0"].shape[0], w[max(k for k in w if k.startswith("act.b"))].shape[1]
+        return {"act.logstd": np.full((K, A), 300.0)}
+    m = _model_copy(base, tmp)
+    current = json.loads((m / "model.json").read_text())
+    _edit_meta(m, policy=dict(current["policy"], learn_sigma=True), config={})
+    _edit_weights(m, **add_logstd(_weights(m)))
+    expect(capsys, ["evaluate", "--model", m, "--n-tasks", "1"], 2, "act.logstd must lie in")
+
+
+@case("silent")
+def model_vocabulary_given_as_a_string(base, tmp, capsys):
+    meta = json.loads((base / "run" / "model" / "model.json").read_text())
+    _refused_model(base, tmp, capsys, "vocab must be a list", meta={"vocab": "".join(meta["vocab"])})
+
+
+@case("silent")
+def model_discrete_flag_that_is_text(base, tmp, capsys):
+    _refused_model(base, tmp, capsys, "discrete must be true or false", policy={"discrete": "no"})
+
+
+# ---- data files that mean nothing --------------------------------------------------------
+
+def _data_arrays(base):
+    with np.load(base / "nav.npz") as z:
+        return {k: z[k] for k in z.files}
+
+
+@case("silent")
+def data_states_of_1e300(base, tmp, capsys):
+    """train, align and evaluate exited 0 on it (train then blamed the learning rate)."""
+    d = data.load(base / "nav.npz")
+    arrays = _data_arrays(base)
+    arrays["states"] = arrays["states"].copy()
+    arrays["states"][0, d.traj_len[0] - 1, 0] = 1e300
+    path = _npz(tmp / "s.npz", **arrays)
+    for argv in (["train", "--data", path, "--out", tmp / "r"] + SMALL,
+                 ["align", "--model", base / "run" / "model", "--data", path],
+                 ["evaluate", "--model", base / "run" / "model", "--n-tasks", "1", "--data", path]):
+        expect(capsys, argv, 2, "states", "magnitude at most 1e+06")
+
+
+@case("silent")
+def data_actions_of_1e300(base, tmp, capsys):
+    arrays = _data_arrays(base)
+    arrays["actions"] = arrays["actions"] * 1e300
+    path = _npz(tmp / "a.npz", **arrays)
+    expect(capsys, ["train", "--data", path, "--out", tmp / "r"] + SMALL, 2, "actions", "magnitude")
+
+
+@case("silent")
+def data_vocabulary_as_one_string(base, tmp, capsys):
+    """A 0-d string was split into its characters, one sub-task each."""
+    arrays = _data_arrays(base)
+    arrays["vocab"] = np.array("".join(str(v)[0] for v in arrays["vocab"]))
+    path = _npz(tmp / "v.npz", **arrays)
+    expect(capsys, ["align", "--model", base / "run" / "model", "--data", path], 2, "vocab", "1-d array")
+
+
+@case("silent")
+def data_vocabulary_of_integers(base, tmp, capsys):
+    arrays = _data_arrays(base)
+    arrays["vocab"] = np.arange(len(arrays["vocab"]))
+    path = _npz(tmp / "i.npz", **arrays)
+    expect(capsys, ["train", "--data", path, "--out", tmp / "r"], 2, "vocab", "strings")
+
+
+@case("crash")
+def data_with_a_billion_discrete_actions(base, tmp, capsys):
+    """A one-hot table of n_actions^2 would be allocated by CTC-BC."""
+    arrays = _data_arrays(base)
+    arrays["actions"] = np.zeros(arrays["actions"].shape[:2], dtype=np.int64)
+    arrays["meta"] = np.array(json.dumps(dict(json.loads(str(arrays["meta"])), n_actions=10 ** 9)))
+    path = _npz(tmp / "d.npz", **arrays)
+    expect(capsys, ["train", "--algo", "ctcbc-mlp", "--data", path, "--out", tmp / "r"], 2, "n_actions")
+
+
+# ---- the remaining tracebacks, and options that do nothing --------------------------------
+
+@case("crash")
+def checkpoint_with_a_garbage_generator_state(base, tmp, capsys):
+    """A TypeError traceback on --resume before."""
+    out = _stopped_run(base, tmp, capsys)
+    meta = json.loads((out / "checkpoint.json").read_text())
+    meta["rng"]["state"] = {"state": "garbage", "inc": [1]}
+    (out / "checkpoint.json").write_text(json.dumps(meta))
+    expect(capsys, _resume(base, out), 2, "cannot resume", "'rng'")
+
+
+@case("crash")
+def checkpoint_with_a_negative_optimiser_variance(base, tmp, capsys):
+    import hashlib
+    out = _stopped_run(base, tmp, capsys)
+    meta = json.loads((out / "checkpoint.json").read_text())
+    arrays_path = out / meta["arrays_file"]
+    with np.load(arrays_path) as z:
+        arrays = {k: z[k] for k in z.files}
+    name = next(k for k in arrays if k.startswith("adam.v."))
+    arrays[name] = -np.ones_like(arrays[name])
+    _npz(arrays_path, **arrays)
+    meta["arrays_sha256"] = hashlib.sha256(arrays_path.read_bytes()).hexdigest()
+    (out / "checkpoint.json").write_text(json.dumps(meta))
+    expect(capsys, _resume(base, out), 2, "cannot resume", name)
+
+
+@case("crash")
+def checkpoint_history_that_is_not_a_record(base, tmp, capsys):
+    out = _stopped_run(base, tmp, capsys)
+    meta = json.loads((out / "checkpoint.json").read_text())
+    meta["history"], meta["best_loss"] = [1, 2], "low"
+    (out / "checkpoint.json").write_text(json.dumps(meta))
+    expect(capsys, _resume(base, out), 2, "cannot resume", "best_loss")
+
+
+@pytest.mark.parametrize("sigma", ["inf", "1e6", "nan", "-0.1"])
+def test_dart_noise_is_bounded_before_collecting(tmp_path, capsys, sigma):
+    expect(capsys, ["collect", "navworld", "--n", "2", "--dart-sigma", sigma, "--out", tmp_path / "d.npz"],
+           2, "--dart-sigma", "[0, 1]")
+    assert not (tmp_path / "d.npz").exists()
+
+
+@case("crash")
+def dart_noise_of_infinity(base, tmp, capsys):
+    """A RuntimeError traceback after 100 redraws before."""
+    expect(capsys, ["collect", "navworld", "--n", "2", "--dart-sigma", "inf", "--out", tmp / "d.npz"], 2,
+           "--dart-sigma")
+
+
+@case("crash")
+def dart_noise_of_a_million(base, tmp, capsys):
+    expect(capsys, ["collect", "dial", "--n", "1", "--dart-sigma", "1e6", "--out", tmp / "d.npz"], 2,
+           "--dart-sigma")
+
+
+@case("crash")
+def dart_noise_for_a_discrete_domain(base, tmp, capsys):
+    """craft's collect has no dart_sigma (a TypeError traceback before)."""
+    expect(capsys, ["collect", "craft", "--n", "2", "--dart-sigma", "0.1", "--out", tmp / "d.npz"], 2,
+           "--dart-sigma", "craft")
+
+
+def _refused_in_a_limited_process(argv, *phrases):
+    """`taco argv` in a child limited to ADDRESS_SPACE, so that a count that is not bounded
+    ends in a MemoryError there instead of exhausting this machine's memory."""
+    code, err = _limited(argv)
+    lines = err.rstrip("\n").split("\n")
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"taco {argv[0]}: "), err
+    for phrase in phrases:
+        assert phrase in lines[0], (phrase, err)
+
+
+@case("crash")
+def a_billion_test_tasks(base, tmp, capsys):
+    _refused_in_a_limited_process(["evaluate", "--model", base / "run" / "model", "--n-tasks",
+                                   "1000000000"], "--n-tasks", "100000")
+
+
+@case("crash")
+def a_billion_demonstrations(base, tmp, capsys):
+    _refused_in_a_limited_process(["collect", "navworld", "--n", "1000000000", "--out", tmp / "d.npz"],
+                                  "--n", "100000")
+
+
+@case("crash")
+def a_million_worker_processes(base, tmp, capsys, monkeypatch):
+    import multiprocessing
+
+    def no_pool(*args, **kwargs):                # were the count not bounded: no fork storm here
+        raise AssertionError("a worker pool was started")
+    monkeypatch.setattr(multiprocessing, "get_context", no_pool)
+    expect(capsys, ["collect", "dial", "--n", "1", "--workers", "1000000", "--out", tmp / "d.npz"], 2,
+           "--workers", "256")
+
+
+@case("silent")
+def workers_for_a_domain_that_collects_in_one_process(base, tmp, capsys):
+    """Accepted and ignored before."""
+    expect(capsys, ["collect", "navworld", "--n", "2", "--workers", "2", "--out", tmp / "d.npz"], 2,
+           "--workers", "navworld")
+    assert not (tmp / "d.npz").exists()
+
+
+@case("silent")
+def local_workers_beside_a_scheduler(base, tmp, capsys):
+    """The cells run on the scheduler's workers: --workers was accepted and ignored. Refused
+    before any connection is tried."""
+    expect(capsys, ["experiment", "navworld", "--sizes", "5", "--seeds", "0", "--scheduler",
+                    "tcp://127.0.0.1:9", "--workers", "4", "--out", tmp / "grid"], 2, "--workers", "scheduler")
+    assert not (tmp / "grid").exists()
+
+
+@case("silent")
+def two_gru_layers_asked_of_ctcbc_gru(base, tmp, capsys):
+    """The bi-GRU has one hidden size; [5, 5] silently trained [5]."""
+    expect(capsys, ["train", "--algo", "ctcbc-gru", "--data", base / "nav.npz", "--out", tmp / "r",
+                    "--set", "ctc_hidden=[5,5]"], 2, "ctc_hidden", "one hidden size")
+
+
+# ---- untidy errors -----------------------------------------------------------------------
+
+@case("crash")
+def no_warnings_before_a_divergence(base, tmp, capsys):
+    """NumPy RuntimeWarnings (up to 10 lines) preceded the error line. Run as a separate
+    process, whose stderr is what a user sees: progress lines, then the one error line."""
+    for extra in (["--set", "lr=1e10"], ["--set", "ctc_lr=1e10", "--algo", "ctcbc-mlp"]):
+        code, err = _limited(["train", "--data", base / "nav.npz", "--out", tmp / "r", "--overwrite"]
+                                + SMALL + extra, limit=None)
+        *before, last = err.rstrip("\n").split("\n")
+        assert code == 4 and last.startswith("taco train: training diverged"), err
+        assert all(line.startswith("\r") for line in before), err
+
+
+@case("crash")
+def disk_full_after_a_progress_line(base, tmp, capsys, monkeypatch):
+    """A write fails after an epoch's progress line, which ends in no newline: the error must
+    not be glued to it."""
+    real_fsync, calls = os.fsync, []
+
+    def full_later(fd):
+        calls.append(fd)
+        if len(calls) > 2:                   # the start checkpoint (arrays and JSON) goes through
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", full_later)
+    capsys.readouterr()
+    code = cli.main([str(a) for a in ["train", "--data", base / "nav.npz", "--out", tmp / "r"] + SMALL])
+    err = capsys.readouterr().err
+    assert code == 3 and "epoch   1" in err, err
+    assert "\ntaco train: cannot read or write" in err and err.count("taco train:") == 1, err
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

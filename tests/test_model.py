@@ -266,6 +266,103 @@ def test_vocab_length_must_match_the_subtasks(tmp_path):
         model_mod.load(directory)
 
 
+def test_a_learned_sigma_model_round_trips(tmp_path):
+    """act.logstd is part of the architecture when learn_sigma is set, and accepted within
+    MAX_ABS_LOGSTD."""
+    cfg = PolicyConfig(state_dim=3, n_subtasks=2, action_dim=2, act_hidden=[4], stop_hidden=[3],
+                       sigma=0.5, learn_sigma=True)
+    params = policy.init_params(cfg, np.random.default_rng(0))
+    params["act.logstd"][:] = [[-model_mod.MAX_ABS_LOGSTD, 0.0], [1.0, model_mod.MAX_ABS_LOGSTD]]
+    m = Model(params, cfg, ("a", "b"), "taco", None, config={"sigma": "learned", "sigma_init": 0.5})
+    loaded = model_mod.load(saved(tmp_path, m))
+    assert loaded.policy.learn_sigma and loaded.params["act.logstd"].tobytes() == params["act.logstd"].tobytes()
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"algo": "bogus"}, r"algo must be one of"),
+    ({"algo": ["taco"]}, r"algo must be one of"),
+    ({"ctc_kind": "mlp"}, r"ctc_kind must be None for algo 'taco'"),
+    ({"config": [1]}, r"config must be an object"),
+    ({"config": {"lr": "fast"}}, r"config: lr must be a number"),
+    ({"config": {"algo": "gtbc"}}, r"config\.algo is 'gtbc', the model's algo 'taco'"),
+    ({"config": {"act_hidden": [5]}}, r"config\.act_hidden is \[5\], the policy's \[4\]"),
+    ({"config": {"sigma": 0.3}}, r"config\.sigma is 0\.3, the policy's sigma 1\.0"),
+    ({"info": "x"}, r"info must be an object"),
+    ({"vocab": "lr"}, r"vocab must be a list"),
+    ({"vocab": ["left", 7]}, r"vocab must be a list of distinct non-empty names"),
+    ({"extra_field": 1}, r"unknown fields \['extra_field'\]"),
+    ({"policy": "x"}, r"bad model description \(policy must be an object"),
+    ({"arrays": [1]}, r"bad model description \(arrays must map"),
+])
+def test_every_field_of_model_json_must_mean_something(tmp_path, change, message):
+    directory = saved(tmp_path)
+    write_meta(directory, dict(read_meta(directory), **change))
+    with pytest.raises(ModelError, match=r"model\.json: " + message):
+        model_mod.load(directory)
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("policy.sigma", 1e300, r"sigma must be a positive number in \[0\.0001, 10000\]"),
+    ("policy.sigma", 1e-5, r"sigma must be a positive number in"),
+    ("policy.sigma", True, r"sigma must be a positive number in"),
+    ("policy.discrete", "yes", r"discrete must be true or false"),
+])
+def test_the_policy_description_is_held_to_training_ranges(tmp_path, name, value, message):
+    directory = saved(tmp_path)
+    meta = read_meta(directory)
+    meta["policy"][name.split(".")[1]] = value
+    write_meta(directory, meta)
+    with pytest.raises(ModelError, match=message):
+        model_mod.load(directory)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda a: {"act.W0": a["act.W0"] * 0 + model_mod.MAX_ABS_WEIGHT * 1.5}, r"act\.W0 holds values up to 1\.5e\+06"),
+    (lambda a: {"norm.std": a["norm.std"] * 0}, r"norm\.std must lie in \[1e-06, 1e\+06\]"),
+    (lambda a: {"norm.std": a["norm.std"] * 0 + 1e-7}, r"norm\.std must lie in"),
+    (lambda a: {"extra": np.zeros(2)}, r"arrays \['extra'\] are not part of the taco architecture"),
+])
+def test_weights_are_held_to_what_training_produces(tmp_path, edit, message):
+    """A consistent forgery (SHA-256 and the arrays record agree) reaches the value checks."""
+    directory = saved(tmp_path)
+    arrays = load_arrays(directory)
+    arrays.update(edit(arrays))
+    meta = read_meta(directory)
+    meta["arrays"] = {k: list(v.shape) for k, v in arrays.items()}
+    write_meta(directory, meta)
+    write_weights(directory, arrays)
+    with pytest.raises(ModelError, match=r"weights-\w+\.npz: " + message):
+        model_mod.load(directory)
+    arrays = load_arrays(directory)
+    arrays.update({"act.W0": np.clip(arrays["act.W0"], -model_mod.MAX_ABS_WEIGHT, model_mod.MAX_ABS_WEIGHT),
+                   "norm.std": np.full(3, model_mod.NORM_STD_RANGE[0])})
+    arrays.pop("extra", None)
+    meta["arrays"] = {k: list(v.shape) for k, v in arrays.items()}
+    write_meta(directory, meta)
+    write_weights(directory, arrays)
+    model_mod.load(directory)                               # the bounds themselves are accepted
+
+
+@pytest.mark.parametrize("kind", ["mlp", "gru"])
+def test_ctc_weights_must_be_the_classifier_of_the_models_kind(tmp_path, kind):
+    """A CTC-BC model carries exactly its classifier: the other kind's arrays, a missing one,
+    or hidden sizes other than config.ctc_hidden are refused."""
+    directory = saved(tmp_path, make_model(1, kind))
+    other = objectives.init_ctc_params(np.random.default_rng(0), {"mlp": "gru", "gru": "mlp"}[kind], 5, [4], 2)
+    arrays = {k: v for k, v in load_arrays(directory).items() if not k.startswith("ctc.")}
+    arrays.update(other)
+    meta = read_meta(directory)
+    meta["arrays"] = {k: list(v.shape) for k, v in arrays.items()}
+    write_meta(directory, meta)
+    write_weights(directory, arrays)
+    with pytest.raises(ModelError, match=r"the CTC \w+ classifier needs|not part of the"):
+        model_mod.load(directory)
+    directory = saved(tmp_path / "again", make_model(1, kind))
+    write_meta(directory, dict(read_meta(directory), config=dict(read_meta(directory)["config"], ctc_hidden=[7])))
+    with pytest.raises(ModelError, match=r"hidden sizes are \[4\], config\.ctc_hidden \[7\]"):
+        model_mod.load(directory)
+
+
 # ----------------------------------------------------------------------------------------------
 # (c) Atomic saving
 # ----------------------------------------------------------------------------------------------

@@ -183,6 +183,26 @@ def test_resume_ends_exactly_like_an_uninterrupted_run(tmp_path, nav_small, algo
     assert again.info["history"] == full.info["history"]
 
 
+@pytest.mark.parametrize("where", ["held_out", "params"])
+def test_divergence_is_seen_in_either_loss_and_in_the_parameters(nav_small, monkeypatch, where):
+    """A NaN held-out loss next to a finite training loss (max() passed over it), or a
+    non-finite parameter, stops the run with DivergedError and no NumPy warning escapes."""
+    import warnings
+    if where == "held_out":
+        monkeypatch.setattr(train, "mean_loss", lambda *args, **kwargs: float("nan"))
+    else:
+        real = optim.Adam.step
+
+        def poisoned(self, params, grads):
+            real(self, params, grads)
+            next(iter(params.values())).flat[0] = np.inf
+        monkeypatch.setattr(optim.Adam, "step", poisoned)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(train.DivergedError, match="nan" if where == "held_out" else "non-finite|inf|nan"):
+            train.train(nav_small, config(epochs=3), progress=False)
+
+
 def test_resume_refuses_a_different_config(tmp_path, nav_small):
     train.train(nav_small, config(seed=1), out_dir=tmp_path, stop_after=1, progress=False)
     with pytest.raises(ValueError, match=r"different config \(differs in \['lr'\]\)"):
@@ -234,6 +254,23 @@ def test_train_config_ctc_kind():
 def test_config_fields_have_their_types(key, value):
     with pytest.raises(ValueError, match=key):
         train.TrainConfig(**{key: value})
+
+
+@pytest.mark.parametrize("key, value", [("sigma", 1e300), ("sigma", 1e-30), ("sigma", 2e4),
+                                        ("sigma_init", 1e-5), ("sigma_init", 1e300)])
+def test_sigma_is_held_to_the_policy_range(key, value):
+    """policy.SIGMA_RANGE, which every model file is held to as well; its ends are accepted."""
+    with pytest.raises(ValueError, match=f"^{key} must be a positive number in"):
+        train.TrainConfig(**{key: value})
+    for end in policy.SIGMA_RANGE:
+        assert train.TrainConfig(**{key: end})
+
+
+def test_the_gru_classifier_takes_one_hidden_size():
+    """ctc_hidden=[5, 5] trained a GRU of 5 and dropped the second size without a word."""
+    with pytest.raises(ValueError, match=r"^ctc_hidden must be one hidden size \[H\] for ctcbc-gru"):
+        train.TrainConfig(algo="ctcbc-gru", ctc_hidden=[5, 5])
+    assert train.TrainConfig(algo="ctcbc-mlp", ctc_hidden=[5, 5]).ctc_hidden == [5, 5]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ import numpy as np
 
 from taco_ref.data import Demos
 from taco_sim import sketch_array
-from taco_sim.domain import Domain, SketchProgress, check_collect_args, package_file, register
+from taco_sim.domain import Domain, SketchProgress, check_collect_args, check_dart_sigma, package_file, register
 
 VOCAB = ("black", "green", "yellow", "red")
 """Sub-task names; sub-task k = "go to destination VOCAB[k]"."""
@@ -103,7 +103,7 @@ STEPS_PER_SUBTASK = 50
 CHUNK = 256
 """collect simulates this many demonstrations together (bounds memory; progress is per chunk)."""
 MAX_REDRAW_ROUNDS = 100
-"""collect gives up (RuntimeError) if a chunk still has unfinished episodes after this many rounds."""
+"""collect gives up (ValueError naming dart_sigma) if a chunk still has unfinished episodes after this many rounds."""
 
 
 def budget(sketch_len):
@@ -327,8 +327,7 @@ def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=
     runs in this process (1000 demonstrations take about a second).
     """
     check_collect_args(n, sketch_len, workers, K)
-    if not dart_sigma >= 0:
-        raise ValueError(f"dart_sigma: expected >= 0, got {dart_sigma}")
+    check_dart_sigma(dart_sigma)
     rng = np.random.default_rng(seed)
     if sketches is None:
         sketches = sample_sketches(n, sketch_len, rng)
@@ -357,8 +356,8 @@ def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=
             if not todo.size:
                 break
         else:
-            raise RuntimeError(f"collect: {todo.size} episodes still unfinished after "
-                               f"{MAX_REDRAW_ROUNDS} redraws; is dart_sigma = {dart_sigma} too large?")
+            raise ValueError(f"dart_sigma: {todo.size} episodes still unfinished after "
+                             f"{MAX_REDRAW_ROUNDS} redraws at dart_sigma = {dart_sigma}; lower it")
         if progress is not None:
             progress(min(start + CHUNK, n), n)
     T_max = int(traj_len.max())

@@ -26,7 +26,10 @@ import time
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
+import inspect  # noqa: E402
+
 import taco_sim  # noqa: E402
+from taco_sim.domain import MAX_COLLECT, MAX_DART_SIGMA, MAX_SKETCH_LEN, MAX_WORKERS  # noqa: E402
 from taco_ref import data, evaluate, model as model_mod, runner, train  # noqa: E402
 from taco_ref.app import config as config_mod, engine, experiment  # noqa: E402
 
@@ -43,6 +46,12 @@ def _progress(label):
 
 def cmd_collect(args):
     dom = taco_sim.get(args.domain)
+    if args.workers > 1 and not dom.parallel_collect:
+        raise ValueError(f"--workers: {args.domain} collects in one process (its expert runs "
+                         f"fast enough there), so --workers {args.workers} would do nothing; leave it out")
+    if args.dart_sigma is not None and "dart_sigma" not in inspect.signature(dom.collect).parameters:
+        raise ValueError(f"--dart-sigma: {args.domain}'s expert noise is not a Gaussian on "
+                         f"continuous actions (its DART noise is its own setting); leave it out")
     sketch_len = dom.train_sketch_len if args.sketch_len is None else args.sketch_len
     kwargs = {"dart_sigma": args.dart_sigma} if args.dart_sigma is not None else {}
     t0 = time.time()
@@ -62,7 +71,7 @@ def cmd_train(args):
     cfg = config_mod.load(domain if domain in taco_sim.names() else None, args.config, args.set,
                           algo=args.algo, seed=args.seed)
     model = train.train(demos, cfg, out_dir=args.out, resume=args.resume, stop_after=args.stop_after,
-                        overwrite=args.overwrite)
+                        overwrite=args.overwrite, log=sys.stderr)
     if model is None:
         print(f"stopped after {args.stop_after} epochs; continue with --resume --out {args.out}")
         return 0
@@ -100,7 +109,7 @@ def cmd_align(args):
             plots.alignment(model, demos, args.index, args.plot)
             print(f"wrote {args.plot}")
         except ImportError:
-            print("--plot needs matplotlib: pip install 'taco_ref[plot]'", file=sys.stderr)
+            print("taco align: --plot needs matplotlib: pip install 'taco_ref[plot]'", file=sys.stderr)
             return 1
     return 0
 
@@ -151,6 +160,9 @@ def cmd_experiment(args):
                   n_tasks=args.n_tasks, n_align=args.n_align, config=base,
                   test_lengths=args.test_lengths)
              for n in _unique(args.sizes) for s in _unique(args.seeds) for a in _unique(args.algos)]
+    if args.workers is not None and (args.scheduler or os.environ.get(engine.SCHEDULER_ENV)):
+        raise ValueError(f"--workers: the cells run on the Dask scheduler's workers, so --workers "
+                         f"{args.workers} (local processes) would do nothing; leave it out")
     if args.migrate:
         written = experiment.migrate(cells, args.out)
         left = sum(experiment.finished(args.out, c) is None for c in cells)
@@ -158,7 +170,7 @@ def cmd_experiment(args):
               f"under {os.path.join(args.out, 'cells')}; {left} of the grid's {len(cells)} cells are not "
               f"finished there (a run computes them)")
         return EXIT_OK
-    with engine.executor(args.scheduler, args.workers) as ex:
+    with engine.executor(args.scheduler, 2 if args.workers is None else args.workers) as ex:
         for line in ex.check_workers():
             print(f"taco experiment: warning: {line}", file=sys.stderr)
         progress = engine.Progress()
@@ -213,13 +225,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: {_one_line(message)} (see {self.prog} --help)\n")
 
 
-def _integer(low, what):
+def _integer(low, what, high=None):
     def parse(text):
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {_one_line(text)[:40]!r}") from None
+        if value < low or (high is not None and value > high):
             raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
         return value
     parse.__name__ = what
@@ -228,6 +240,30 @@ def _integer(low, what):
 
 positive = _integer(1, "an integer >= 1")
 non_negative = _integer(0, "an integer >= 0")
+MAX_TASKS = evaluate.MAX_TASKS
+MAX_RETRIES = 100
+"""Command-line counts are bounded before anything is allocated or started (a mistyped count
+ends in one usage line, not an out-of-memory kill or a fork storm): demonstrations per data set
+(--n, --sizes, --n-align) taco_sim.domain.MAX_COLLECT, test tasks (--n-tasks)
+evaluate.MAX_TASKS, sketch lengths taco_sim.domain.MAX_SKETCH_LEN, worker processes
+taco_sim.domain.MAX_WORKERS, resubmissions (--retries) MAX_RETRIES."""
+demos_count = _integer(1, f"an integer in [1, {MAX_COLLECT}]", MAX_COLLECT)
+tasks_count = _integer(1, f"an integer in [1, {MAX_TASKS}]", MAX_TASKS)
+sketch_length = _integer(1, f"an integer in [1, {MAX_SKETCH_LEN}]", MAX_SKETCH_LEN)
+workers_count = _integer(1, f"an integer in [1, {MAX_WORKERS}]", MAX_WORKERS)
+retries_count = _integer(0, f"an integer in [0, {MAX_RETRIES}]", MAX_RETRIES)
+
+
+def dart_level(text):
+    """--dart-sigma: a number in [0, MAX_DART_SIGMA] (taco_sim.domain.check_dart_sigma)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {_one_line(text)[:40]!r}") from None
+    if not 0.0 <= value <= MAX_DART_SIGMA:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, {MAX_DART_SIGMA:g}] (a share of the "
+                                         f"action's range), got {text}")
+    return value
 
 
 def build_parser():
@@ -237,11 +273,14 @@ def build_parser():
 
     p = sub.add_parser("collect", help="collect expert demonstrations with DART noise")
     p.add_argument("domain", choices=taco_sim.names())
-    p.add_argument("--n", type=positive, required=True, help="number of demonstrations")
-    p.add_argument("--sketch-len", type=positive, default=None, help="L (domain default: the paper's)")
-    p.add_argument("--workers", type=positive, default=1, help="parallel processes (dial)")
+    p.add_argument("--n", type=demos_count, required=True, help=f"number of demonstrations (at most {MAX_COLLECT})")
+    p.add_argument("--sketch-len", type=sketch_length, default=None, help="L (domain default: the paper's)")
+    p.add_argument("--workers", type=workers_count, default=1,
+                   help="parallel processes (the Dial's domains; the others collect in one)")
     p.add_argument("--seed", type=non_negative, default=0)
-    p.add_argument("--dart-sigma", type=float, default=None, help="DART noise (domain default)")
+    p.add_argument("--dart-sigma", type=dart_level, default=None,
+                   help=f"DART noise level in [0, {MAX_DART_SIGMA:g}], a share of the action range "
+                        "(continuous domains; default: the domain's)")
     p.add_argument("--out", required=True, help="output .npz")
     p.set_defaults(func=cmd_collect)
 
@@ -263,10 +302,10 @@ def build_parser():
     p = sub.add_parser("evaluate", help="execute sketches; task, sub-task and alignment accuracy")
     p.add_argument("--model", required=True)
     p.add_argument("--domain", default="navworld", choices=taco_sim.names())
-    p.add_argument("--n-tasks", type=positive, default=100)
-    p.add_argument("--sketch-len", type=positive, default=None,
+    p.add_argument("--n-tasks", type=tasks_count, default=100)
+    p.add_argument("--sketch-len", type=sketch_length, default=None,
                    help="random sketches of this length (default: the domain's zero-shot test sketches)")
-    p.add_argument("--lengths", type=positive, nargs="+", default=None, metavar="L",
+    p.add_argument("--lengths", type=sketch_length, nargs="+", default=None, metavar="L",
                    help="also task accuracy for each test sketch length (paper figure 8)")
     p.add_argument("--data", default=None, help="held-out demonstrations for alignment accuracy")
     p.add_argument("--seed", type=non_negative, default=0)
@@ -286,10 +325,10 @@ def build_parser():
     # seeds 0-4, and 1000 tasks make one figure's standard error about 1 point. A demo cell is
     # the same computation as a `taco experiment navworld --n-tasks 1000` cell of that size and
     # seed (README, Results)
-    p.add_argument("--n", type=positive, default=1000, help="training demonstrations")
-    p.add_argument("--n-tasks", type=positive, default=1000)
+    p.add_argument("--n", type=demos_count, default=1000, help="training demonstrations")
+    p.add_argument("--n-tasks", type=tasks_count, default=1000)
     p.add_argument("--seed", type=non_negative, default=0)
-    p.add_argument("--workers", type=positive, default=2)
+    p.add_argument("--workers", type=workers_count, default=2)
     # CTC-BC (GRU) is left out by default: its bi-GRU classifier alone takes longer than the
     # other three cells together at 400 demonstrations; add it with --algos ... ctcbc-gru
     p.add_argument("--algos", nargs="+", default=["taco", "gtbc", "ctcbc-mlp"], choices=experiment.ALGOS)
@@ -299,21 +338,22 @@ def build_parser():
 
     p = sub.add_parser("experiment", help="the paper's comparison across dataset sizes and seeds")
     p.add_argument("domain", choices=taco_sim.names())
-    p.add_argument("--sizes", type=positive, nargs="+", default=[50, 200, 400, 1000])
+    p.add_argument("--sizes", type=demos_count, nargs="+", default=[50, 200, 400, 1000])
     p.add_argument("--seeds", type=non_negative, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--algos", nargs="+", default=list(experiment.ALGOS), choices=experiment.ALGOS)
-    p.add_argument("--n-tasks", type=positive, default=100)
-    p.add_argument("--n-align", type=positive, default=100, help="held-out demonstrations for alignment")
-    p.add_argument("--test-lengths", type=positive, nargs="+", default=None, metavar="L",
+    p.add_argument("--n-tasks", type=tasks_count, default=100)
+    p.add_argument("--n-align", type=demos_count, default=100, help="held-out demonstrations for alignment")
+    p.add_argument("--test-lengths", type=sketch_length, nargs="+", default=None, metavar="L",
                    help="also task accuracy for each test sketch length (paper figure 8)")
     p.add_argument("--config", default=None)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a training config value (repeatable); part of each cell's key")
-    p.add_argument("--workers", type=positive, default=2, help="local worker processes (without --scheduler)")
+    p.add_argument("--workers", type=workers_count, default=None,
+                   help="local worker processes (default 2; not with --scheduler, whose workers run the cells)")
     p.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
                    help=f"run the cells on this Dask scheduler's workers (default: ${engine.SCHEDULER_ENV}, "
                         f"else this machine); needs the 'dist' extra")
-    p.add_argument("--retries", type=non_negative, default=2,
+    p.add_argument("--retries", type=retries_count, default=2,
                    help="times a task whose worker died is submitted again")
     p.add_argument("--force", action="store_true", help="recompute the cells already finished in --out")
     p.add_argument("--migrate", action="store_true",
@@ -362,28 +402,51 @@ def _one_line(text):
     return " ".join(str(text).split())
 
 
+class _LineTracker:
+    """sys.stderr while a command runs, remembering whether what was last written ended its
+    line: progress lines are rewritten in place ("\r..." without a newline), and an error
+    printed after one must start on a fresh line."""
+
+    def __init__(self, stream):
+        self.stream, self.line_open = stream, False
+
+    def write(self, text):
+        if text:
+            self.line_open = not text.endswith("\n")
+        return self.stream.write(text)
+
+    def __getattr__(self, name):                # flush, isatty, fileno, encoding, ...
+        return getattr(self.stream, name)
+
+
 def main(argv=None):
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exit:          # --help (0) or a usage error (2, one line): a code, as below
         return exit.code
+    stderr = sys.stderr = _LineTracker(sys.stderr)
+
+    def fail(message, code):
+        """The one place an error is printed: one line, on a line of its own."""
+        if stderr.line_open:
+            print(file=stderr.stream)
+        print(f"taco {args.command}: {message}", file=stderr.stream, flush=True)
+        return code
     try:
         return args.func(args)
     except train.DivergedError as err:
-        print(f"taco {args.command}: {_one_line(err)}", file=sys.stderr)
-        return EXIT_DIVERGED
+        return fail(_one_line(err), EXIT_DIVERGED)
     except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as err:
-        print(f"taco {args.command}: {_one_line(err)}", file=sys.stderr)   # bad input
-        return EXIT_BAD_INPUT
+        return fail(_one_line(err), EXIT_BAD_INPUT)                         # bad input
     except OSError as err:                      # full or read-only disk, permissions
         where = f" {err.filename}" if err.filename else ""
-        print(f"taco {args.command}: cannot read or write{where}: {err.strerror or err}", file=sys.stderr)
-        return EXIT_IO
+        return fail(f"cannot read or write{where}: {err.strerror or err}", EXIT_IO)
     except KeyboardInterrupt:
         hint = {"train": "; continue with --resume" if getattr(args, "out", None) else "",
                 "experiment": "; the same command again runs only the unfinished cells"}.get(args.command, "")
-        print(f"taco {args.command}: interrupted{hint}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return fail(f"interrupted{hint}", EXIT_INTERRUPTED)
+    finally:
+        sys.stderr = stderr.stream
 
 
 if __name__ == "__main__":

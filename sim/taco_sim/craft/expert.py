@@ -32,6 +32,7 @@ import numpy as np
 import yaml
 
 from taco_ref.data import Demos
+from taco_sim.domain import check_collect_args
 from taco_sim.craft import world as cw
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -384,10 +385,7 @@ def collect(n, sketch_len=None, seed=0, dart_eps=DART_EPS, sketches=None, progre
     Deterministic for a seed; workers is accepted for the contract and not used (about 200
     demonstrations per second in one process).
     """
-    if workers < 1:
-        raise ValueError(f"workers: expected at least 1, got {workers}")
-    if n < 1:
-        raise ValueError(f"n: expected at least 1 demonstration, got {n}")
+    check_collect_args(n, sketch_len, workers)
     if not 0.0 <= dart_eps <= 1.0:
         raise ValueError(f"dart_eps: expected a probability, got {dart_eps}")
     rng = np.random.default_rng(seed)

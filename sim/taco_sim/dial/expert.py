@@ -43,7 +43,7 @@ import numpy as np
 
 from taco_ref.data import Demos
 from taco_sim import sketch_array
-from taco_sim.domain import SketchProgress, check_collect_args
+from taco_sim.domain import SketchProgress, check_collect_args, check_dart_sigma
 from taco_sim.dial.env import (ACTION_DIM, FINGERS_CLOSED, HOME, K, PHYSICS_DT, SLOTS,
                                STATE_DIM, SUBSAMPLE, TORQUE_LIMITS, VOCAB, DialEnv, check_layout,
                                kinematics, sample_layout)
@@ -74,7 +74,7 @@ STEPS_PER_DIGIT = 100
 CHUNK = 4
 """collect hands out demonstrations in chunks of this size (progress is per chunk)."""
 MAX_ATTEMPTS = 50
-"""collect gives up (RuntimeError) if one demonstration fails this many times in a row."""
+"""collect gives up (ValueError naming dart_sigma) if one demonstration fails this many times in a row."""
 
 _POSES = None
 
@@ -279,7 +279,8 @@ def _demo(args):
             obs = task.step(clean + scale * rng.standard_normal(len(clean)))
         if task.done:
             return np.array(states), np.array(actions), np.array(labels), obs, attempt
-    raise RuntimeError(f"collect: a demonstration failed {MAX_ATTEMPTS} times; dart_sigma = {dart_sigma} too large?")
+    raise ValueError(f"dart_sigma: a demonstration failed {MAX_ATTEMPTS} times in a row at "
+                     f"dart_sigma = {dart_sigma}; lower it")
 
 
 TORQUE = Variant("dial", DialTask, expert_torque_from_obs, TORQUE_LIMITS)
@@ -310,8 +311,7 @@ def collect_variant(variant, n, sketch_len, seed, dart_sigma=DART_SIGMA, sketche
     order).
     """
     check_collect_args(n, sketch_len, workers)
-    if not dart_sigma >= 0:
-        raise ValueError(f"dart_sigma: expected >= 0, got {dart_sigma}")
+    check_dart_sigma(dart_sigma)
     rng = np.random.default_rng(seed)
     if sketches is None:
         sketches = sample_sketches(n, sketch_len, rng)

@@ -1,0 +1,113 @@
+"""Peak memory of the `taco` commands on the shipped Dial models, under an address-space limit.
+
+Each command runs in a child process whose address space is limited (RLIMIT_AS, as `ulimit -v`
+sets it; 1.5 GB by default, a small robot computer's share) and is measured by its own peak
+resident set size (os.wait4's ru_maxrss for that child). The commands:
+
+- model.load of each shipped model (sim/taco_sim/dial/models/dial, dial-velocity): what the ROS
+  policy node does at start-up;
+- taco evaluate on --n-tasks test PINs of each model's domain;
+- taco align on --n-align demonstrations of each domain, collected here (seed 11);
+- taco rollout of one PIN with the torque model (a contact sheet PNG; needs offscreen GL);
+- taco train --resume: --n-train demonstrations of the Dial with the shipped model's config
+  (dial-small: nets [200, 100] / [150, 50]), stopped after one epoch, resumed for the second;
+- `taco --help`, the floor every command starts from (NumPy, MuJoCo, every domain imported).
+
+Usage::
+
+    python bench/bench_memory.py                 # 100 tasks, 100 aligned, 200 trained on
+    python bench/bench_memory.py --quick         # 10, 20, 20
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = os.path.join(ROOT, "sim", "taco_sim", "dial", "models")
+
+
+LAUNCHER = """
+import os, resource, sys
+limit = int(sys.argv[1])
+pid = os.fork()
+if pid == 0:
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    os.execv(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+print(usage.ru_maxrss, os.waitstatus_to_exitcode(status))
+"""
+"""Runs the command as its own child and prints that child's peak RSS (KiB) and exit code. Linux
+counts in a process's peak the resident size of the process it was forked from (exec keeps
+the larger high-water mark), so the command is forked from this small launcher (about 10 MiB),
+never from the benchmark's own process, which holds the collected data."""
+
+
+def measure(argv, limit):
+    """(exit code, peak RSS in MiB, seconds, last stderr line) of argv under RLIMIT_AS = limit."""
+    t0 = time.time()
+    done = subprocess.run([sys.executable, "-c", LAUNCHER, str(limit)] + argv, capture_output=True, text=True)
+    rss, code = (int(x) for x in done.stdout.split())
+    last = done.stderr.replace("\r", "\n").strip().split("\n")[-1] if done.stderr.strip() else ""
+    return code, rss / 1024, time.time() - t0, last
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--limit-mb", type=float, default=1500.0, help="address-space limit, 10^6 bytes")
+    ap.add_argument("--n-tasks", type=int, default=None)
+    ap.add_argument("--n-align", type=int, default=None)
+    ap.add_argument("--n-train", type=int, default=None)
+    args = ap.parse_args()
+    n_tasks = args.n_tasks or (10 if args.quick else 100)
+    n_align = args.n_align or (20 if args.quick else 100)
+    n_train = args.n_train or (20 if args.quick else 200)
+    limit = int(args.limit_mb * 1e6)
+    taco = [sys.executable, "-m", "taco_ref.app.cli"]
+    tmp = tempfile.mkdtemp(prefix="bench-memory-")
+    from taco_ref import data
+    import taco_sim
+    for domain in ("dial", "dial-velocity"):
+        t0 = time.time()
+        data.save(taco_sim.get(domain).collect(max(n_align, n_train), 4, 11), os.path.join(tmp, f"{domain}.npz"))
+        print(f"collected {max(n_align, n_train)} {domain} demonstrations in {time.time() - t0:.0f} s",
+              file=sys.stderr)
+    train_data = os.path.join(tmp, "train.npz")
+    data.save(data.load(os.path.join(tmp, "dial.npz")).subset(range(n_train)), train_data)
+    run = os.path.join(tmp, "run")
+    small = ["--config", "dial-small", "--set", "epochs=2"]
+    subprocess.run(taco + ["train", "--data", train_data, "--out", run, "--stop-after", "1"] + small,
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    commands = [("taco --help (the floor: NumPy, MuJoCo, every domain)", taco + ["--help"])]
+    for name, domain in (("dial", "dial"), ("dial-velocity", "dial-velocity")):
+        model = os.path.join(MODELS, name)
+        aligned = os.path.join(tmp, f"{domain}-align.npz")
+        data.save(data.load(os.path.join(tmp, f"{domain}.npz")).subset(range(n_align)), aligned)
+        commands += [
+            (f"model.load {name}", [sys.executable, "-c", f"from taco_ref import model; model.load({model!r})"]),
+            (f"taco evaluate {name}, {n_tasks} tasks", taco + ["evaluate", "--model", model, "--domain", domain,
+                                                             "--n-tasks", str(n_tasks)]),
+            (f"taco align {name}, {n_align} demonstrations", taco + ["align", "--model", model, "--data", aligned]),
+        ]
+    commands += [
+        ("taco rollout dial, PIN 0 5 1 6", taco + ["rollout", "--model", os.path.join(MODELS, "dial"), "--domain",
+                                                  "dial", "--sketch", "0 5 1 6", "--out", os.path.join(tmp, "r.png")]),
+        (f"taco train --resume, {n_train} Dial demonstrations (dial-small), 1 epoch",
+         taco + ["train", "--data", train_data, "--out", run, "--resume"] + small),
+    ]
+    print(f"address-space limit {limit / 1e9:g} GB; peak RSS of each command (its own process, "
+          f"forked from a small launcher)\n")
+    print("| command | peak RSS (MiB) | exit | s |")
+    print("|---|---:|---:|---:|")
+    for label, argv in commands:
+        code, rss, seconds, last = measure(argv, limit)
+        print(f"| {label} | {rss:.0f} | {code} | {seconds:.1f} |" + (f" {last}" if code not in (0, 1) else ""))
+
+
+if __name__ == "__main__":
+    main()
