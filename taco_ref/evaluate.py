@@ -26,9 +26,46 @@ ACTION_STREAM = 1
 """Discrete actions of the episode with seed `seed` are drawn from default_rng([seed, ACTION_STREAM])."""
 
 
+FAILURE_KINDS = {
+    "stopped early": "the active sub-policy said STOP before the environment counted its sub-task",
+    "stopped late": "its sub-task was counted but it never said STOP; the episode then failed "
+                    "or ran out of steps",
+    "wrong outcome": "the environment ended the task while the right sub-policy was active "
+                     "(the Dial: a wrong key pressed)",
+    "timed out": "the step budget ran out while the active sub-policy's sub-task was not done",
+    "non-finite action": "the active sub-policy produced a NaN or infinite action",
+}
+"""Why a sketch failed, decided from the episode alone (spec/evaluation.md eq. (4)); a domain's
+task environment may refine each kind with a detail (`failure_detail`, the Dial's keys)."""
+
+
+def classify_failure(sketch_len, progress, n_stops, failed, error=False):
+    """(kind, position) of an unsuccessful episode, or None for a successful one;
+    spec/evaluation.md eq. (4).
+
+    With f = progress (the first sub-task not counted) and a = n_stops (the sketch position
+    active at the end): a > f "stopped early" at f (sub-policy f stopped, its sub-task never
+    counted); a < f "stopped late" at a (sub-task a was counted, sub-policy a never stopped);
+    a = f: "non-finite action" (error), "wrong outcome" (the env failed the task) or
+    "timed out", at f.
+    """
+    if progress >= sketch_len:
+        return None
+    if n_stops > progress:
+        return "stopped early", progress
+    if n_stops < progress:
+        return "stopped late", n_stops
+    if error:
+        return "non-finite action", progress
+    return ("wrong outcome" if failed else "timed out"), progress
+
+
 def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5, observer=None, sample=True):
     """Run one sketch (a sequence of sub-task ids) in env; returns a dict with
-    success, progress (sub-tasks the env counted), steps, stop_times (step of each STOP).
+    success, progress (sub-tasks the env counted), steps, stop_times (step of each STOP),
+    progress_times (step at which each counted sub-task was counted) and failure (None, or
+    {kind, position, detail}: classify_failure, and env.failure_detail's text where the env
+    has one, else "").
     observer(env, active), if given, is called after the reset and after every step.
 
     env: a task env on taco_sim's domain contract (reset(sketch, seed), step(action), stop(),
@@ -49,18 +86,35 @@ def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5, observer=
     run.start(sketch, now=0)
     if observer:
         observer(env, run.active)
+    progress_times = []
+
+    def count():
+        progress_times.extend([run.steps] * (int(env.progress) - len(progress_times)))
+
     while run.steps < budget and not env.done and not env.failed:
         stops = len(run.stop_steps)
         action = run.step(obs, now=run.steps)
         if len(run.stop_steps) > stops:   # the active sub-policy stopped in obs: the env judges
             env.stop()
+            count()
         if action is None:          # the last sub-policy stopped (or a non-finite action)
             break
         obs = env.step(action)
+        count()
         if observer:
             observer(env, run.active)
-    return {"success": bool(env.done), "progress": int(env.progress), "steps": run.steps,
-            "stop_times": list(run.stop_steps)}
+    out = {"success": bool(env.done), "progress": int(env.progress), "steps": run.steps,
+           "stop_times": list(run.stop_steps), "progress_times": progress_times, "failure": None}
+    failure = classify_failure(len(sketch), out["progress"], len(run.stop_steps), bool(env.failed),
+                               error=run.state == "error")
+    if failure is not None:
+        kind, position = failure
+        start = 0 if position == 0 else run.stop_steps[position - 1]
+        end = run.stop_steps[position] if position < len(run.stop_steps) else run.steps
+        explain = getattr(env, "failure_detail", None)
+        out["failure"] = {"kind": kind, "position": position,
+                          "detail": explain(kind, position, start, end) if explain else ""}
+    return out
 
 
 def unpad(sketch):
@@ -75,20 +129,90 @@ def unpad(sketch):
 
 def task_accuracy(model, make_env, sketches, seed=0, progress=None):
     """Execute every sketch (one seed each, derived from seed); task and sub-task accuracy,
-    spec/evaluation.md eq. (1). sketches: rows of ids, each possibly padded with -1 (mixed
-    lengths)."""
+    spec/evaluation.md eq. (1), and why the others failed. sketches: rows of ids, each possibly
+    padded with -1 (mixed lengths).
+
+    Returns task_accuracy, subtask_accuracy, n_tasks, outcomes (a string of "1" for each
+    sketch completed and "0" for each failed, in order: for paired comparisons), failures
+    ({kind: count}, FAILURE_KINDS) and failure_details ({"kind: detail": count}, where the
+    environment gives details)."""
     seeds = np.random.default_rng(seed).integers(0, 2**31, size=len(sketches))
     done = completed = attempted = 0
+    outcomes, failures, details = [], {}, {}
     for i, (row, s) in enumerate(zip(sketches, seeds)):
         sketch = unpad(row)
         out = execute(model, make_env(), sketch, int(s))
         done += out["success"]
         completed += out["progress"]
         attempted += len(sketch)
+        outcomes.append("1" if out["success"] else "0")
+        if out["failure"] is not None:
+            kind, detail = out["failure"]["kind"], out["failure"]["detail"]
+            failures[kind] = failures.get(kind, 0) + 1
+            if detail:
+                details[f"{kind}: {detail}"] = details.get(f"{kind}: {detail}", 0) + 1
         if progress:
             progress(i + 1, len(sketches))
     return {"task_accuracy": done / len(sketches), "subtask_accuracy": completed / attempted,
-            "n_tasks": len(sketches)}
+            "n_tasks": len(sketches), "outcomes": "".join(outcomes),
+            "failures": dict(sorted(failures.items())), "failure_details": dict(sorted(details.items()))}
+
+
+def wilson_interval(successes, n, z=1.959963984540054):
+    """The Wilson score interval (lo, hi) of a proportion, successes out of n trials, at the
+    normal quantile z (95 % by default); spec/evaluation.md eq. (5). Unlike p +- z se it stays
+    inside [0, 1] and is not empty at 0 or n successes."""
+    if not (isinstance(n, (int, np.integer)) and n >= 1 and 0 <= successes <= n):
+        raise ValueError(f"wilson_interval: expected 0 <= successes <= n, n >= 1, got {successes}, {n}")
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, float(centre - half)), min(1.0, float(centre + half))
+
+
+def paired_difference_interval(outcomes_a, outcomes_b, z=1.959963984540054):
+    """(difference, lo, hi): the difference p_a - p_b of two success rates on the same tasks
+    and its 95 % interval by Newcombe's hybrid score method for paired data (1998, method 10);
+    spec/evaluation.md eq. (6). outcomes_*: sequences of 0/1 (or the "0"/"1" strings of
+    task_accuracy), task j being the same task in both."""
+    a_ = np.array([int(c) for c in outcomes_a], dtype=np.int64)
+    b_ = np.array([int(c) for c in outcomes_b], dtype=np.int64)
+    if a_.shape != b_.shape or a_.size == 0 or not np.isin(np.concatenate([a_, b_]), (0, 1)).all():
+        raise ValueError(f"paired_difference_interval: expected two equally long 0/1 sequences, "
+                         f"got {a_.size} and {b_.size} entries")
+    n = a_.size
+    both, only_a = int(np.sum(a_ & b_)), int(np.sum(a_ & (1 - b_)))
+    only_b, neither = int(np.sum((1 - a_) & b_)), int(np.sum((1 - a_) & (1 - b_)))
+    p1, p2 = (both + only_a) / n, (both + only_b) / n
+    l1, u1 = wilson_interval(both + only_a, n, z)
+    l2, u2 = wilson_interval(both + only_b, n, z)
+    denom = (both + only_a) * (only_b + neither) * (both + only_b) * (only_a + neither)
+    cross = both * neither - only_a * only_b
+    if denom == 0:
+        phi = 0.0
+    else:                                          # Newcombe's continuity-corrected correlation
+        phi = (max(cross - n / 2, 0.0) if cross > 0 else cross) / np.sqrt(float(denom))
+    d = p1 - p2
+    lower = np.sqrt(max((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2, 0.0))
+    upper = np.sqrt(max((u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2, 0.0))
+    return float(d), float(max(-1.0, d - lower)), float(min(1.0, d + upper))
+
+
+def failure_table(result):
+    """The failure kinds of a task_accuracy (or protocol) result as text lines: count and share
+    of the failed sketches, each kind's details indented below it."""
+    failed = sum(result.get("failures", {}).values())
+    lines = [f"{result['n_tasks'] - failed} of {result['n_tasks']} sketches completed; "
+             f"{failed} failed:"]
+    for kind in FAILURE_KINDS:
+        n = result.get("failures", {}).get(kind, 0)
+        if not n:
+            continue
+        lines.append(f"  {kind:<18} {n:5d}  {100 * n / failed:5.1f} %   ({FAILURE_KINDS[kind]})")
+        for key, m in sorted(result.get("failure_details", {}).items(), key=lambda kv: -kv[1]):
+            if key.startswith(kind + ": "):
+                lines.append(f"      {key[len(kind) + 2:]:<40} {m:5d}")
+    return lines
 
 
 MAX_TASKS = 100_000

@@ -405,3 +405,56 @@ def test_render_front_camera(offscreen_gl):
     drive(env, expert.poses()[0][0], 10)
     assert not np.array_equal(env.render(), image)                             # the arm moved
     env.close()
+
+
+def test_dial_failure_details_name_what_the_arm_did():
+    """spec/evaluation.md eq. (4) with the Dial's details (spec/dial.md §4), on scripted runs:
+    re-pressing the counted key is "pressed its key again"; pressing 2 instead of 1 a neighbouring
+    key, 9 instead of 1 a distant one; holding still at home never reaches key 1; hovering over
+    key 1 stays over it (and a STOP there is over its key, before pressing it); commanding
+    beyond the motors' limits is at a torque limit."""
+    hover, _ = expert.poses()
+
+    def press(task, digit):
+        start = task.progress
+        while not task.failed and task.progress == start and task.t < 300:
+            obs = task.step(dial.expert_torque_from_obs(task.env.obs, digit))
+        return obs
+
+    task = dial.DialTask()
+    task.reset([1, 5], seed=0)
+    press(task, 1)
+    for _ in range(15):                                   # lift towards 5, then back down on 1
+        task.step(dial.expert_torque_from_obs(task.env.obs, 5))
+    while not task.failed and task.t < 300:
+        task.step(dial.expert_torque_from_obs(task.env.obs, 1))
+    assert task.failed and task.progress == 1
+    assert task.failure_detail("stopped late", 0, 0, task.t) == "pressed its key again"
+
+    for wrong, detail in ((2, "pressed a neighbouring key"), (9, "pressed a distant key")):
+        task.reset([1, 5], seed=0)
+        while not task.failed and task.t < 300:
+            task.step(dial.expert_torque_from_obs(task.env.obs, wrong))
+        assert task.failed and task.progress == 0
+        assert task.failure_detail("wrong outcome", 0, 0, task.t) == detail
+
+    task.reset([1, 5], seed=0)
+    for _ in range(40):
+        task.step(np.zeros(dial.ACTION_DIM))
+    assert task.failure_detail("timed out", 0, 0, task.t) == "never reached its key"
+
+    task.reset([1, 5], seed=0)
+    for _ in range(120):                                  # drive's P controller, through the task
+        q9, torque = task.env.qpos, np.zeros(dial.ACTION_DIM)
+        torque[:6] = expert.KP * np.clip(hover[dial.STANDARD_LAYOUT[1]] - q9[:6], -expert.MAX_ERROR, expert.MAX_ERROR)
+        torque[6:] = expert.KP_FINGER * (dial_env.FINGERS_CLOSED - q9[6:])
+        task.step(torque)
+    assert task.progress == 0 and not task.failed
+    assert task.failure_detail("timed out", 0, 0, task.t) == "stayed over its key"
+    assert task.failure_detail("stopped early", 0, 0, task.t) == "over its key, before pressing it"
+
+    task.reset([1, 5], seed=0)
+    for _ in range(10):
+        task.step(3.0 * dial.TORQUE_LIMITS)
+    assert task.failure_detail("timed out", 0, 0, task.t).endswith(("at a torque limit", "at a joint limit"))
+    assert ", at a torque limit" in task.failure_detail("timed out", 0, 0, task.t)

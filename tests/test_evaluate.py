@@ -2,6 +2,7 @@
 import types
 
 import numpy as np
+import pytest
 
 from taco_ref import evaluate, policy
 from taco_sim import navworld
@@ -151,7 +152,10 @@ def test_task_and_subtask_accuracy_count_whole_tasks_and_completed_subtasks():
     Checks spec/evaluation.md eq. (1)."""
     envs = iter([CounterEnv(fail_at=4), CounterEnv(), CounterEnv(fail_at=1)])
     out = evaluate.task_accuracy(ScriptedModel(), lambda: next(envs), [[0, 1, 2], [0, 1], [2]], seed=0)
-    assert out == {"task_accuracy": 1 / 3, "subtask_accuracy": 3 / 6, "n_tasks": 3}
+    assert {k: out[k] for k in ("task_accuracy", "subtask_accuracy", "n_tasks")} == {
+        "task_accuracy": 1 / 3, "subtask_accuracy": 3 / 6, "n_tasks": 3}
+    assert out["outcomes"] == "010"
+    assert out["failures"] == {"wrong outcome": 2} and out["failure_details"] == {}
 
 
 def test_alignment_accuracy_pools_the_valid_steps_of_every_demonstration(monkeypatch):
@@ -183,7 +187,8 @@ def test_sketches_of_mixed_lengths_are_unpadded():
     assert evaluate.unpad(np.array([2, 0, -1, -1])) == [2, 0]
     envs = iter([CounterEnv(), CounterEnv()])
     out = evaluate.task_accuracy(ScriptedModel(), lambda: next(envs), np.array([[0, 1, 2], [2, -1, -1]]), seed=0)
-    assert out == {"task_accuracy": 1.0, "subtask_accuracy": 1.0, "n_tasks": 2}
+    assert {k: out[k] for k in ("task_accuracy", "subtask_accuracy", "n_tasks", "outcomes", "failures")} == {
+        "task_accuracy": 1.0, "subtask_accuracy": 1.0, "n_tasks": 2, "outcomes": "11", "failures": {}}
     for bad in ([0, -1, 1], [-1, -1]):
         with np.testing.assert_raises(ValueError):
             evaluate.unpad(bad)
@@ -218,3 +223,110 @@ def test_discrete_actions_are_drawn_from_a_generator_seeded_by_the_episode():
     rng = np.random.default_rng([5, evaluate.ACTION_STREAM])
     assert first == [int(rng.choice(4, p=np.full(4, 0.25))) for _ in range(9)]
     assert actions(5, sample=False) == [0] * 9               # ties: the first action
+
+
+@pytest.mark.parametrize("L, progress, stops, failed, error, expected", [
+    (3, 3, 2, False, False, None),                              # success, the last never stopped
+    (3, 3, 3, False, False, None),
+    (3, 1, 2, False, False, ("stopped early", 1)),              # sub-policy 1 stopped, its task not done
+    (3, 0, 3, False, False, ("stopped early", 0)),              # every one stopped, none counted
+    (3, 2, 1, True, False, ("stopped late", 1)),                # task 1 counted, sub-policy 1 went on
+    (3, 3 - 1, 0, False, False, ("stopped late", 0)),
+    (3, 1, 1, True, False, ("wrong outcome", 1)),
+    (3, 1, 1, False, False, ("timed out", 1)),
+    (3, 1, 1, False, True, ("non-finite action", 1)),
+])
+def test_a_failed_sketch_is_classified_by_stops_against_progress(L, progress, stops, failed, error, expected):
+    """spec/evaluation.md eq. (4): the kind and sketch position of a failure from the number of
+    STOPs against the number of sub-tasks the env counted."""
+    assert evaluate.classify_failure(L, progress, stops, failed, error) == expected
+
+
+def test_execute_reports_the_failure_kind_position_detail_and_progress_times():
+    """spec/evaluation.md eq. (4) through execute: an env that fails at step 4 (one sub-task done
+    at step 3, sub-policy 1 active) is a wrong outcome at position 1; a Nav-World-like STOP
+    rejected at step 2 is stopped early at 0; a sketch that never ends times out; the env's
+    failure_detail gets the failing sub-policy's steps."""
+    calls = []
+
+    class Explaining(CounterEnv):
+        def failure_detail(self, kind, position, start, end):
+            calls.append((kind, position, start, end))
+            return "because"
+
+    out = evaluate.execute(ScriptedModel(), Explaining(fail_at=4), [0, 1, 2], seed=0)
+    assert out["progress_times"] == [3] and out["stop_times"] == [3]
+    assert out["failure"] == {"kind": "wrong outcome", "position": 1, "detail": "because"}
+    assert calls == [("wrong outcome", 1, 3, 4)]
+
+    class EarlyStopEnv(CounterEnv):
+        def step(self, action):
+            obs = super().step(action)
+            return np.array([1.0]) if self.t == 2 else obs
+
+    out = evaluate.execute(ScriptedModel(), EarlyStopEnv(judge_stops=True), [0, 1, 2], seed=0)
+    assert out["failure"] == {"kind": "stopped early", "position": 0, "detail": ""}
+
+    class Never(CounterEnv):                     # state never 1: nothing stops, nothing counts
+        def step(self, action):
+            self.t += 1
+            return np.zeros(1)
+
+    out = evaluate.execute(ScriptedModel(), Never(), [0, 1], seed=0)
+    assert out["failure"]["kind"] == "timed out" and out["steps"] == 20 and out["progress_times"] == []
+    out = evaluate.execute(ScriptedModel(), CounterEnv(), [0, 1, 2], seed=0)
+    assert out["failure"] is None and out["progress_times"] == [3, 6, 9]
+
+
+def test_failure_table_lists_kinds_with_shares_and_details():
+    """The table `taco evaluate` prints: every kind seen, its count and share of the failures,
+    its details below it (spec/evaluation.md §2a)."""
+    result = {"n_tasks": 10, "failures": {"stopped late": 3, "stopped early": 1},
+              "failure_details": {"stopped late: pressed its key again": 2,
+                                  "stopped late: pressed another key": 1}}
+    lines = evaluate.failure_table(result)
+    assert lines[0] == "6 of 10 sketches completed; 4 failed:"
+    assert lines[1].split()[:3] == ["stopped", "early", "1"] and "25.0 %" in lines[1]
+    assert lines[2].split()[:3] == ["stopped", "late", "3"] and "75.0 %" in lines[2]
+    assert lines[3].split()[-1] == "2" and "pressed its key again" in lines[3]
+    assert "pressed another key" in lines[4] and len(lines) == 5
+
+
+def test_wilson_interval_against_published_values():
+    """spec/evaluation.md eq. (5): Newcombe (1998, single proportion) gives 0.2553-0.3662 for
+    81 of 263 and 0-0.2775 for 0 of 10; the interval stays in [0, 1] and holds its point."""
+    lo, hi = evaluate.wilson_interval(81, 263)
+    assert (round(lo, 4), round(hi, 4)) == (0.2553, 0.3662)
+    lo, hi = evaluate.wilson_interval(0, 10)
+    assert lo == 0.0 and round(hi, 4) == 0.2775
+    assert evaluate.wilson_interval(10, 10)[1] == pytest.approx(1.0)
+    for bad in ((11, 10), (-1, 10), (0, 0)):
+        with pytest.raises(ValueError):
+            evaluate.wilson_interval(*bad)
+
+
+def test_paired_difference_interval_covers_and_mirrors():
+    """spec/evaluation.md eq. (6): the paired interval holds its difference, mirrors when the
+    two models swap, is exactly 0 wide only in the limit, and covers the true difference in
+    about 95 % of simulated pairs of correlated models on 500 tasks."""
+    rng = np.random.default_rng(0)
+    a = rng.random(500) < 0.6
+    b = np.where(rng.random(500) < 0.7, a, rng.random(500) < 0.5)
+    d, lo, hi = evaluate.paired_difference_interval(a.astype(int), b.astype(int))
+    assert lo < d < hi and -1 <= lo and hi <= 1
+    assert d == pytest.approx(a.mean() - b.mean())
+    d2, lo2, hi2 = evaluate.paired_difference_interval("".join("1" if x else "0" for x in b),
+                                                       "".join("1" if x else "0" for x in a))
+    assert (d2, lo2, hi2) == pytest.approx((-d, -hi, -lo))
+    d0, lo0, hi0 = evaluate.paired_difference_interval(a.astype(int), a.astype(int))
+    assert d0 == 0 and lo0 < 0 < hi0 and hi0 - lo0 < 0.02
+    covered, truth = 0, 0.65 - 0.55
+    for _ in range(400):
+        u = rng.random(500)
+        x = u < 0.65                                   # shared draws: correlated outcomes
+        y = (u + 0.1 * rng.standard_normal(500)) < 0.55
+        _, l, h = evaluate.paired_difference_interval(x.astype(int), y.astype(int))
+        covered += l <= truth <= h
+    assert 0.90 <= covered / 400 <= 0.99
+    with pytest.raises(ValueError):
+        evaluate.paired_difference_interval("011", "01")

@@ -7,6 +7,7 @@ import re
 import pytest
 
 import taco_sim
+from taco_ref import evaluate
 from taco_ref.app import experiment
 
 TINY = dict(act_hidden=[16], stop_hidden=[16], ctc_hidden=[8], epochs=2, patience=2)
@@ -199,3 +200,25 @@ def test_cell_keys_of_committed_results_survive_the_dtype_field():
     ours["config"] = config_mod.settings("navworld", None, ["lr_decay=none", "dtype=float64"])
     assert experiment.cell_key(ours) == cell["key"]
     assert experiment.cell_key(dict(ours, config=dict(ours["config"], dtype="float32"))) != cell["key"]
+
+
+def test_the_report_gives_intervals_paired_differences_and_failure_kinds():
+    """taco report: every cell's task accuracy with its Wilson interval (spec/evaluation.md
+    eq. (5)); TACO - GT-BC per seed on the same tasks with the paired interval (eq. (6)) and the
+    mean over seeds with a t interval; the failure kinds summed over seeds (eq. (4))."""
+    taco0, gtbc0 = "1" * 60 + "0" * 40, "1" * 50 + "0" * 50
+    taco1, gtbc1 = "1" * 40 + "0" * 60, "1" * 45 + "0" * 55
+    fails = {"stopped late": 30, "stopped early": 10}
+    rows = [row("taco", 0, 0.6, 0.98, n_tasks=100, outcomes=taco0, failures=fails,
+                failure_details={"stopped late: pressed its key again": 28}),
+            row("gtbc", 0, 0.5, 0.98, n_tasks=100, outcomes=gtbc0, failures={"stopped late": 50}),
+            row("taco", 1, 0.4, 0.98, n_tasks=100, outcomes=taco1, failures={"stopped late": 60}),
+            row("gtbc", 1, 0.45, 0.98, n_tasks=100, outcomes=gtbc1, failures={"stopped late": 55})]
+    text = experiment.report(rows)
+    lo, hi = (100 * x for x in evaluate.wilson_interval(60, 100))
+    assert f"| TACO | 400 | 100 | 60.0 [{lo:.1f}, {hi:.1f}] | 40.0 [" in text
+    d, lo, hi = evaluate.paired_difference_interval(taco0, gtbc0)
+    assert f"seed 0: {100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]" in text and "+10.0" in text
+    assert "seed 1: -5.0 [" in text and "| +2.5 [" in text and "(2 seeds) |" in text
+    assert "| TACO | 400 | 100 / 200 | 10 % | 90 % |" in text       # early 10, late 30 + 60
+    assert "| TACO: stopped late: pressed its key again | 400 | 28 |" in text

@@ -86,6 +86,9 @@ def cmd_evaluate(args):
     dom = taco_sim.get(args.domain)
     result = evaluate.protocol(model, dom, args.n_tasks, args.seed, sketch_len=args.sketch_len,
                                lengths=args.lengths, progress=_progress)
+    done = result["outcomes"].count("1")
+    result["task_accuracy_ci95"] = list(evaluate.wilson_interval(done, result["n_tasks"]))
+    print("\n".join(evaluate.failure_table(result)), file=sys.stderr)
     if args.data:
         demos = data.load(args.data)
         both = evaluate.alignment_accuracies(model, demos)

@@ -22,6 +22,7 @@ import time
 from dataclasses import asdict
 
 import numpy as np
+from scipy import stats as scipy_stats
 
 import taco_ref
 import taco_sim
@@ -284,6 +285,94 @@ def seed_table(results, key="task_accuracy", title="task acc."):
     return "\n".join(lines)
 
 
+def _ci(r):
+    """A cell's task accuracy with its Wilson 95 % interval, in percent (spec/evaluation.md eq. (5))."""
+    n = int(r["n_tasks"])
+    lo, hi = evaluate.wilson_interval(int(round(r["task_accuracy"] * n)), n)
+    return f"{100 * r['task_accuracy']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def interval_table(results):
+    """Markdown table of task accuracy with every seed's Wilson 95 % interval: one row per
+    (algo, size), one column per seed."""
+    results = [r for r in results if r.get("n_tasks")]
+    if not results:
+        return ""
+    seeds = sorted({r["seed"] for r in results})
+    lines = ["| task acc. [95 % interval] | demos | tasks | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+             "|---|---:|---:|" + "---:|" * len(seeds)]
+    for algo in ALGOS:
+        for size in sorted({r["size"] for r in results}):
+            by_seed = {r["seed"]: r for r in results if r["algo"] == algo and r["size"] == size}
+            if by_seed:
+                tasks = sorted({r["n_tasks"] for r in by_seed.values()})
+                lines.append(f"| {LABELS[algo]} | {size} | {'/'.join(map(str, tasks))} | "
+                             + " | ".join(_ci(by_seed[s]) if s in by_seed else "-" for s in seeds) + " |")
+    return "\n".join(lines)
+
+
+def paired_table(results, first="taco", second="gtbc"):
+    """Markdown table of first - second on the same test tasks (the cells of one seed share
+    them): per seed the difference of task accuracy with its paired 95 % interval
+    (spec/evaluation.md eq. (6)), then the mean of the per-seed differences with its t interval
+    over the seeds. "" when no seed has both cells with their per-task outcomes."""
+    lines = []
+    for size in sorted({r["size"] for r in results}):
+        cells = {(r["algo"], r["seed"]): r for r in results if r["size"] == size and r.get("outcomes")}
+        seeds = sorted(s for (a, s) in cells if a == first and (second, s) in cells
+                       and len(cells[(first, s)]["outcomes"]) == len(cells[(second, s)]["outcomes"]))
+        if not seeds:
+            continue
+        diffs, shown = [], []
+        for s in seeds:
+            d, lo, hi = evaluate.paired_difference_interval(cells[(first, s)]["outcomes"],
+                                                            cells[(second, s)]["outcomes"])
+            diffs.append(100 * d)
+            shown.append(f"{100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]")
+        mean = float(np.mean(diffs))
+        if len(diffs) > 1:
+            half = float(scipy_stats.t.ppf(0.975, len(diffs) - 1) * np.std(diffs, ddof=1) / np.sqrt(len(diffs)))
+            over = f"{mean:+.1f} [{mean - half:+.1f}, {mean + half:+.1f}]"
+        else:
+            over = f"{mean:+.1f}"
+        lines.append(f"| {size} | " + "; ".join(f"seed {s}: {c}" for s, c in zip(seeds, shown))
+                     + f" | {over} ({len(diffs)} seeds) |")
+    if not lines:
+        return ""
+    head = (f"| {LABELS[first]} − {LABELS[second]}, task acc. (points) | per seed [paired 95 % interval] "
+            f"| mean over seeds [95 % t interval] |")
+    return "\n".join([head, "|---:|---|---|"] + lines)
+
+
+def failure_kinds_table(results):
+    """Markdown table of why test sketches failed (spec/evaluation.md eq. (4)): per (algo,
+    size), each kind's share of the failed sketches, summed over seeds; "" when no cell has them."""
+    rows = [r for r in results if r.get("failures") is not None and "outcomes" in r]
+    if not rows:
+        return ""
+    kinds = [k for k in evaluate.FAILURE_KINDS if any(r["failures"].get(k) for r in rows)]
+    lines = ["| why tasks failed | demos | failed / tasks | " + " | ".join(kinds) + " |",
+             "|---|---:|---:|" + "---:|" * len(kinds)]
+    for algo in ALGOS:
+        for size in sorted({r["size"] for r in rows}):
+            mine = [r for r in rows if r["algo"] == algo and r["size"] == size]
+            if not mine:
+                continue
+            counts = {k: sum(r["failures"].get(k, 0) for r in mine) for k in kinds}
+            failed, tasks = sum(counts.values()), sum(r["n_tasks"] for r in mine)
+            lines.append(f"| {LABELS[algo]} | {size} | {failed} / {tasks} | "
+                         + " | ".join(f"{100 * counts[k] / max(failed, 1):.0f} %" for k in kinds) + " |")
+    details = {}
+    for r in rows:
+        for key, n in r.get("failure_details", {}).items():
+            details[(r["algo"], r["size"], key)] = details.get((r["algo"], r["size"], key), 0) + n
+    if details:
+        lines += ["", "| details | demos | sketches |", "|---|---:|---:|"]
+        for (algo, size, key), n in sorted(details.items(), key=lambda kv: (ALGOS.index(kv[0][0]), kv[0][1], -kv[1])):
+            lines.append(f"| {LABELS[algo]}: {key} | {size} | {n} |")
+    return "\n".join(lines)
+
+
 def length_table(results):
     """Markdown table of task accuracy against L_test (paper figure 8): one row per (algo, size),
     mean ± std over seeds per length, in percent; "" when no cell measured it."""
@@ -333,7 +422,8 @@ def report(results, failures=()):
         mine = [r for r in results if r["domain"] == domain]
         if len(domains) > 1:
             parts.append(f"## {domain}")
-        parts += [table(mine), seed_table(mine, "task_accuracy", "task acc."),
+        parts += [table(mine), seed_table(mine, "task_accuracy", "task acc."), interval_table(mine),
+                  paired_table(mine), failure_kinds_table(mine),
                   seed_table(mine, "align_forward_argmax", "align (fwd argmax)"),
                   seed_table(mine, "subtask_accuracy", "sub-task acc.")]
         if any("align_subtask_forward_argmax" in r for r in mine):   # spec/evaluation.md eq. (3)

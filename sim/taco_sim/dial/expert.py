@@ -66,6 +66,17 @@ KP_FINGER = 2.0
 IK_TOLERANCE = 1e-4
 """Hover and press poses must reach their targets within this residual (m, rad)."""
 
+NEAR_KEY = 0.025
+"""failure_detail: a fingertip horizontally within this of a key's centre is over the key (m;
+keys sit 0.07 apart)."""
+NEIGHBOUR_KEY = 0.1
+"""failure_detail: a key within this of the target (m) is a neighbour (the diagonal is 0.099)."""
+OSCILLATION = 6
+"""failure_detail: reversals of the fingertip's vertical motion over the key that make a time-out
+an oscillation."""
+JOINT_LIMIT_MARGIN = 0.02
+"""failure_detail: an arm joint within this of its range's end (rad) is at its limit."""
+
 DART_SIGMA = 0.1
 """Default DART noise level: a demonstration draws level ~ U(0, dart_sigma) and adds
 N(0, (level * TORQUE_LIMITS)^2) to each executed torque."""
@@ -202,13 +213,16 @@ class DialTask(SketchProgress):
         self.sketch = None
         self.progress = 0
         self.failed = False
+        self._record = {"tip": [], "saturated": [], "at_limit": [], "presses": []}
 
     def reset(self, sketch, seed=None):
         """Start dialling sketch (digits) from a home pose drawn from seed; returns obs (D,)."""
         self.sketch = _check_sketches(sketch)[0]
         self.progress = 0
         self.failed = False
-        return self.env.reset(seed=seed, layout=self.layout)
+        obs = self.env.reset(seed=seed, layout=self.layout)
+        self._record = {"tip": [self.env.fingertip], "saturated": [], "at_limit": [], "presses": []}
+        return obs
 
     @property
     def t(self):
@@ -219,6 +233,7 @@ class DialTask(SketchProgress):
 
     def _count(self):
         for digit in self.env.new_presses():
+            self._record["presses"].append((self.env.t, digit))
             if self.done or self.failed:
                 break
             if digit == self.sketch[self.progress]:
@@ -230,11 +245,72 @@ class DialTask(SketchProgress):
         """(H, W, 3) uint8 picture of the episode (DialEnv.render)."""
         return self.env.render(camera)
 
+    action_limits = TORQUE_LIMITS
+    """(A,) the most each action component can command (failure_detail's torque limit)."""
+
     def step(self, action):
-        """One control step with torque action (A,); updates progress / failed. Returns obs (D,)."""
-        obs = self.env.step(action)
+        """One control step with action (A,); updates progress / failed. Returns obs (D,)."""
+        obs = self._act(action)
         self._count()
+        self._note(action)
         return obs
+
+    def _act(self, action):
+        """Apply action for one control step (torques, held for SUBSAMPLE physics steps)."""
+        return self.env.step(action)
+
+    def _note(self, action):
+        """Record what failure_detail reads: the fingertip after the step, whether the action
+        asked a motor for its limit or more, whether an arm joint sits at its range's end."""
+        record, env = self._record, self.env
+        lower, upper = kinematics().arm_bounds                                         # (6,) each
+        q = env.qpos[:6]
+        record["tip"].append(env.fingertip)
+        record["saturated"].append(bool((np.abs(np.asarray(action)) >= self.action_limits).any()))
+        record["at_limit"].append(bool(((q - lower < JOINT_LIMIT_MARGIN) | (upper - q < JOINT_LIMIT_MARGIN)).any()))
+
+    def failure_detail(self, kind, position, start, end):
+        """What went wrong with the sub-policy at sketch position `position`, active from control
+        step start to end, in words (spec/dial.md §4, spec/evaluation.md eq. (4)); taco_ref.evaluate.execute's hook.
+
+        stopped early: over its key (horizontally within NEAR_KEY of it) or away from it;
+        stopped late: it pressed its key again, pressed another key, or ran out of steps;
+        wrong outcome: the key it pressed was a neighbour of its own or further away;
+        timed out: never came within NEAR_KEY of its key, came and stayed (hover), or came and
+        went up and down (OSCILLATION or more reversals of the fingertip's vertical motion while
+        near it); ", at a torque limit" when the action asked a motor for its limit or more in
+        more than half the steps, ", at a joint limit" when an arm joint was within
+        JOINT_LIMIT_MARGIN of its range's end in any step.
+        """
+        record = self._record
+        target = self.env.key_pos[self.sketch[position]]                              # (3,)
+        tips = np.array(record["tip"][start:end + 1])                                  # (n, 3)
+        near = np.linalg.norm(tips[:, :2] - target[:2], axis=1) < NEAR_KEY           # (n,)
+        pressed = [d for t, d in record["presses"] if start < t <= end]
+        if kind == "stopped early":
+            return "over its key, before pressing it" if near[-1] else "away from its key"
+        if kind == "stopped late":
+            if not self.failed:
+                return "after its press, until the time ran out"
+            return "pressed its key again" if pressed and pressed[-1] == self.sketch[position] else "pressed another key"
+        if kind == "wrong outcome":
+            wrong = self.env.key_pos[pressed[-1]] if pressed else target
+            return ("pressed a neighbouring key" if np.linalg.norm(wrong[:2] - target[:2]) < NEIGHBOUR_KEY
+                    else "pressed a distant key")
+        if kind != "timed out":
+            return ""
+        if not near.any():
+            text = "never reached its key"
+        else:
+            dz = np.diff(tips[near, 2])
+            reversals = int(np.count_nonzero(np.diff(np.sign(dz[np.abs(dz) > 1e-4])) != 0))
+            text = "oscillated over its key" if reversals >= OSCILLATION else "stayed over its key"
+        steps = slice(start, end)
+        if np.mean(record["saturated"][steps] or [False]) > 0.5:
+            text += ", at a torque limit"
+        if any(record["at_limit"][steps]):
+            text += ", at a joint limit"
+        return text
 
     def stop(self):
         """The active sub-policy emitted STOP: nothing happens. The keypad judges presses, not

@@ -55,13 +55,11 @@ class DialVelocityTask(DialTask):
     """A DialTask whose actions are arm joint velocity targets (6,) (rad/s)."""
 
     action_dim = ACTION_DIM
+    action_limits = VELOCITY_LIMITS
 
-    def step(self, action):
-        """One control step of the velocity loop towards action (6,); updates progress / failed.
-        Returns obs (D,)."""
-        obs = self.env.velocity_step(action)
-        self._count()
-        return obs
+    def _act(self, action):
+        """One control step of the velocity loop towards action (6,) (rad/s)."""
+        return self.env.velocity_step(action)
 
 
 def task_env():
