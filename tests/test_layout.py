@@ -1,7 +1,8 @@
 """The package boundaries of README's Layout section, checked on the source (no imports run).
 
 core (taco_ref/*.py)      imports the standard library, numpy and core modules only;
-app  (taco_ref/app/)      anything below plus yaml, and matplotlib/PIL (optional, `plot` extra)
+app  (taco_ref/app/)      anything below plus yaml, scipy (the report's t quantiles), and
+                          matplotlib/PIL (optional, `plot` extra)
                           and Dask's distributed (optional, `dist` extra);
 domains (sim/taco_sim/)   the standard library, numpy, scipy, mujoco, yaml, taco_sim and, of
                           taco_ref, only the Demos container (taco_ref.data);
@@ -65,7 +66,7 @@ def test_the_core_imports_numpy_and_itself_only(path):
 
 @pytest.mark.parametrize("path", APP)
 def test_the_applications_import_nothing_unexpected(path):
-    assert third_party(imports(path)) <= {"numpy", "yaml", "matplotlib", "PIL", "distributed"}, path
+    assert third_party(imports(path)) <= {"numpy", "scipy", "yaml", "matplotlib", "PIL", "distributed"}, path
 
 
 @pytest.mark.parametrize("path", DOMAINS)

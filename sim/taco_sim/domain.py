@@ -60,6 +60,8 @@ class Domain:
     renders            | whether task environments have render(camera)
     parallel_collect   | whether collect spreads its work over worker processes (workers > 1);
                        | the CLI refuses --workers > 1 for a domain without it
+    validation_env     | () -> a task environment on the training data's distribution (the
+                       | Dial: random layouts), for choosing an epoch by rollouts; None: task_env
     """
 
     name: str
@@ -77,6 +79,7 @@ class Domain:
     models: Mapping[str, str] = field(default_factory=dict)
     renders: bool = False
     parallel_collect: bool = False
+    validation_env: Optional[Callable] = None
 
     def __post_init__(self):
         if not self.name or not self.name.replace("-", "_").isidentifier():

@@ -116,6 +116,13 @@ def task_env():
     return DialTask(layout="standard")
 
 
+def validation_env():
+    """A DialTask on a random layout per episode (drawn from its seed, never the standard one):
+    the training data's distribution, for choosing a training epoch by rollouts without
+    touching the test condition (spec/training.md §5)."""
+    return DialTask(layout="random")
+
+
 def budget(sketch_len):
     """Control-step budget for a PIN of length sketch_len (see STEPS_PER_DIGIT)."""
     return STEPS_PER_DIGIT * int(sketch_len)
@@ -192,6 +199,9 @@ def zero_shot_sketches(n, rng):
 class DialTask(SketchProgress):
     """One PIN-dialling episode on a DialEnv; the duck type of taco_sim.navworld.NavWorld.
 
+    layout: "standard", an array (spec/dial.md §4), or "random": a layout drawn from each
+    episode's seed (DialEnv.reset), as in the training data.
+
     Attribute | Shape | Meaning
     env       |       | the DialEnv
     sketch    | (L,)  | the PIN's digits
@@ -208,7 +218,7 @@ class DialTask(SketchProgress):
     """No forced STOP: the budget of the whole PIN bounds a run."""
 
     def __init__(self, layout="standard"):
-        self.layout = check_layout(layout)
+        self.layout = None if isinstance(layout, str) and layout == "random" else check_layout(layout)
         self.env = DialEnv()
         self.sketch = None
         self.progress = 0
