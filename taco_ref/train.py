@@ -9,6 +9,7 @@ parameters against one objective with its own Adam and early stopping:
 Losses are negative log-likelihoods per valid time step: the batch sum divided by the number
 of valid steps in the batch, so the learning rate means the same for any batch and length.
 """
+import contextlib
 import ctypes
 import json
 import math
@@ -66,6 +67,10 @@ class TrainConfig:
     """Early stopping: stop a stage after this many epochs without a better held-out loss."""
     holdout_fraction: float = 0.1
     """Share of the demonstrations held out for early stopping."""
+    ema: float = 0.0
+    """Decay beta of an exponential moving average of the policy stage's sub-policy parameters,
+    updated after every optimiser step (spec/training.md eq. (14)); the held-out loss, the
+    rollouts and the kept parameters are the average's. 0 = off (the last parameters)."""
     select: str = "held_out_loss"
     """How the policy stage's kept epoch is chosen (spec/training.md §5): "held_out_loss" (the
     lowest held-out loss, eq. (5)) or "rollouts" (the most validation sketches completed by the
@@ -191,6 +196,8 @@ class TrainConfig:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.lr_decay not in LR_DECAYS:
             raise ValueError(f"lr_decay must be one of {LR_DECAYS}, got {self.lr_decay!r}")
+        if not 0.0 <= self.ema < 1.0:
+            raise ValueError(f"ema must lie in [0, 1) (0: off), got {self.ema!r}")
         if self.select not in SELECTIONS:
             raise ValueError(f"select must be one of {SELECTIONS}, got {self.select!r}")
         for name in ("select_tasks", "select_from"):
@@ -389,11 +396,12 @@ def mean_loss(job, stage, demos, batch_size=64):
 CHECKPOINT_META = "checkpoint.json"
 
 
-def _save_checkpoint(out_dir, job, state, adam, best):
+def _save_checkpoint(out_dir, job, state, adam, best, average=None):
     """Arrays go to one of two files in turn, then the JSON (the commit point) names that file
     and its SHA-256: a crash at any moment leaves the previous checkpoint intact and usable."""
     arrays = {f"param.{k}": v for k, v in job.params.items()}
     arrays.update({f"best.{k}": v for k, v in best.items()})
+    arrays.update({f"ema.{k}": v for k, v in (average or {}).items()})
     adam_arrays, adam_meta = adam.state()
     arrays.update(adam_arrays)
     blob, sha256 = files.npz_blob(arrays)
@@ -679,6 +687,7 @@ class _Run:
                       "history": [], "saves": 0}
         self.best = {k: v.copy() for k, v in self.job.params.items()}
         self.adam = self.job.optimiser(self.job.stages[0])
+        self.average = None                       # the policy stage's EMA of the trainable arrays
         self.fingerprint = demos.fingerprint() if out_dir is not None else None
         self.sets = {}                            # stage -> (training set, held-out set)
         self.t0 = time.time()
@@ -700,6 +709,14 @@ class _Run:
             self.adam = self.job.optimiser(self.stage)
             self.adam.load_state(arrays, meta["adam"])
         self.rng.bit_generator.state = meta["rng"]
+        saved = {k[len("ema."):]: v for k, v in arrays.items() if k.startswith("ema.")}
+        if saved:
+            names = policy.trainable(self.job.params)
+            if set(saved) != set(names) or any(saved[k].shape != self.job.params[k].shape
+                                               or saved[k].dtype != np.float64 for k in names):
+                raise ValueError(f"cannot resume: {self.out_dir}: its ema.* arrays are not the "
+                                 "float64 averages of this run's parameters")
+            self.average = saved
 
     def stage_done(self):
         return (self.state["epoch"] >= self.job.max_epochs(self.stage)
@@ -752,8 +769,42 @@ class _Run:
             if stage != "ctc":                    # the sub-policies' nets, not CTC's classifier
                 optim.add_l2(grads, job.params, {"act": self.cfg.act_l2, "stop": self.cfg.stop_l2})
             self.adam.step(job.params, grads)
+            self._average_step()
             total, steps = total + loss, steps + n
-        return total, steps, mean_loss(job, stage, stage_held)
+        with self._averaged():
+            return total, steps, mean_loss(job, stage, stage_held)
+
+    def _averaging(self):
+        return self.cfg.ema > 0 and self.stage == "policy"
+
+    def _average_step(self):
+        """spec/training.md eq. (14): avg <- beta avg + (1 - beta) theta after a step of the policy
+        stage (avg = theta at the stage's first step), in float64."""
+        if not self._averaging():
+            return
+        names = policy.trainable(self.job.params)
+        if self.average is None:
+            self.average = {k: self.job.params[k].astype(np.float64) for k in names}
+            return
+        beta = self.cfg.ema
+        for k in names:
+            avg = self.average[k]
+            avg *= beta
+            avg += (1.0 - beta) * self.job.params[k]
+
+    @contextlib.contextmanager
+    def _averaged(self):
+        """Inside the block the job holds the averaged parameters (in the nets' dtype), when
+        averaging; then its own again."""
+        if not self._averaging() or self.average is None:
+            yield
+            return
+        own = {k: self.job.params[k] for k in self.average}
+        self.job.params.update({k: v.astype(own[k].dtype) for k, v in self.average.items()})
+        try:
+            yield
+        finally:
+            self.job.params.update(own)
 
     def _early_stopping(self, total, steps, held):
         job, state, stage = self.job, self.state, self.stage
@@ -767,23 +818,30 @@ class _Run:
             # spec/training.md eq. (13): the most validation sketches completed; ties go to the
             # later epoch. Epochs before select_from are not candidates and count nothing.
             if state["epoch"] >= self.cfg.select_from:
-                score = record["rollout_score"] = float(self.validate(job.model({})))
+                with self._averaged():
+                    score = record["rollout_score"] = float(self.validate(job.model({})))
                 if state["best_score"] is None or score >= state["best_score"]:
                     state["best_score"], state["bad_epochs"] = score, 0
-                    self.best = {k: v.copy() for k, v in job.params.items()}
+                    self._keep()
                 else:
                     state["bad_epochs"] += 1
         elif state["best_loss"] is None or held < state["best_loss"] - 1e-9:
             # early stopping, spec/training.md eq. (5)
             state["best_loss"], state["bad_epochs"] = held, 0
-            self.best = {k: v.copy() for k, v in job.params.items()}
+            self._keep()
         else:
             state["bad_epochs"] += 1
         state["history"].append(record)
 
+    def _keep(self):
+        """The best parameters <- the current ones (the average, when averaging)."""
+        with self._averaged():
+            self.best = {k: v.copy() for k, v in self.job.params.items()}
+
     def next_stage(self):
         """The stage is over: keep its best parameters and start the next one."""
         self.job.params.update({k: v.copy() for k, v in self.best.items()})
+        self.average = None
         self.state["stage"] += 1
         self.state.update(epoch=0, best_loss=None, best_score=None, bad_epochs=0)
         if self.stage_index < len(self.job.stages):
@@ -794,7 +852,7 @@ class _Run:
             self.state["saves"] += 1
             _save_checkpoint(self.out_dir, self.job, dict(self.state, rng=self.rng.bit_generator.state,
                                                           data_sha256=self.fingerprint),
-                             self.adam, self.best)
+                             self.adam, self.best, self.average)
 
     def progress_line(self):
         cfg, state, last = self.cfg, self.state, self.state["history"][-1]

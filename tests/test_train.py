@@ -980,3 +980,50 @@ def test_validation_rollouts_run_training_length_sketches_in_the_validation_env(
     dial_env = taco_sim.get("dial").validation_env()
     layouts = {tuple(dial_env.reset([1, 2], seed=s) is not None and dial_env.env.layout) for s in range(5)}
     assert len(layouts) > 1 and tuple(taco_sim.dial.STANDARD_LAYOUT) not in layouts
+
+
+def test_averaged_parameters_follow_their_rule_and_are_what_is_scored_and_kept(nav_small, monkeypatch, tmp_path):
+    """spec/training.md eq. (14): with ema = 0.6 the trainer keeps avg = theta at the policy
+    stage's first step, then avg <- 0.6 avg + 0.4 theta after every step; the held-out loss is
+    computed on the average (in the nets' dtype), the kept parameters are the average of the
+    kept epoch, and a run stopped after one epoch resumes to the same end."""
+    steps, scored = [], []
+    step = optim.Adam.step
+
+    def recording_step(self, params, grads):
+        step(self, params, grads)
+        steps.append({k: params[k].copy() for k in self.m})
+
+    held = iter([5.0, 4.0, 3.0] + [9.0] * 10)
+
+    def mean_loss(job, stage, demos, batch_size=64):
+        scored.append({k: v.copy() for k, v in job.params.items()})
+        return next(held)
+
+    monkeypatch.setattr(optim.Adam, "step", recording_step)
+    monkeypatch.setattr(train, "mean_loss", mean_loss)
+    cfg = config(epochs=4, patience=10, warmup_epochs=0, ema=0.6)
+    model = train.train(nav_small, cfg, progress=False)
+    n_per_epoch = len(steps) // 4
+    avg = {k: v.astype(np.float64) for k, v in steps[0].items()}
+    averages = []
+    for i, p in enumerate(steps[1:], start=2):
+        for k in avg:
+            avg[k] = 0.6 * avg[k] + 0.4 * p[k]
+        if i % n_per_epoch == 0:
+            averages.append({k: v.copy() for k, v in avg.items()})
+    for epoch in range(4):
+        for k in averages[epoch]:
+            np.testing.assert_allclose(scored[epoch][k], averages[epoch][k], rtol=1e-12, atol=1e-14, err_msg=k)
+    for k in averages[2]:                                 # epoch 3 had the best held-out loss
+        np.testing.assert_allclose(model.params[k], averages[2][k], rtol=1e-12, atol=1e-14, err_msg=k)
+        assert not np.allclose(model.params[k], steps[-1][k]), k
+    monkeypatch.undo()
+    plain = train.train(nav_small, config(epochs=3, warmup_epochs=0, ema=0.9), progress=False)
+    assert train.train(nav_small, config(epochs=3, warmup_epochs=0, ema=0.9), out_dir=tmp_path,
+                       progress=False, stop_after=1) is None
+    resumed = train.train(nav_small, config(epochs=3, warmup_epochs=0, ema=0.9), out_dir=tmp_path,
+                          resume=True, progress=False)
+    assert_same_params(resumed.params, plain.params)
+    with pytest.raises(ValueError, match="ema must lie in"):
+        config(ema=1.0)

@@ -94,7 +94,7 @@ def cell_key(cell):
     # each field at the value it trained with before the field existed (dtype's default is now
     # float32; float64 is what every older cell ran): keys from before the field stay valid
     for name, before in (("dtype", "float64"), ("act_l2", 0.0), ("stop_l2", 0.0), ("lr_decay", "none"),
-                         ("select", "held_out_loss")):
+                         ("select", "held_out_loss"), ("ema", 0.0)):
         if fields["config"][name] == before:
             del fields["config"][name]
     if fields["config"]["sigma"] != "learned":    # sigma_init is read only with a learned sigma
