@@ -30,6 +30,7 @@ Usage (the workspace built and sourced: the policy node needs the action's inter
     python bench/bench_bridge.py --quick --frozen 100   # and 100 frozen-simulator trials
 """
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -87,8 +88,10 @@ def main():
     commands = []                                                         # (t, nonzero)
     node.create_subscription(Float64MultiArray, "/effort_controller/commands",
                              lambda m: commands.append((time.monotonic(), any(m.data))), 1000)
-    joint_times = []
+    joint_times, statuses = [], []
     node.create_subscription(JointState, "/joint_states", lambda m: joint_times.append(time.monotonic()), 1000)
+    node.create_subscription(String, "/taco/status",
+                             lambda m: statuses.append((time.monotonic(), json.loads(m.data))), 1000)
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     spin = threading.Thread(target=executor.spin, daemon=True)
@@ -134,19 +137,36 @@ def main():
         gaps = np.diff(ts) * 1e3                                          # ms
         rate = (len(ts) - 1) / (ts[-1] - ts[0]) if len(ts) > 1 else 0.0
 
-        frozen, late, missing = [], 0, 0
-        rng = np.random.default_rng(0)
-        for i in range(args.frozen):
-            # a fresh sim each trial: the random model drives the arm anywhere, and a pose past
-            # the joint ranges would end the next run at once (joint state rejected)
+        def fresh_after(t0):
+            """A status sent after t0 with a joint state younger than 0.1 s, and one received here."""
+            return (any(t > t0 and s.get("joint_state_age") is not None and s["joint_state_age"] < 0.1
+                        for t, s in list(statuses)) and any(t > t0 for t in list(joint_times)))
+
+        def restart_sim(seed):
+            """A fresh sim (the random model drives the arm anywhere, and a pose past the joint
+            ranges would end the next run at once); True once the policy node has matched it."""
             procs[0].send_signal(signal.SIGINT)
-            procs[0].wait(timeout=30)
+            try:
+                procs[0].wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                procs[0].kill()
             procs[0] = subprocess.Popen([sys.executable, "-m", "taco_bridge.sim_node", "--ros-args",
-                                         "-p", f"seed:={i}"],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                         "-p", f"seed:={seed}"],
+                                        stdout=sim_log, stderr=subprocess.STDOUT)
             t_start = time.monotonic()
-            while not any(t > t_start + 0.5 for t in list(joint_times)):
+            while time.monotonic() < t_start + 120 and procs[0].poll() is None:
+                if fresh_after(t_start + 0.5):           # the old sim's states are 0.5 s old by then
+                    return True
                 time.sleep(0.05)
+            return False
+
+        frozen, late, missing, skipped = [], 0, 0, 0
+        rng = np.random.default_rng(0)
+        sim_log = open(os.path.join(tmp, "sim.log"), "w")
+        for i in range(args.frozen):
+            if not any(restart_sim(i) for _ in range(3)):
+                skipped += 1
+                continue
             pub.publish(String(data="0 5 1 6"))
             time.sleep(rng.uniform(0.3, 1.0))
             procs[0].send_signal(signal.SIGSTOP)
@@ -186,9 +206,10 @@ def main():
     if args.frozen and frozen:
         fz = np.array(frozen) * 1e3                                       # ms
         timeout = 250.0                                                   # joint_state_timeout
-        print(f"frozen simulator: {args.frozen} trials; a zero command within joint_state_timeout "
-              f"({timeout:.0f} ms) of the last joint state in {int(np.sum(fz <= timeout))} of {args.frozen} "
-              f"(none at all in {missing}); after it: median {np.median(fz):.0f} ms, p95 "
+        print(f"frozen simulator: {args.frozen - skipped} trials ({skipped} skipped: the sim did not come "
+              f"up); a zero command within joint_state_timeout ({timeout:.0f} ms) of the last joint state "
+              f"in {int(np.sum(fz <= timeout))} (none at all in {missing}); after it: median "
+              f"{np.median(fz):.0f} ms, p95 "
               f"{np.percentile(fz, 95):.0f} ms, max {fz.max():.0f} ms; a non-zero command after the "
               f"zero in {late}")
 

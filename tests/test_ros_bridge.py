@@ -790,7 +790,7 @@ def test_velocity_interface_publishes_clipped_velocities(nodes, listener, tmp_pa
 def test_a_model_of_the_other_interface_is_refused(install, tmp_path, interface, action_dim):
     model = saved_model(tmp_path / "m", action_dim=action_dim)
     cmd = (f"source '{install}/setup.bash' && exec '{install}/taco_bridge/lib/taco_bridge/policy_node' "
-           f"--ros-args -p command_interface:={interface} -p model:={model}")
+           f"--ros-args -p command_interface:={interface} -p model:={model} -p autostart:=true")
     out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300)
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == 1 and len(lines) == 1, out.stdout + out.stderr
@@ -1043,6 +1043,7 @@ def test_a_model_that_does_not_load_fails_configure(nodes, listener, tmp_path):
     assert proc.wait(timeout=300) == 1                   # start-up (imports) is slow on a loaded machine
     log = nodes.log(proc)
     assert "taco_policy: cannot start:" in log and "does not exist" in log and "Traceback" not in log
+    assert len([line for line in log.splitlines() if line.strip()]) == 1, log
 
 
 @pytest.mark.slow

@@ -10,12 +10,14 @@ subscription stored, asks the sub-policies (a fixed-size network: bounded work) 
 command; it never waits for a joint state, a press or a client. Its bounds:
 
 - **Joint-state staleness.** A command stays in force until the next tick, one control period
-  later, so a joint state may drive a command only if it will still be younger than
-  joint_state_timeout at the next tick: age + period <= timeout (`usable`). At the first tick
-  where no such state exists the run ends (zeros): with ticks on time, the zero command goes out
-  within joint_state_timeout of the last joint state, and no command is ever in force on a state
-  older than that. A sketch that starts before any fresh joint state gets the same allowance
-  from its start.
+  later, and reaches the controller DELIVERY_MARGIN after it is sent at the latest (DDS on one
+  machine takes 1-2 ms), so a joint state may drive a command only if it will still be younger
+  than joint_state_timeout when the next tick's command arrives: age + period + DELIVERY_MARGIN
+  <= timeout (`usable`). At the first tick where no such state exists the run ends (zeros): with
+  ticks on time, the zero command is sent within joint_state_timeout - DELIVERY_MARGIN of the
+  last joint state and arrives within joint_state_timeout, and no command is ever in force on a
+  state older than that. A sketch that starts before any fresh joint state gets the same
+  allowance from its start.
 - **Inference.** One decision evaluates the active sub-policy's action and STOP nets (two on a
   hand-over, plus the release step's), whose cost is fixed by the model; the tick's duration is
   measured and reported (`Counters`), and a tick that comes later than 1.5 periods after the one
@@ -54,6 +56,8 @@ OUTCOMES = ('done', 'error', 'canceled', 'preempted', 'halted', 'deactivated')
 registered exactly the sketch), error (a safety rule, a keypad mismatch, the time limit, a
 rejected sketch on the topic), canceled (the action's cancel), preempted (a newer run), halted
 ("stop" on the topic), deactivated (the node was deactivated or shut down)."""
+DELIVERY_MARGIN = 0.01
+"""s allowed for a command to reach the controller (module docstring)."""
 OVERRUN_FACTOR = 1.5
 """A tick later than this many periods after the one before is an overrun."""
 
@@ -169,7 +173,7 @@ class Controller:
     limits           | (A,)   | action limits (N m or rad/s)
     low, high        | (J,)   | joint positions accepted (joint_bounds)
     period           |        | s between ticks (1 / rate)
-    timeout          |        | joint_state_timeout (s), > period
+    timeout          |        | joint_state_timeout (s), > period + DELIVERY_MARGIN
     max_subtask_time |        | s one sub-task may stay active
     stop_threshold   |        | a sub-policy stops when P(STOP) exceeds it
     press_grace      |        | s after the last STOP for the keypad to report the last key
@@ -178,9 +182,9 @@ class Controller:
 
     def __init__(self, model, key_pos, limits, low, high, period, timeout, max_subtask_time,
                  stop_threshold, press_grace, on_end=None):
-        if not timeout > period:
+        if not timeout > period + DELIVERY_MARGIN:
             raise ValueError(f'joint_state_timeout {timeout:g} s must exceed one control period '
-                             f'{period:g} s')
+                             f'{period:g} s + {DELIVERY_MARGIN:g} s')
         self.model, self.key_pos, self.low, self.high = model, key_pos, low, high
         self.period, self.timeout, self.press_grace = period, timeout, press_grace
         self.runner = SketchRunner(model.params, model.policy, model.vocab, limits=limits,
@@ -277,8 +281,9 @@ class Controller:
 
     def usable(self, now):
         """True when the latest joint state may drive a command at now: it will still be younger
-        than timeout at the next tick (module docstring)."""
-        return self.qpos is not None and now - self.qpos_time + self.period <= self.timeout
+        than timeout when the next tick's command arrives (module docstring)."""
+        return (self.qpos is not None
+                and now - self.qpos_time + self.period + DELIVERY_MARGIN <= self.timeout)
 
     def tick(self, now, duration_of_last=None):
         """One control step at now: the (A,) command to publish (zeros when a run ended or
@@ -321,7 +326,7 @@ class Controller:
             return None
         if not self.usable(now):
             since = now - max(self.runner.started, self.qpos_time or self.runner.started)
-            if since + self.period > self.timeout:
+            if since + self.period + DELIVERY_MARGIN > self.timeout:
                 age = ('none received' if self.qpos is None
                        else f'last {now - self.qpos_time:.3f} s ago')
                 last = f'; {self.js_rejected}' if self.js_rejected else ''

@@ -105,7 +105,7 @@ from taco_ref import model as model_mod
 from taco_ref.runner import parse_sketch, parse_sketch_items
 from taco_sim import dial
 
-from taco_bridge.control import Controller, joint_bounds, joint_positions
+from taco_bridge.control import DELIVERY_MARGIN, Controller, joint_bounds, joint_positions
 from taco_bridge.node_util import declare, number, run, topic, value
 
 try:
@@ -187,7 +187,7 @@ PARAMETERS = {
     'key_positions': (None, 'world (x, y, z) of each digit key top, 30 numbers (m), digit order; '
                             'default: the simulated keypad\'s for layout'),
     'joint_state_timeout': (0.25, 'watchdog: seconds without a joint state before zero torque, '
-                                  '(1 / rate, 2]'),
+                                  '(1 / rate + 0.01, 2]'),
     'joint_limit_margin': (0.25, 'rad beyond the MJCF joint ranges a joint state may report, [0, 0.5]'),
     'max_subtask_time': (20.0, 'seconds one sub-task may stay active before an error, (0, 600]'),
     'stop_threshold': (0.5, 'a sub-policy stops when P(STOP) exceeds this, (0, 1)'),
@@ -286,9 +286,11 @@ def checked_parameters(p):
         raise ValueError(f'parameter key_positions: a key farther than {MAX_KEY_DISTANCE} m '
                          f'from the arm\'s base: {key_pos.tolist()}')
     out['key_pos'] = key_pos
-    if not out['timeout'] > 1.0 / out['rate']:
+    least = 1.0 / out['rate'] + DELIVERY_MARGIN
+    if not out['timeout'] > least:
         raise ValueError(f'parameter joint_state_timeout: expected more than one control period '
-                         f'(1 / rate = {1.0 / out["rate"]:g} s), got {out["timeout"]!r}')
+                         f'and the delivery margin (1 / rate + {DELIVERY_MARGIN:g} = {least:g} s), got '
+                         f'{out["timeout"]!r}')
     return out
 
 
@@ -319,6 +321,7 @@ class PolicyNode(LifecycleNode):
         self.goals = {}                   # goal id (bytes) -> Goal
         self.rejected = None              # {'sketch': ..., 'reason': ...} of the latest refusal
         self.problem = None               # why the latest transition failed
+        self.starting = False             # autostart is running the first transitions
         self.entities, self.command_pub, self.action_server, self.control_timer = [], None, None, None
         self.tick_duration = None
         self.last_status = None
@@ -342,7 +345,8 @@ class PolicyNode(LifecycleNode):
                              c['press_grace'], on_end=self.on_run_end)
         except Exception as err:  # a model that does not load, for whatever reason: not configured
             self.problem = ' '.join(f'{err}'.split()) or type(err).__name__
-            self.get_logger().error(f'configure failed: {self.problem}')
+            if not self.starting:                # autostart prints it once, as `cannot start:`
+                self.get_logger().error(f'configure failed: {self.problem}')
             return TransitionCallbackReturn.FAILURE
         self.ctl, self.model_path, self.problem = ctl, path, None
         self.to_command = np.array([c['joint_names'].index(n) for n in c['command_joints']])  # (A,)
@@ -432,9 +436,14 @@ class PolicyNode(LifecycleNode):
         when a transition fails."""
         if not self.p['autostart']:
             return
-        for name, trigger in (('configure', self.trigger_configure), ('activate', self.trigger_activate)):
-            if trigger() != TransitionCallbackReturn.SUCCESS:
-                raise ValueError(self.problem or f'the {name} transition failed')
+        self.starting = True
+        try:
+            for name, trigger in (('configure', self.trigger_configure),
+                                  ('activate', self.trigger_activate)):
+                if trigger() != TransitionCallbackReturn.SUCCESS:
+                    raise ValueError(self.problem or f'the {name} transition failed')
+        finally:
+            self.starting = False
 
     # ----- inputs -----------------------------------------------------------------------------
 
