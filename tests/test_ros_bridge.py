@@ -950,7 +950,7 @@ def test_action_accept_reject_preempt_time_limit(nodes, listener, msgs, tmp_path
     limited, _ = goals.send(["4"], time_limit=0.5)
     status, result = goals.result(limited, timeout=5.0)
     assert status == GoalStatus.STATUS_ABORTED and result.state == "error"
-    assert "time limit of 0.5 s reached" in result.message and 0.5 <= result.elapsed < 1.0
+    assert "time limit of 0.5 s reached" in result.message and 0.5 <= result.elapsed < 3.0
     assert policy.poll() is None
 
 

@@ -63,8 +63,8 @@ Everything that decides an action is in taco_bridge.control (runs, the watchdog,
 feedback and result; no ROS), taco_ref.runner (parse_sketch, SketchRunner),
 taco_sim.dial.observation_from_joints (forward kinematics on the project's MJCF) and
 taco_bridge.keypad. The control loop waits on nothing but its timer (control.py: a joint state
-is used only while it will still be younger than joint_state_timeout at the next tick, so the
-zero command goes out within joint_state_timeout of the last joint state).
+is used only while it will still be younger than joint_state_timeout when the next tick's
+command arrives, so the zero command arrives within joint_state_timeout of the last joint state).
 
 `done` means: with a keypad publishing on dial/pressed (the simulation), the keypad registered
 exactly the sketch (checked within press_grace of the last STOP; a key off the sketch ends the
