@@ -28,6 +28,7 @@ import pytest
 from taco_ref import data, evaluate, files, model as model_mod, objectives, optim, policy, train
 from taco_ref.app import config as config_mod
 from taco_ref.train import TrainConfig
+from taco_ref.algorithms import taco as taco_algo
 import taco_sim
 from taco_sim import navworld
 
@@ -627,8 +628,8 @@ def test_temperature_schedule(epoch, expected):
     """spec/training.md eq. (7): linear from the initial temperature to 1 over
     temperature_epochs, then 1."""
     cfg = TrainConfig(temperature=3.0, temperature_epochs=4)
-    assert train.temperature(cfg, epoch) == pytest.approx(expected)
-    assert train.temperature(TrainConfig(temperature=3.0), epoch) == 1.0    # no schedule: plain TACO
+    assert taco_algo.temperature(cfg, epoch) == pytest.approx(expected)
+    assert taco_algo.temperature(TrainConfig(temperature=3.0), epoch) == 1.0    # no schedule: plain TACO
 
 
 def test_trainer_anneals_the_temperature_and_holds_off_early_stopping(nav_small, monkeypatch):
