@@ -14,25 +14,23 @@ Domains come from taco_sim's registry (taco_sim.get(name), the contract in taco_
 the evaluation is taco_ref.evaluate.protocol, the same as `taco evaluate`'s.
 """
 import glob
-import hashlib
 import json
 import os
 import platform
 import time
-from dataclasses import asdict
 
 import numpy as np
 from scipy import stats as scipy_stats
 
 import taco_ref
 import taco_sim
-from taco_ref import data as data_mod, evaluate, files, train
+from taco_ref import algorithms, evaluate, files, train
+from taco_ref.app import legacy
+from taco_ref.app.cellkeys import CELL_FIELDS, KEY_VERSION, cell_key, full_config, matches  # noqa: F401
 
-ALGOS = ("taco", "gtbc", "ctcbc-mlp", "ctcbc-gru")
-LABELS = {"taco": "TACO", "gtbc": "GT-BC", "ctcbc-mlp": "CTC-BC (MLP)", "ctcbc-gru": "CTC-BC (GRU)"}
+ALGOS = algorithms.names()
+LABELS = {name: algorithms.label(name) for name in ALGOS}
 
-CELL_FIELDS = ("domain", "algo", "size", "seed", "train_sketch_len", "n_tasks", "n_align", "test_lengths")
-"""What a cell is, besides its training config (`cell["config"]`, the settings given)."""
 TRAIN_DATA_SEED, TEST_DATA_SEED = 10_000, 20_000
 """A cell of seed s trains on collect(size, L, 10_000 + s) and aligns collect(n_align, L, 20_000 + s)."""
 
@@ -80,33 +78,6 @@ def run(cell, demos=None, test_demos=None):
                 train_loglik=model.info.get("train_loglik"), train_seconds=model.info["seconds"])
 
 
-def full_config(cell):
-    """The cell's whole TrainConfig as a dict (every field, defaults included)."""
-    return asdict(train.TrainConfig.from_dict(dict(cell["config"], algo=cell["algo"], seed=cell["seed"])))
-
-
-def cell_key(cell):
-    """SHA-256 of what determines a cell's figures: domain, algo, size, seed, sketch lengths,
-    evaluation sizes and the full training config. The data seeds are the seed's
-    (TRAIN_DATA_SEED + seed, TEST_DATA_SEED + seed), so the seed stands for them."""
-    fields = {k: cell.get(k) for k in CELL_FIELDS}
-    fields["config"] = full_config(cell)
-    # each field at the value it trained with before the field existed (dtype's default is now
-    # float32; float64 is what every older cell ran): keys from before the field stay valid
-    for name, before in (("dtype", "float64"), ("act_l2", 0.0), ("stop_l2", 0.0), ("lr_decay", "none"),
-                         ("select", "held_out_loss"), ("ema", 0.0)):
-        if fields["config"][name] == before:
-            del fields["config"][name]
-    if fields["config"]["sigma"] != "learned":    # sigma_init is read only with a learned sigma
-        del fields["config"]["sigma_init"]
-    if fields["config"].get("select") != "rollouts":   # read only when epochs are chosen by rollouts
-        del fields["config"]["select_tasks"], fields["config"]["select_from"]
-    n_train = cell["size"] - data_mod.holdout_count(cell["size"], fields["config"]["holdout_fraction"])
-    if train.passes_per_epoch(fields["config"]["epoch_size"], n_train) == 1:
-        del fields["config"]["epoch_size"]        # one pass per epoch: the same run as before the field
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
-
-
 def versions():
     """The software a figure was computed with."""
     return {"taco_ref": taco_ref.__version__, "numpy": np.__version__,
@@ -127,7 +98,7 @@ def run_cell(cell, demos, test_demos):
     data = {}
     for name, spec, d in zip(("train", "test"), data_specs(cell), (demos, test_demos)):
         data[name] = {"n": spec[1], "sketch_len": spec[2], "seed": spec[3], "fingerprint": d.fingerprint()}
-    return {"key": cell_key(cell), "cell": {k: cell.get(k) for k in CELL_FIELDS},
+    return {"key": cell_key(cell), "key_version": KEY_VERSION, "cell": {k: cell.get(k) for k in CELL_FIELDS},
             "config": full_config(cell), "data": data, "figures": figures,
             "seconds": time.time() - start, "train_seconds": train_seconds, "versions": versions(),
             "threads": {v: os.environ.get(v) for v in BLAS_THREAD_VARS}}
@@ -165,7 +136,7 @@ def finished(out_dir, cell):
     """The record of cell in out_dir if it was computed with this very cell (same cell_key), else
     None: a cell file of another config is never reused."""
     record = read_cell(cell_path(out_dir, cell))
-    return record if record is not None and record["key"] == cell_key(cell) else None
+    return record if record is not None and matches(record, cell) else None
 
 
 def load_cells(out_dir):
@@ -181,22 +152,7 @@ def flat(record):
 
 # --- results.json, the record of earlier versions --------------------------------------------
 
-def _read_list(path):
-    """The JSON list of objects in path (bounded read), or [] when there is no such file."""
-    if not os.path.exists(path):
-        return []
-    try:
-        value = json.loads(files.read_bytes(path, files.MAX_JSON_BYTES).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-        raise ValueError(f"{path}: not valid JSON ({type(err).__name__})") from None
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise ValueError(f"{path}: expected a JSON list of objects")
-    return value
-
-
-def load(out_dir):
-    """The cells of out_dir/results.json (what `taco experiment` wrote before cell files), or []."""
-    return _read_list(os.path.join(out_dir, "results.json"))
+load = legacy.load
 
 
 def migrate(cells, out_dir):
@@ -208,7 +164,7 @@ def migrate(cells, out_dir):
     by_key = {r.get("key"): r for r in load(out_dir)}
     written = []
     for cell in cells:
-        key = cell_key(cell)
+        key = legacy.cell_key_v1(cell)
         old = by_key.get(key)
         if old is None or finished(out_dir, cell) is not None:
             continue
@@ -237,19 +193,16 @@ def load_results(out_dir):
 
 def load_failures(out_dir):
     """The failed cells of the last grid run in out_dir (out_dir/failures.json), or []."""
-    return _read_list(os.path.join(out_dir, "failures.json"))
+    return legacy.read_list(os.path.join(out_dir, "failures.json"))
 
 
 # --- tables, report and figures --------------------------------------------------------------
 
-PAPER_ALIGNMENT = {
-    # Alignment accuracy (%) in the paper's table of alignment accuracy: (Sec. 5 table, appendix B
-    # table). The two agree except for the Dial, where the appendix's CTC-BC figures are the ones
-    # that match its text ("CTC-BC ... is not capable of aligning the sequences", Sec. 5.3.1).
-    "navworld": {"taco": (95.3, 95.3), "ctcbc-mlp": (89.0, 89.0), "ctcbc-gru": (80.0, 80.0), "gtbc": (94.6, 94.6)},
-    "craft": {"taco": (95.6, 95.6), "ctcbc-mlp": (41.4, 41.4), "ctcbc-gru": (57.1, 57.1), "gtbc": (99.4, 99.4)},
-    "dial": {"taco": (99.8, 98.9), "ctcbc-mlp": (90.1, 31.4), "ctcbc-gru": (93.4, 28.6), "gtbc": (97.3, 98.7)},
-}
+PAPER_ALIGNMENT = {domain: {name: algorithms.get(name).paper[domain] for name in ALGOS
+                              if domain in algorithms.get(name).paper}
+                   for domain in sorted({d for name in ALGOS for d in algorithms.get(name).paper})}
+"""Alignment accuracy (%) in the paper's tables, {domain: {algo: (Sec. 5, appendix B)}}, from
+each algorithm's declaration (taco_ref.algorithms)."""
 
 
 def _mean_std(values):
