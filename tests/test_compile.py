@@ -1,9 +1,9 @@
 """Tests for taco_ref/algorithms/compile.py (spec/compile.md): CompILE with the sketch as latents.
 
 (a) exact references: one-hot boundaries give the hard segmentation's BC path weights
-    (eq. (3)-(5) against objectives.path_indicators); the hand-derived gradient of the soft
-    segmentation and the KL term (eq. (9)-(10)) against autograd on a plainly written copy of
-    eq. (1)-(8); the boundary net's gradient against central differences;
+    (objectives.path_indicators); the hand-derived gradient of the soft segmentation and the KL
+    term against autograd on a plainly written copy of the objective; the boundary net's
+    gradient against central differences;
 (b) properties (hypothesis): masks form a partition of every valid step, weights in [0, 1];
     the decoder's positions are monotone paths;
 (c) a short training run on Nav-World: the model saves, loads and aligns, deterministically.
@@ -31,7 +31,7 @@ def one_hot_boundaries(starts, traj_len, L, T):
 
 
 def test_one_hot_boundaries_give_the_bc_path():
-    """Checks spec/compile.md eq. (3)-(5): for one-hot boundaries the masks are the hard
+    """Checks spec/compile.md eq. (3), (4), (5): for one-hot boundaries the masks are the hard
     segmentation's act indicators and S, G its STOP and GO indicators (objectives.bc's path)."""
     T, L = 9, 3
     traj_len, sketch_len = np.array([9, 7, 5]), np.array([3, 2, 1])
@@ -50,7 +50,7 @@ def test_one_hot_boundaries_give_the_bc_path():
 
 
 def reference_loss(u, la, ls, lg, noise, sketch, traj_len, sketch_len, temp, rate, beta):
-    """spec/compile.md eq. (1)-(8) written plainly, demonstration by demonstration, for autograd."""
+    """The objective of spec/compile.md written plainly, demonstration by demonstration, for autograd."""
     total = 0.0
     for b in range(len(traj_len)):
         Tb, Lb = int(traj_len[b]), int(sketch_len[b])
@@ -105,8 +105,9 @@ def problems(draw):
 
 @given(problems(), st.sampled_from([0.5, 1.0, 2.0]), st.sampled_from([0.0, 0.1, 1.0]))
 def test_gradient_of_the_soft_segmentation_matches_autograd(problem, temp, beta):
-    """Checks spec/compile.md eq. (9)-(10): d loss / du of segments_backward + kl_forward, and
-    d loss / d scores = -(m, S, G), against autograd on reference_loss (eq. (1)-(8))."""
+    """Checks spec/compile.md eq. (1), (2), (6), (7), (8), (9), (10): the loss, d loss / du of
+    segments_backward + kl_forward, and d loss / d scores = -(m, S, G), against autograd on
+    reference_loss."""
     B, K, L, T, sketch_len, traj_len, seed = problem
     note(f"B={B} K={K} L={L} T={T} T_b={traj_len} L_b={sketch_len}")
     rng = np.random.default_rng(seed)
@@ -166,8 +167,8 @@ def small_config(**kw):
 
 
 def test_boundary_net_gradient_matches_central_differences():
-    """Checks spec/compile.md eq. (8)-(10) end to end: the gradient of `loss` with respect to
-    the boundary net's weights (through eq. (2)) against central differences."""
+    """Checks spec/compile.md eq. (8), (10) end to end: the gradient of `loss` with respect to
+    the boundary net's weights against central differences."""
     demos = navworld.collect(4, 3, seed=2)
     job = train._Job(small_config(), demos, np.random.default_rng(0))
     noise = np.random.default_rng(1).gumbel(size=(2,) + demos.states.shape[:2])
@@ -190,9 +191,9 @@ def test_boundary_net_gradient_matches_central_differences():
 
 
 def test_compile_trains_saves_loads_and_aligns(tmp_path):
-    """A short run: deterministic (same seed, same parameters), the model round-trips through
-    its directory (the boundary net's shapes checked on load), and aligns under every decoder
-    plus its own boundaries, each a share in [0, 1]."""
+    """Checks spec/compile.md eq. (11) in a short run: deterministic (same seed, same
+    parameters), the model round-trips through its directory (the boundary net's shapes checked
+    on load), and aligns under every decoder plus its own boundaries, each a share in [0, 1]."""
     demos, held = navworld.collect(30, 2, seed=5), navworld.collect(10, 2, seed=6)
     cfg = small_config()
     a = train.train(demos, cfg, out_dir=str(tmp_path / "run"), progress=False)
