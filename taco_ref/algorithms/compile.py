@@ -24,7 +24,6 @@ S, G   | (B, T, L) | soft STOP and GO weights of the transition into t
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.special import gammaln
 
 from taco_ref import evaluate, nn, objectives, policy
 from taco_ref.algorithms import Algorithm, Stage, register, stop_dropout
@@ -146,7 +145,8 @@ def _poisson_log_prior(rate, traj_len, T):
     """(B, T) log of the Poisson(rate) prior on the first segment's length t, normalised over
     1 <= t < T_b (NEG elsewhere); spec/compile.md eq. (6)."""
     t = np.arange(T, dtype=float)
-    logp = t * np.log(rate) - rate - gammaln(t + 1.0)                       # (T,)
+    log_factorial = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, T, dtype=float)))])   # (T,) log t!
+    logp = t * np.log(rate) - rate - log_factorial                          # (T,)
     ok = (t[None, :] >= 1) & (t[None, :] < traj_len[:, None])               # (B, T)
     logp = np.where(ok, logp[None, :], NEG)
     top = logp.max(axis=1, keepdims=True)
