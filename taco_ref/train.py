@@ -335,7 +335,7 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
     held-out loss, or with cfg.select "rollouts" the best validate(model) score).
 
     validate(model) -> share of validation sketches completed (a float in [0, 1]): needed with
-    cfg.select "rollouts" (taco_ref.app.experiment.rollout_validator builds it from a domain).
+    cfg.select "rollouts" (taco_app.experiment.rollout_validator builds it from a domain).
 
     With out_dir, a checkpoint is written atomically at the start and after every epoch and the
     final model is saved to out_dir/model; resume=True continues from the checkpoint found there

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from taco_ref import algorithms, config as config_mod, evaluate, model as model_mod, train
-from taco_ref.app import report
+from taco_app import report
 from taco_sim import navworld
 
 ALGOS = algorithms.names()

@@ -1,4 +1,4 @@
-"""Smoke tests of the `taco` command line (taco_ref/app/cli.py), run in a temporary directory.
+"""Smoke tests of the `taco` command line (taco_app/cli.py), run in a temporary directory.
 
 (c), the smoke layer: the journey collect -> train -> evaluate -> align through
 cli.main, interrupted training continued with --resume ending where an uninterrupted run ends,
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from taco_ref import data, model as model_mod
-from taco_ref.app import cli
+from taco_app import cli
 
 SMALL = ["--set", "epochs=2", "--set", "act_hidden=[8]", "--set", "stop_hidden=[8]",
          "--set", "ctc_hidden=[8]", "--set", "patience=100"]

@@ -10,7 +10,7 @@ import pytest
 
 import taco_sim
 from taco_ref import data, evaluate, model as model_mod
-from taco_ref.app import config
+from taco_app import config
 
 NAMES = taco_sim.names()
 N = 4                                               # demonstrations per collection below

@@ -1,4 +1,4 @@
-"""taco_ref.app.engine: the experiment grid on real processes, locally and on a real Dask cluster
+"""taco_app.engine: the experiment grid on real processes, locally and on a real Dask cluster
 (a `dask scheduler` and two `dask worker` processes on 127.0.0.1): resume, forced and changed
 cells, a raising cell, a worker killed mid-grid, an interrupted grid, local against Dask figures.
 
@@ -17,7 +17,7 @@ import time
 import pytest
 
 from taco_ref import files
-from taco_ref.app import cells, engine, experiment, report
+from taco_app import cells, engine, experiment, report
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ def _default_sigint():
 
 def taco(*args, **kwargs):
     """`taco ...` in a new process (its own session: a Ctrl-C goes to it and its workers)."""
-    return subprocess.Popen([sys.executable, "-m", "taco_ref.app.cli", *args], env=env(), text=True,
+    return subprocess.Popen([sys.executable, "-m", "taco_app.cli", *args], env=env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                             preexec_fn=_default_sigint, **kwargs)
 

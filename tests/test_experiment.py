@@ -1,4 +1,4 @@
-"""taco_ref.app.experiment: one real (tiny) cell end to end, cell records and files, the
+"""taco_app.experiment: one real (tiny) cell end to end, cell records and files, the
 migration of results.json, and the report's tables (the engine: tests/test_engine.py)."""
 import json
 import os
@@ -8,7 +8,7 @@ import pytest
 
 import taco_sim
 from taco_ref import evaluate
-from taco_ref.app import cellkeys, cells, experiment, legacy, report
+from taco_app import cellkeys, cells, experiment, legacy, report
 
 TINY = dict(act_hidden=[16], stop_hidden=[16], ctc_hidden=[8], epochs=2, patience=2)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -190,12 +190,12 @@ def test_epoch_size_enters_a_cell_key_only_where_it_adds_passes():
 
 
 def test_version_1_cell_keys_of_committed_results_survive_the_dtype_field():
-    """The frozen version-1 key (taco_ref.app.legacy): dtype float64 (the default before float32 became it, and the precision of every
+    """The frozen version-1 key (taco_app.legacy): dtype float64 (the default before float32 became it, and the precision of every
     committed cell) leaves a cell's key as it was before the field existed, so committed cells
     are found again with `--set dtype=float64`; float32 (the default) is a different cell."""
     from pathlib import Path
 
-    from taco_ref.app import config as config_mod
+    from taco_app import config as config_mod
     saved = json.loads((Path(__file__).resolve().parents[1] / "results/navworld/results.json").read_text())
     cell = next(c for c in saved if c["algo"] == "taco" and c["size"] == 400 and c["seed"] == 0)
     ours = {k: cell[k] for k in ("domain", "algo", "size", "seed", "train_sketch_len", "n_tasks",

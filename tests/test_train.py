@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from taco_ref import data, evaluate, files, model as model_mod, objectives, optim, policy, train
-from taco_ref.app import config as config_mod
+from taco_app import config as config_mod
 from taco_ref.train import TrainConfig
 from taco_ref.algorithms import taco as taco_algo
 import taco_sim

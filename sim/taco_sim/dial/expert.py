@@ -112,7 +112,7 @@ TEST_SKETCH_LEN = 5
 
 
 def task_env():
-    """A DialTask on the standard layout: the task environment taco_ref.app.experiment evaluates in."""
+    """A DialTask on the standard layout: the task environment taco_app.experiment evaluates in."""
     return DialTask(layout="standard")
 
 

@@ -2,7 +2,7 @@
 
 Frozen: nothing here changes when the config gains a field. Version-1 keys hashed the whole
 TrainConfig of their day (V1_FIELDS) with the fields introduced along the way left out at the
-value every older cell ran with; taco_ref.app.cellkeys computes today's keys and calls
+value every older cell ran with; taco_app.cellkeys computes today's keys and calls
 cell_key_v1 only for a cell file without key_version. results.json (the record of the version
 before cell files) is converted into cell files by `migrate`.
 """
@@ -12,7 +12,7 @@ import os
 from dataclasses import asdict
 
 from taco_ref import data as data_mod, files, train
-from taco_ref.app import cellkeys
+from taco_app import cellkeys
 
 V1_FIELDS = (
     "algo", "act_hidden", "stop_hidden", "activation", "sigma", "sigma_init", "lr", "lr_decay",

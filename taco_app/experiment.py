@@ -4,10 +4,10 @@ A *cell* of a results table is (domain, algorithm, dataset size, seed): collect 
 one algorithm, and measure zero-shot task accuracy, sub-task accuracy and alignment accuracy on
 held-out demonstrations (and, when asked, task accuracy against the test sketch length, paper
 figure 8). `run` computes one cell's figures; `collect` and `run_cell` are the two kinds of
-task the engine (taco_ref/app/engine.py) runs, locally or on a Dask cluster.
+task the engine (taco_app/engine.py) runs, locally or on a Dask cluster.
 
-What a cell is and its key: taco_ref.app.cellkeys; its file: taco_ref.app.cells (the one place
-that persists cells); results.md and the figures: taco_ref.app.report (`taco report`).
+What a cell is and its key: taco_app.cellkeys; its file: taco_app.cells (the one place
+that persists cells); results.md and the figures: taco_app.report (`taco report`).
 Protocol: spec/evaluation.md §4-6.
 
 Domains come from taco_sim's registry (taco_sim.get(name), the contract in taco_sim/domain.py);
@@ -22,7 +22,7 @@ import numpy as np
 import taco_ref
 import taco_sim
 from taco_ref import evaluate, train
-from taco_ref.app.cellkeys import CELL_FIELDS, KEY_VERSION, cell_key, full_config
+from taco_app.cellkeys import CELL_FIELDS, KEY_VERSION, cell_key, full_config
 
 TRAIN_DATA_SEED, TEST_DATA_SEED = 10_000, 20_000
 """A cell of seed s trains on collect(size, L, 10_000 + s) and aligns collect(n_align, L, 20_000 + s)."""

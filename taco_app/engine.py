@@ -1,6 +1,6 @@
 """The experiment grid's engine: where its tasks run, what happens when one fails, progress.
 
-A grid has two kinds of task (taco_ref/app/experiment.py): `collect(spec)` -> Demos, once for
+A grid has two kinds of task (taco_app/experiment.py): `collect(spec)` -> Demos, once for
 each distinct data set the grid's unfinished cells need, and `run_cell(cell, demos, test_demos)`
 -> the cell's record, once per cell, submitted as soon as both its data sets exist. The data
 travel through the engine (spec/evaluation.md §6): no task reads or writes a shared file, and
@@ -36,7 +36,7 @@ import uuid
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
-from taco_ref.app import cells as cells_mod, experiment
+from taco_app import cells as cells_mod, experiment
 
 SCHEDULER_ENV = "TACO_SCHEDULER"
 """Environment variable holding the Dask scheduler's address when --scheduler is not given."""

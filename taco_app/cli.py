@@ -31,7 +31,7 @@ import inspect  # noqa: E402
 import taco_sim  # noqa: E402
 from taco_sim.domain import MAX_COLLECT, MAX_DART_SIGMA, MAX_SKETCH_LEN, MAX_WORKERS  # noqa: E402
 from taco_ref import algorithms, data, evaluate, model as model_mod, runner, train  # noqa: E402
-from taco_ref.app import cells as cells_mod, config as config_mod, engine, report  # noqa: E402
+from taco_app import cells as cells_mod, config as config_mod, engine, report  # noqa: E402
 
 
 def _progress(label):
@@ -117,7 +117,7 @@ def cmd_align(args):
               f"position, {100 * by_id[name]:.2f} % with the right sub-task")
     if args.plot:
         try:
-            from taco_ref.app import plots
+            from taco_app import plots
             plots.alignment(model, demos, args.index, args.plot)
             print(f"wrote {args.plot}")
         except ImportError:
@@ -223,7 +223,7 @@ def cmd_rollout(args):
     if not dom.renders:
         raise ValueError(f"--domain: {args.domain} has no renderer")
     env = dom.task_env()
-    from taco_ref.app import plots
+    from taco_app import plots
     out = plots.rollout(model, env, sketch, args.seed, args.out, every=args.every, gif=args.gif)
     print(f"{'completed' if out['success'] else 'did not finish'} {args.sketch!r} in {out['steps']} "
           f"steps (STOP at {out['stop_times']}); wrote {args.out}" + (f" and {args.gif}" if args.gif else ""))

@@ -15,7 +15,7 @@ and its training config. Its key is the SHA-256 of ``canonical(cell)``:
   keys of every finished cell stay valid (tests/test_cellkeys.py holds every field to it).
 
 Cell files written before this canonical form carry a key of version 1 (no ``key_version``
-field); taco_ref.app.legacy computes those, so they are found, never recomputed.
+field); taco_app.legacy computes those, so they are found, never recomputed.
 """
 import hashlib
 import json
@@ -72,11 +72,11 @@ def cell_key(cell):
 
 def matches(record, cell):
     """Whether a cell file's record was computed for cell: its key equals the cell's key of the
-    record's key_version (1 when absent: taco_ref.app.legacy.cell_key_v1)."""
+    record's key_version (1 when absent: taco_app.legacy.cell_key_v1)."""
     version = record.get("key_version", 1)
     if version == KEY_VERSION:
         return record["key"] == cell_key(cell)
     if version == 1:
-        from taco_ref.app import legacy
+        from taco_app import legacy
         return record["key"] == legacy.cell_key_v1(cell)
     return False

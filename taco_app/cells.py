@@ -1,7 +1,7 @@
 """Cell files: the one place that reads and writes a grid's results (spec/evaluation.md §4-6).
 
 Every finished cell is one JSON file, OUT/cells/<domain>/<algo>/n<size>/seed<seed>.json, written
-atomically; a cell is finished when its file's key matches (taco_ref.app.cellkeys.matches);
+atomically; a cell is finished when its file's key matches (taco_app.cellkeys.matches);
 cells of an earlier version's results.json become cell files when their key matches
 (migrate); OUT/failures.json lists the cells that failed in the last run.
 """
@@ -10,9 +10,9 @@ import json
 import os
 
 from taco_ref import files
-from taco_ref.app import legacy
-from taco_ref.app.cellkeys import CELL_FIELDS, full_config, matches
-from taco_ref.app.experiment import data_specs
+from taco_app import legacy
+from taco_app.cellkeys import CELL_FIELDS, full_config, matches
+from taco_app.experiment import data_specs
 
 
 # --- cell files -----------------------------------------------------------------------------

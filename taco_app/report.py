@@ -7,8 +7,8 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from taco_ref import algorithms, align, evaluate, files
-from taco_ref.app import plots
-from taco_ref.app.cells import load_failures, load_results
+from taco_app import plots
+from taco_app.cells import load_failures, load_results
 
 ALGOS = algorithms.names()
 LABELS = {name: algorithms.label(name) for name in ALGOS}
