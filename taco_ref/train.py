@@ -15,7 +15,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from taco_ref import algorithms
 from taco_ref import data as data_mod
 from taco_ref import model as model_mod
 from taco_ref import files, optim, policy
-from taco_ref.config import DTYPES, LR_DECAYS, SELECTIONS, TrainConfig  # noqa: F401  (the trainer's config)
+from taco_ref.config import TrainConfig  # noqa: F401  (train.TrainConfig: the trainer's config)
 
 ALGOS = algorithms.names()
 """The registered algorithms (taco_ref.algorithms), in table order."""

@@ -148,7 +148,7 @@ def test_masks_partition_every_valid_step(problem):
 def test_decode_recovers_planted_boundaries(monkeypatch):
     """Checks spec/compile.md eq. (11): with boundary scores that peak where each sub-task ends,
     decode returns the segmentation whose segment i + 1 starts at that peak, a monotone path."""
-    T, L, K = 10, 3, 3
+    T, K = 10, 3
     traj_len, sketch_len = np.array([10, 8]), np.array([3, 2])
     sketch = np.array([[2, 0, 1], [1, 1, 0]])
     u = np.zeros((2, T, K))

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from taco_ref import files
-from taco_app import cells, engine, experiment, report
+from taco_app import cells as cells_mod, engine, report
 
 pytestmark = pytest.mark.slow
 
@@ -196,14 +196,14 @@ def test_finished_cells_are_reused_changed_ones_rerun_and_force_reruns_all(tmp_p
     grid_cells = cells(epochs=3, patience=3)[:2]
     with engine.Local(1) as ex:
         first = engine.run_grid(grid_cells, ex, out_dir=tmp_path)
-        stamps = [os.stat(cells.cell_path(tmp_path, c)).st_mtime_ns for c in grid_cells]
+        stamps = [os.stat(cells_mod.cell_path(tmp_path, c)).st_mtime_ns for c in grid_cells]
         again = engine.run_grid(grid_cells, ex, out_dir=tmp_path)
         assert (again.computed, again.reused) == (0, 2) and again.results == first.results
-        assert [os.stat(cells.cell_path(tmp_path, c)).st_mtime_ns for c in grid_cells] == stamps
+        assert [os.stat(cells_mod.cell_path(tmp_path, c)).st_mtime_ns for c in grid_cells] == stamps
         changed = [dict(grid_cells[0], config=dict(grid_cells[0]["config"], lr=1e-3)), grid_cells[1]]
         third = engine.run_grid(changed, ex, out_dir=tmp_path)
         assert (third.computed, third.reused, third.stale) == (1, 1, 1)
-        assert cells.Store(tmp_path).finished(changed[0])["config"]["lr"] == 1e-3
+        assert cells_mod.Store(tmp_path).finished(changed[0])["config"]["lr"] == 1e-3
         forced = engine.run_grid(changed, ex, out_dir=tmp_path, force=True)
         assert (forced.computed, forced.reused) == (2, 0)
 
