@@ -2,6 +2,7 @@
 seed, intervals, paired differences, failure kinds, task accuracy by length, the paper beside
 ours; spec/evaluation.md §4-6."""
 import os
+import re
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -266,3 +267,34 @@ def write_report(out_dirs, dest=None):
     return text, written, None
 
 
+
+
+# --- tables in other documents (README.md) ---------------------------------------------------
+
+GENERATED = re.compile(r"(<!-- table: (\S+) -->\n)(.*?)(<!-- end of table -->)", re.S)
+"""A generated table in a markdown file: `<!-- table: results/GRID -->`, the table, and
+`<!-- end of table -->`; `python -m taco_app.report FILE` rewrites every such table from the
+cells of results/GRID (the summary table of its results.md)."""
+
+
+def fill_tables(text, root="."):
+    """text with every marked table replaced by table(load_results(root/GRID))."""
+    def fill(match):
+        rows = load_results(os.path.join(root, match.group(2)))
+        return match.group(1) + table(rows) + "\n" + match.group(4)
+    return GENERATED.sub(fill, text)
+
+
+def main(argv=None):
+    """python -m taco_app.report FILE...: regenerate the marked tables of each markdown FILE."""
+    import sys
+    for path in (argv if argv is not None else sys.argv[1:]):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        files.write_bytes(path, fill_tables(text, os.path.dirname(os.path.abspath(path))).encode())
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
