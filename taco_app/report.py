@@ -52,6 +52,26 @@ def table(results):
     return "\n".join(lines)
 
 
+def compact_table(results):
+    """Markdown table for a summary page: one row per algorithm, one column per dataset size,
+    each cell "task acc. / alignment (fwd argmax)", means over seeds in percent."""
+    sizes = sorted({r["size"] for r in results})
+    lines = ["| task acc. / align (%) | " + " | ".join(f"{s} demos" for s in sizes) + " | seeds |",
+             "|---|" + "---:|" * (len(sizes) + 1)]
+    for algo in ALGOS:
+        mine = [r for r in results if r["algo"] == algo]
+        if not mine:
+            continue
+        shown = []
+        for size in sizes:
+            rows = [r for r in mine if r["size"] == size]
+            shown.append(f"{100 * np.mean([r['task_accuracy'] for r in rows]):.1f} / "
+                         f"{100 * np.mean([r['align_forward_argmax'] for r in rows]):.1f}" if rows else "-")
+        seeds = sorted({r["seed"] for r in mine})
+        lines.append(f"| {LABELS[algo]} | " + " | ".join(shown) + f" | {len(seeds)} |")
+    return "\n".join(lines)
+
+
 def seed_table(results, key="task_accuracy", title="task acc."):
     """Markdown table of one figure with every seed visible: one row per (algo, size), one
     column per seed (in percent, "-" where a cell is missing), then mean ± std over the seeds."""
@@ -274,14 +294,14 @@ def write_report(out_dirs, dest=None):
 GENERATED = re.compile(r"(<!-- table: (\S+) -->\n)(.*?)(<!-- end of table -->)", re.S)
 """A generated table in a markdown file: `<!-- table: results/GRID -->`, the table, and
 `<!-- end of table -->`; `python -m taco_app.report FILE` rewrites every such table from the
-cells of results/GRID (the summary table of its results.md)."""
+cells of results/GRID (compact_table: the summary of its results.md)."""
 
 
 def fill_tables(text, root="."):
-    """text with every marked table replaced by table(load_results(root/GRID))."""
+    """text with every marked table replaced by compact_table(load_results(root/GRID))."""
     def fill(match):
         rows = load_results(os.path.join(root, match.group(2)))
-        return match.group(1) + table(rows) + "\n" + match.group(4)
+        return match.group(1) + compact_table(rows) + "\n" + match.group(4)
     return GENERATED.sub(fill, text)
 
 

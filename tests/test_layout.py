@@ -1,4 +1,5 @@
-"""The package boundaries of README's Layout section, checked on the source (no imports run).
+"""The package boundaries of README's Layout section (imports run downward), checked on the source
+(no imports run).
 
 core (taco_ref/, the algorithms included) imports the standard library, numpy and core modules only;
 app  (taco_app/)          anything below plus yaml, scipy (the report's t quantiles), and
