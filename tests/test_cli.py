@@ -7,8 +7,9 @@ console script.
 """
 import importlib.util
 import json
-import shutil
+import os
 import subprocess
+import sysconfig
 
 import numpy as np
 import pytest
@@ -253,8 +254,13 @@ def test_evaluate_a_directory_that_is_not_a_model(tmp_path, capsys):
 
 
 def test_console_script_is_installed():
-    exe = shutil.which("taco")
-    assert exe is not None, "the `taco` console script is not on PATH (pip install -e .)"
+    """The installed distribution declares the `taco` console script, and the script pip wrote
+    beside this interpreter (its scripts directory, whatever the caller's PATH) runs."""
+    from importlib.metadata import entry_points
+    scripts = {e.name: e.value for e in entry_points(group="console_scripts")}
+    assert scripts.get("taco") == "taco_app.cli:main", "pip install -e . declares no `taco` script"
+    exe = os.path.join(sysconfig.get_path("scripts"), "taco")
+    assert os.path.isfile(exe), f"the `taco` console script is not in {sysconfig.get_path('scripts')}"
     res = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     for command in ("collect", "train", "evaluate", "align", "demo", "experiment"):
