@@ -5,7 +5,7 @@ Each results/<grid>/README.md gives the grid's command(s) in a fenced block unde
 Run with that command's arguments (its --out pointed at a copy of the grid), `taco experiment`
 must find every cell of the grid (their keys, taco_app.cellkeys, version 1 for the older files)
 and compute none: a key that changes under committed cells would make them run again. The
-tables README.md shows between `<!-- table: results/GRID -->` markers must equal what
+tables README.md shows between `<!-- table: results/<grid> -->` markers must equal what
 `python -m taco_app.report README.md` writes from the cells.
 """
 import glob
