@@ -15,7 +15,8 @@ and its training config. Its key is the SHA-256 of ``canonical(cell)``:
   keys of every finished cell stay valid (tests/test_cellkeys.py holds every field to it).
 
 Cell files written before this canonical form carry a key of version 1 (no ``key_version``
-field); taco_app.legacy computes those, so they are found, never recomputed.
+field); taco_app.legacy computes those and taco_app.cells.matches compares a file's key of
+either version, so committed cells are found, never recomputed.
 """
 import hashlib
 import json
@@ -68,15 +69,3 @@ def canonical(cell):
 def cell_key(cell):
     """SHA-256 of canonical(cell)."""
     return hashlib.sha256(json.dumps(canonical(cell), sort_keys=True).encode()).hexdigest()
-
-
-def matches(record, cell):
-    """Whether a cell file's record was computed for cell: its key equals the cell's key of the
-    record's key_version (1 when absent: taco_app.legacy.cell_key_v1)."""
-    version = record.get("key_version", 1)
-    if version == KEY_VERSION:
-        return record["key"] == cell_key(cell)
-    if version == 1:
-        from taco_app import legacy
-        return record["key"] == legacy.cell_key_v1(cell)
-    return False

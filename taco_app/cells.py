@@ -1,9 +1,10 @@
 """Cell files: the one place that reads and writes a grid's results (spec/evaluation.md §4-6).
 
 Every finished cell is one JSON file, OUT/cells/<domain>/<algo>/n<size>/seed<seed>.json, written
-atomically; a cell is finished when its file's key matches (taco_app.cellkeys.matches);
-cells of an earlier version's results.json become cell files when their key matches
-(migrate); OUT/failures.json lists the cells that failed in the last run.
+atomically; a cell is finished when its file's key matches (`matches`: a key of version 2,
+taco_app.cellkeys, or of version 1, taco_app.legacy); entries of an earlier version's
+results.json become cell files when their key matches (`Store.finished`); OUT/failures.json
+lists the cells that failed in the last run.
 """
 import glob
 import json
@@ -11,11 +12,20 @@ import os
 
 from taco_ref import files
 from taco_app import legacy
-from taco_app.cellkeys import CELL_FIELDS, full_config, matches
+from taco_app.cellkeys import CELL_FIELDS, KEY_VERSION, cell_key, full_config
 from taco_app.experiment import data_specs
 
 
 # --- cell files -----------------------------------------------------------------------------
+
+def matches(record, cell):
+    """Whether a cell file's record was computed for cell: its key equals the cell's key of the
+    record's key_version (1 when absent: taco_app.legacy.cell_key_v1)."""
+    version = record.get("key_version", 1)
+    if version == KEY_VERSION:
+        return record["key"] == cell_key(cell)
+    return version == 1 and record["key"] == legacy.cell_key_v1(cell)
+
 
 def cell_path(out_dir, cell):
     """OUT/cells/<domain>/<algo>/n<size>/seed<seed>.json"""
