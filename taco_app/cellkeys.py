@@ -12,7 +12,7 @@ and its training config. Its key is the SHA-256 of ``canonical(cell)``:
   epoch_size enters as what it decides, the passes per epoch at this size. A field added to
   the config later declares, in its dataclass field's metadata, the value ``before`` under
   which a run is the run from before the field existed; at that value it is left out, so the
-  keys of every finished cell stay valid (tests/test_cellkeys.py holds every field to it).
+  keys of every finished cell stay valid (undeclared_fields; tests/test_cellkeys.py).
 
 Cell files written before this canonical form carry a key of version 1 (no ``key_version``
 field); taco_app.legacy computes those and taco_app.cells.matches compares a file's key of
@@ -36,6 +36,16 @@ FIELDS_AT_VERSION_2 = (
     "compile_hidden", "compile_beta", "compile_temperature", "compile_prior_rate")
 """The config's fields when KEY_VERSION 2 was set: each always enters the key of an algorithm
 that reads it. A field added since must declare metadata["before"]."""
+
+
+def undeclared_fields(config_cls=None):
+    """The fields of config_cls (TrainConfig) that could change committed cells' keys: a field
+    added since KEY_VERSION 2 without metadata["before"], or a field of FIELDS_AT_VERSION_2
+    that is gone (tests/test_cellkeys.py holds this empty)."""
+    names = [f.name for f in fields(config_cls or train.TrainConfig)]
+    added = [f.name for f in fields(config_cls or train.TrainConfig)
+             if f.name not in FIELDS_AT_VERSION_2 and "before" not in f.metadata]
+    return added + [name for name in FIELDS_AT_VERSION_2 if name not in names]
 
 
 def training_config(cell):

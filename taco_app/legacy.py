@@ -9,7 +9,7 @@ before cell files) is converted into cell files by `migrate`.
 import hashlib
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, fields as dataclass_fields
 
 from taco_ref import data as data_mod, files, train
 from taco_app import cellkeys
@@ -51,9 +51,13 @@ def cell_key_v1(cell):
 
 
 def _neutral(cell, name, value):
-    """A field younger than version 1 that the cell's algorithm does not read is neutral."""
+    """A field younger than version 1 is neutral where the cell's algorithm does not read it, or
+    where it holds the value it declares (metadata["before"]) under which a run is the run from
+    before the field existed."""
     from taco_ref import config as config_mod
-    return name not in config_mod.fields_read_by(cell["algo"])
+    declared = {f.name: f.metadata for f in dataclass_fields(train.TrainConfig)}.get(name, {})
+    return (name not in config_mod.fields_read_by(cell["algo"])
+            or ("before" in declared and value == declared["before"]))
 
 
 # --- results.json, the record of the version before cell files ------------------------------

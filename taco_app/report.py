@@ -54,7 +54,10 @@ def table(results):
 
 def compact_table(results):
     """Markdown table for a summary page: one row per algorithm, one column per dataset size,
-    each cell "task acc. / alignment (fwd argmax)", means over seeds in percent."""
+    each cell "task acc. / alignment (fwd argmax)", means over seeds in percent; a line saying
+    so when there is no finished cell yet (a grid that is being run)."""
+    if not results:
+        return "No finished cell yet."
     sizes = sorted({r["size"] for r in results})
     lines = ["| task acc. / align (%) | " + " | ".join(f"{s} demos" for s in sizes) + " | seeds |",
              "|---|" + "---:|" * (len(sizes) + 1)]

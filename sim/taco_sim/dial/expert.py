@@ -273,7 +273,7 @@ class DialTask(SketchProgress):
         """Record what failure_detail reads: the fingertip after the step, whether the action
         asked a motor for its limit or more, whether an arm joint sits at its range's end."""
         record, env = self._record, self.env
-        lower, upper = kinematics().arm_bounds                                         # (6,) each
+        lower, upper = _arm_bounds()                                                   # (6,) each
         q = env.qpos[:6]
         record["tip"].append(env.fingertip)
         record["saturated"].append(bool((np.abs(np.asarray(action)) >= self.action_limits).any()))
@@ -325,6 +325,17 @@ class DialTask(SketchProgress):
     def stop(self):
         """The active sub-policy emitted STOP: nothing happens. The keypad judges presses, not
         STOP decisions (a real PIN pad sees only keys), so progress and failed change in step."""
+
+
+_ARM_BOUNDS = None
+
+
+def _arm_bounds():
+    """(lower (6,), upper (6,)) arm joint limits, read once per process."""
+    global _ARM_BOUNDS
+    if _ARM_BOUNDS is None:
+        _ARM_BOUNDS = kinematics().arm_bounds
+    return _ARM_BOUNDS
 
 
 @dataclass(frozen=True)
