@@ -336,7 +336,7 @@ def build_parser():
     # up to 8 points below GT-BC's on single seeds; at 1000 it is within 3 points or above it on
     # seeds 0-4, and 1000 tasks make one figure's standard error about 1 point. A demo cell is
     # the same computation as a `taco experiment navworld --n-tasks 1000` cell of that size and
-    # seed (README, Results)
+    # seed (results/navworld)
     p.add_argument("--n", type=demos_count, default=1000, help="training demonstrations")
     p.add_argument("--n-tasks", type=tasks_count, default=1000)
     p.add_argument("--seed", type=non_negative, default=0)
