@@ -1,4 +1,5 @@
-"""What a cell is, and its key: the hash of a versioned canonical config (spec/evaluation.md §4).
+"""What a cell is, and its key: the hash of a versioned canonical config (spec/evaluation.md
+§6, "The key").
 
 A cell of a results table is (domain, algorithm, dataset size, seed) with its evaluation sizes
 and its training config. Its key is the SHA-256 of ``canonical(cell)``:

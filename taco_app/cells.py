@@ -1,4 +1,4 @@
-"""Cell files: the one place that reads and writes a grid's results (spec/evaluation.md §4-6).
+"""Cell files: the one place that reads and writes a grid's results (spec/evaluation.md §6).
 
 Every finished cell is one JSON file, OUT/cells/<domain>/<algo>/n<size>/seed<seed>.json, written
 atomically; a cell is finished when its file's key matches (`matches`: a key of version 2,

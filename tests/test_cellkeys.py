@@ -1,6 +1,6 @@
-"""Cell keys (taco_app.cellkeys, taco_app.legacy; spec/evaluation.md §4): a key names the run
-that made a cell, so a committed cell is found again, never recomputed, and a changed config
-is never taken for it.
+"""Cell keys (taco_app.cellkeys, taco_app.legacy; spec/evaluation.md §6, "The key"): a key
+names the run that made a cell, so a committed cell is found again, never recomputed, and a
+changed config is never taken for it.
 
 (a) frozen keys: the version-1 keys that `taco experiment` wrote for the Dial's current recipe
     (cosine rate, averaged parameters) and today's version-2 keys of the same cells, written
