@@ -1,7 +1,8 @@
 """The committed results: every grid's command finds its cells, and README's tables are the
 generated ones.
 
-Each results/<grid>/README.md gives the grid's command(s) in a fenced block under "## Command".
+Each results/<grid>/README.md gives the grid's command(s) in a fenced block under "## Command",
+and what the grid cost under "## Cost".
 Run with that command's arguments (its --out pointed at a copy of the grid), `taco experiment`
 must find every cell of the grid (their keys, taco_app.cellkeys, version 1 for the older files)
 and compute none: a key that changes under committed cells would make them run again. The
@@ -36,6 +37,8 @@ def test_every_grid_has_a_readme_with_its_command():
     assert GRIDS and "navworld" in GRIDS
     for grid in GRIDS:
         assert commands(grid), f"results/{grid}/README.md: no `taco experiment` command under ## Command"
+        text = open(os.path.join(ROOT, "results", grid, "README.md"), encoding="utf-8").read()
+        assert "\n## Cost\n" in text, f"results/{grid}/README.md: no ## Cost section"
         for argv in commands(grid):
             assert argv[argv.index("--out") + 1] == f"results/{grid}", (grid, argv)
 
