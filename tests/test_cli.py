@@ -118,6 +118,7 @@ def test_align_prints_accuracies(trained, files, capsys):
         "alignment accuracy (viterbi"]
 
 
+@pytest.mark.slow        # matplotlib renders a figure
 def test_align_plot(trained, files, capsys):
     png = files / "alignment.png"
     code = cli.main(["align", "--model", str(trained / "model"), "--data", str(files / "test.npz"),
@@ -130,6 +131,7 @@ def test_align_plot(trained, files, capsys):
         assert not png.exists()
 
 
+@pytest.mark.slow        # training runs
 def test_train_stop_after_then_resume_matches_an_uninterrupted_run(files, capsys):
     args = ["train", "--data", str(files / "nav.npz"), "--seed", "3"] + SMALL + ["--set", "epochs=3"]
     assert cli.main(args + ["--out", str(files / "whole")]) == 0
@@ -159,6 +161,7 @@ def test_a_run_is_never_overwritten_without_asking(files, capsys):
     assert "already holds a training run" in one_line_error(capsys, "train")
 
 
+@pytest.mark.slow        # training runs
 def test_stop_after_zero_leaves_a_checkpoint_to_resume_from(files, capsys):
     args = ["train", "--data", str(files / "nav.npz"), "--seed", "3"] + SMALL + ["--set", "epochs=2"]
     out = files / "zero"
@@ -253,6 +256,7 @@ def test_evaluate_a_directory_that_is_not_a_model(tmp_path, capsys):
     assert "not a taco_ref model directory" in one_line_error(capsys, "evaluate")
 
 
+@pytest.mark.slow        # a fresh process of the installed script
 def test_console_script_is_installed():
     """The installed distribution declares the `taco` console script, and the script pip wrote
     beside this interpreter (its scripts directory, whatever the caller's PATH) runs."""

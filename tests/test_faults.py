@@ -931,7 +931,13 @@ def disk_full_after_a_progress_line(base, tmp, capsys, monkeypatch):
     assert "\ntaco train: cannot read or write" in err and err.count("taco train:") == 1, err
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+SLOW_CASES = {"no_warnings_before_a_divergence", "a_billion_demonstrations", "a_billion_test_tasks",
+              "model_read_under_an_address_space_limit"}
+"""Cases run in fresh processes of the command line (each imports it anew), marked slow."""
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_CASES else n
+                                  for n in sorted(CASES)])
 def test_fault(name, base, tmp_path, capsys, monkeypatch):
     kind, fn = CASES[name]
     passed = False
