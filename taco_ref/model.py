@@ -16,7 +16,7 @@ import numpy as np
 
 from taco_ref import files, objectives
 from taco_ref.files import npz_blob, read_npz, write_bytes
-from taco_ref.policy import PolicyConfig, param_shapes
+from taco_ref.policy import PolicyConfig, core_shapes, param_shapes
 
 FORMAT = "taco_ref model"
 FORMAT_VERSION = 1
@@ -190,7 +190,8 @@ def _algorithm_and_vocab(meta, meta_path, policy):
     return algo, ctc_kind, tuple(vocab)
 
 
-_ARCHITECTURE_KEYS = ("act_hidden", "stop_hidden", "activation")
+_ARCHITECTURE_KEYS = ("act_hidden", "stop_hidden", "activation", "conv_channels", "conv_kernels",
+                      "conv_strides")
 
 
 def _config(meta, meta_path, algo, policy):
@@ -242,8 +243,12 @@ def _ctc_shapes(params, kind, policy, config, weights_path):
     if "ctc_hidden" in config and list(config["ctc_hidden"]) != hidden:
         raise ModelError(f"{weights_path}: the CTC classifier's hidden sizes are {hidden}, "
                          f"config.ctc_hidden {config['ctc_hidden']!r}")
-    return objectives.ctc_param_shapes(kind, policy.state_dim + policy.action_dim, hidden,
-                                       policy.n_subtasks)
+    shapes = objectives.ctc_param_shapes(kind, policy.feature_dim + policy.action_dim, hidden,
+                                         policy.n_subtasks)
+    if policy.image_shape is not None:           # the classifier's own convolutional core
+        shapes.update(core_shapes(policy.image_shape, policy.conv_channels, policy.conv_kernels,
+                                  prefix="ctc.core."))
+    return shapes
 
 
 def _check_values(params, weights_path):

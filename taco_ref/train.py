@@ -106,7 +106,16 @@ class TrainConfig:
     state). The alignment recursion, the CTC classifier and the saved model are float64 either
     way (spec/training.md §4, §9)."""
     normalise_states: bool = True
-    """Standardise states with the training set's mean and std (stored in the model)."""
+    """Standardise states with the training set's mean and std (stored in the model); image
+    states per colour channel (spec/training.md eq. (1))."""
+    conv_channels: list = field(default_factory=list)
+    """Image states only: output channels of each layer of the convolutional core shared by all
+    sub-policies (paper table 2, Dial images: [10, 5, 3]; spec/policy.md §10); CTC-BC's
+    classifier gets a core of its own of the same shape. Empty for state vectors."""
+    conv_kernels: list = field(default_factory=list)
+    """Image states only: square kernel size of each conv layer (paper: [5, 5, 3])."""
+    conv_strides: list = field(default_factory=list)
+    """Image states only: stride of each conv layer (paper: [2, 2, 1])."""
     ctc_hidden: list = field(default_factory=lambda: [100])
     """CTC-BC classifier: MLP hidden sizes, or [hidden size] of the bi-GRU (exactly one)."""
     ctc_lr: float = 5e-3
@@ -151,6 +160,16 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         if self.epoch_size < 0:
             raise ValueError(f"epoch_size must be an integer >= 0 (0: one pass per epoch), got {self.epoch_size!r}")
+        for name in ("conv_channels", "conv_kernels", "conv_strides"):
+            sizes = getattr(self, name)
+            if (not isinstance(sizes, list) or len(sizes) > MAX_LAYERS
+                    or not all(isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= MAX_WIDTH
+                               for h in sizes)):
+                raise ValueError(f"{name} must be a list of at most {MAX_LAYERS} integers in "
+                                 f"[1, {MAX_WIDTH}], got {sizes!r}")
+        if not len(self.conv_channels) == len(self.conv_kernels) == len(self.conv_strides):
+            raise ValueError(f"conv_channels, conv_kernels, conv_strides must have one entry per conv layer, "
+                             f"got {self.conv_channels!r}, {self.conv_kernels!r}, {self.conv_strides!r}")
         for name in ("act_hidden", "stop_hidden", "ctc_hidden"):
             sizes = getattr(self, name)
             if (not isinstance(sizes, list) or not 1 <= len(sizes) <= MAX_LAYERS
@@ -210,11 +229,21 @@ class _Job:
         self.vocab = demos.vocab
         self.discrete = demos.discrete
         A = demos.meta["n_actions"] if self.discrete else demos.actions.shape[2]
+        image = demos.image_shape
+        if image is None and cfg.conv_channels:
+            raise ValueError(f"conv_channels: a convolutional core reads image states; these states are "
+                             f"vectors (D = {demos.states.shape[2]}), so leave conv_* empty")
+        if image is not None and not cfg.conv_channels:
+            raise ValueError(f"conv_channels: the states are images {list(image)}; give the convolutional "
+                             f"core (conv_channels, conv_kernels, conv_strides; paper: [10, 5, 3], [5, 5, 3], "
+                             f"[2, 2, 1])")
         self.policy_cfg = policy.PolicyConfig(
-            state_dim=demos.states.shape[2], n_subtasks=len(demos.vocab), action_dim=int(A),
+            state_dim=int(np.prod(demos.states.shape[2:])), n_subtasks=len(demos.vocab), action_dim=int(A),
             discrete=self.discrete, act_hidden=list(cfg.act_hidden), stop_hidden=list(cfg.stop_hidden),
             sigma=cfg.sigma_init if cfg.sigma == "learned" else cfg.sigma, activation=cfg.activation,
-            learn_sigma=cfg.sigma == "learned" and not self.discrete)
+            learn_sigma=cfg.sigma == "learned" and not self.discrete,
+            image_shape=None if image is None else list(image), conv_channels=list(cfg.conv_channels),
+            conv_kernels=list(cfg.conv_kernels), conv_strides=list(cfg.conv_strides))
         self.params = policy.init_params(self.policy_cfg, rng)
         if cfg.stop_prior:
             # STOP nets start at the data's switch rate instead of sigma(0) = 1/2 per step,
@@ -227,9 +256,12 @@ class _Job:
         for name in policy.trainable(self.params):   # drawn in float64, then rounded
             self.params[name] = self.params[name].astype(cfg.dtype, copy=False)
         if cfg.ctc_kind:
-            input_dim = demos.states.shape[2] + self.policy_cfg.action_dim
+            input_dim = self.policy_cfg.feature_dim + self.policy_cfg.action_dim
             self.params.update(objectives.init_ctc_params(rng, cfg.ctc_kind, input_dim,
                                                           cfg.ctc_hidden, len(demos.vocab)))
+            if image is not None:           # the classifier's own core, float64 like the classifier
+                for i, (W, b) in enumerate(nn.conv_init(rng, image[2], cfg.conv_channels, cfg.conv_kernels)):
+                    self.params[f"ctc.core.W{i}"], self.params[f"ctc.core.b{i}"] = W, b
         if cfg.ctc_kind:
             self.stages = ["ctc", "policy"]
         elif cfg.algo == "taco" and cfg.warmup_epochs:
@@ -267,10 +299,11 @@ class _Job:
 
     def _relabel(self, demos, batch_size=64):
         labels = np.full_like(demos.labels, -1)                              # (N, T)
-        for idx in data_mod.batch_indices(demos.n, batch_size):
+        for idx in data_mod.batch_indices(demos.n, data_mod.pass_batch_size(demos, batch_size)):
             batch = demos.subset(idx)
             path, _ = objectives.ctc_alignment(self.params, self.cfg.ctc_kind, batch, self.discrete,
-                                               self.policy_cfg.action_dim, self.cfg.ctc_decoder)
+                                               self.policy_cfg.action_dim, self.cfg.ctc_decoder,
+                                               image_cfg=self.policy_cfg)
             labels[idx, :path.shape[1]] = np.where(
                 np.arange(path.shape[1])[None, :] < batch.traj_len[:, None], path, -1)
         return replace(demos, labels=labels)
@@ -279,7 +312,8 @@ class _Job:
         """(summed loss, grads) of one batch for one stage."""
         cfg, p = self.cfg, self.params
         if stage == "ctc":
-            return objectives.ctc(p, cfg.ctc_kind, batch, self.discrete, self.policy_cfg.action_dim)
+            return objectives.ctc(p, cfg.ctc_kind, batch, self.discrete, self.policy_cfg.action_dim,
+                                  image_cfg=self.policy_cfg)
         rate = optim.dropout_rate(cfg.stop_dropout, cfg.dropout_decay, epoch)
         common = dict(stop_dropout=nn.Dropout(rate, rng) if train and rate > 0 else None)
         if stage == "warmup":
@@ -293,7 +327,8 @@ class _Job:
             # GT-BC on the ground truth; CTC-BC on the classifier's labels (stage_sets)
             return objectives.bc(p, self.policy_cfg, batch, batch.labels, cfg.terminal_stop, **common)
         _, weights = objectives.ctc_alignment(p, cfg.ctc_kind, batch, self.discrete,
-                                              self.policy_cfg.action_dim, cfg.ctc_decoder)
+                                              self.policy_cfg.action_dim, cfg.ctc_decoder,
+                                              image_cfg=self.policy_cfg)
         targets = objectives.ctc_soft_targets(weights, batch.sketch_len)
         return objectives.soft_bc(p, self.policy_cfg, batch, weights, targets, **common)
 
@@ -348,16 +383,20 @@ def stop_prior_logit(demos):
 
 def state_statistics(demos):
     """Mean and std (D,) of the states inside the trajectories, std floored at 1e-6;
-    spec/training.md eq. (1)."""
+    spec/training.md eq. (1). Image states: per colour channel (C,), over every pixel
+    (data.image_statistics, read a few demonstrations at a time)."""
+    if demos.image_shape is not None:
+        return data_mod.image_statistics(demos)
     in_t = np.arange(demos.states.shape[1])[None, :] < demos.traj_len[:, None]
     s = demos.states[in_t]                                                   # (sum T_n, D)
     return s.mean(axis=0), np.maximum(s.std(axis=0), 1e-6)
 
 
 def mean_loss(job, stage, demos, batch_size=64):
-    """Per-step loss of a stage over a whole data set (no dropout); spec/training.md eq. (4)."""
+    """Per-step loss of a stage over a whole data set (no dropout); spec/training.md eq. (4).
+    Batches of batch_size demonstrations, fewer with image states (data.pass_batch_size)."""
     total, steps = 0.0, 0
-    for batch in data_mod.batches(demos, batch_size):
+    for batch in data_mod.batches(demos, data_mod.pass_batch_size(demos, batch_size)):
         loss, _ = job.loss(stage, batch, None, 0, train=False)
         total += loss
         steps += int(batch.traj_len.sum())
