@@ -45,11 +45,38 @@ def data_specs(cell):
             (cell["domain"], cell["n_align"], L, TEST_DATA_SEED + cell["seed"]))
 
 
-def collect(spec):
+def collect(spec, data_dir=None):
     """The data task: domain.collect(n, sketch_len, seed) for spec = (domain, n, sketch_len, seed);
-    deterministic, so any worker (or a later run) collects the same Demos (same fingerprint)."""
+    deterministic, so any worker (or a later run) collects the same Demos (same fingerprint).
+
+    A domain whose data is larger than memory (Domain.streams: the image Dial) collects into
+    the frame directory data_dir/<domain>-n<n>-L<sketch_len>-seed<seed> and the task returns
+    the set read lazily from there (it pickles as its path: the cells must see data_dir, so on
+    a Dask cluster OUT must be on a shared filesystem); a complete set already there, of the
+    same spec, is reused, so a grid run again does not collect it again."""
     domain, n, sketch_len, seed = spec
-    return taco_sim.get(domain).collect(n, sketch_len, seed)
+    dom = taco_sim.get(domain)
+    if not dom.streams or data_dir is None:
+        return dom.collect(n, sketch_len, seed)
+    directory = os.path.join(data_dir, f"{domain}-n{n}-L{sketch_len}-seed{seed}")
+    found = collected(directory, spec)
+    return found if found is not None else dom.collect(n, sketch_len, seed, out=directory)
+
+
+def collected(directory, spec):
+    """The complete frame directory's set if it holds spec's data (domain, n, sketch length and
+    seed in its meta), else None."""
+    domain, n, sketch_len, seed = spec
+    if not os.path.exists(os.path.join(directory, data_mod.INDEX)):
+        return None
+    try:
+        demos = data_mod.load(directory)
+    except data_mod.DataError:
+        return None
+    meta = demos.meta
+    same = (meta.get("domain") == domain and demos.n == n and meta.get("sketch_len") == sketch_len
+            and meta.get("seed") == seed)
+    return demos if same else None
 
 
 def run(cell, demos=None, test_demos=None):
@@ -91,7 +118,8 @@ def cell_key(cell):
     fields["config"] = full_config(cell)
     # each field at the value it trained with before the field existed (dtype's default is now
     # float32; float64 is what every older cell ran): keys from before the field stay valid
-    for name, before in (("dtype", "float64"), ("act_l2", 0.0), ("stop_l2", 0.0), ("lr_decay", "none")):
+    for name, before in (("dtype", "float64"), ("act_l2", 0.0), ("stop_l2", 0.0), ("lr_decay", "none"),
+                         ("conv_channels", []), ("conv_kernels", []), ("conv_strides", [])):
         if fields["config"][name] == before:
             del fields["config"][name]
     if fields["config"]["sigma"] != "learned":    # sigma_init is read only with a learned sigma
@@ -244,6 +272,10 @@ PAPER_ALIGNMENT = {
     "navworld": {"taco": (95.3, 95.3), "ctcbc-mlp": (89.0, 89.0), "ctcbc-gru": (80.0, 80.0), "gtbc": (94.6, 94.6)},
     "craft": {"taco": (95.6, 95.6), "ctcbc-mlp": (41.4, 41.4), "ctcbc-gru": (57.1, 57.1), "gtbc": (99.4, 99.4)},
     "dial": {"taco": (99.8, 98.9), "ctcbc-mlp": (90.1, 31.4), "ctcbc-gru": (93.4, 28.6), "gtbc": (97.3, 98.7)},
+    # the image Dial (Sec. 5.3.2): both tables agree; both scales are compared with it
+    "dial-image": {"taco": (99.0, 99.0), "ctcbc-mlp": (84.6, 84.6), "ctcbc-gru": (48.8, 48.8), "gtbc": (98.2, 98.2)},
+    "dial-image-small": {"taco": (99.0, 99.0), "ctcbc-mlp": (84.6, 84.6), "ctcbc-gru": (48.8, 48.8),
+                         "gtbc": (98.2, 98.2)},
 }
 
 
@@ -373,6 +405,33 @@ def failure_kinds_table(results):
     return "\n".join(lines)
 
 
+def prefix_table(results, first=25):
+    """Markdown table of task and sub-task accuracy over the first `first` test tasks beside all
+    of them (the image Dial's figure reports 25 test tasks; the first 25 of a cell's tasks are
+    the tasks of a cell with n_tasks 25: the sketches and episode seeds are drawn in order),
+    mean ± std over seeds per (algo, size), in percent; "" when no cell has more tasks than
+    `first` and its per-task progress."""
+    rows = [r for r in results if r.get("task_progress") and r.get("task_lengths") and r["n_tasks"] > first]
+    if not rows:
+        return ""
+    n_all = sorted({r["n_tasks"] for r in rows})
+    all_label = "/".join(str(n) for n in n_all)
+    lines = [f"| algorithm | demos | seeds | task acc., first {first} | sub-task acc., first {first} | "
+             f"task acc., all {all_label} | sub-task acc., all {all_label} |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for algo in ALGOS:
+        for size in sorted({r["size"] for r in rows}):
+            mine = [r for r in rows if r["algo"] == algo and r["size"] == size]
+            if not mine:
+                continue
+            head = [[r["outcomes"][:first].count("1") / first for r in mine],
+                    [sum(r["task_progress"][:first]) / sum(r["task_lengths"][:first]) for r in mine]]
+            whole = [[r["task_accuracy"] for r in mine], [r["subtask_accuracy"] for r in mine]]
+            lines.append(f"| {LABELS[algo]} | {size} | {len(mine)} | "
+                         + " | ".join(_mean_std(v) for v in head + whole) + " |")
+    return "\n".join(lines)
+
+
 def length_table(results):
     """Markdown table of task accuracy against L_test (paper figure 8): one row per (algo, size),
     mean ± std over seeds per length, in percent; "" when no cell measured it."""
@@ -422,7 +481,7 @@ def report(results, failures=()):
         mine = [r for r in results if r["domain"] == domain]
         if len(domains) > 1:
             parts.append(f"## {domain}")
-        parts += [table(mine), seed_table(mine, "task_accuracy", "task acc."), interval_table(mine),
+        parts += [table(mine), prefix_table(mine), seed_table(mine, "task_accuracy", "task acc."), interval_table(mine),
                   paired_table(mine), failure_kinds_table(mine),
                   seed_table(mine, "align_forward_argmax", "align (fwd argmax)"),
                   seed_table(mine, "subtask_accuracy", "sub-task acc.")]
