@@ -601,16 +601,19 @@ def conv2d_backward(dout, cache, input_grad=True):
     dout = _floats(dout)
     d_rows = dout.reshape(N * Ho * Wo, O)                 # (N Ho Wo, O)
     db = d_rows.sum(axis=0)                               # (O,)
-    d_pad = _padded_columns(d_rows) if N else d_rows      # (N Ho Wo, O') zero columns past O
-    dW = np.zeros((K, d_pad.shape[1]), x.dtype)
+    O_pad = O + (-O % GEMM_WIDTH)
+    dW = np.zeros((K, O_pad), x.dtype)
     part = np.empty_like(dW)
     pieces = _chunks(N, Ho * Wo, K, x.itemsize)
-    buf = np.empty((pieces[0].stop - pieces[0].start if pieces else 0, Ho, Wo, kh, kw, C), x.dtype)
+    per = pieces[0].stop - pieces[0].start if pieces else 0
+    buf = np.empty((per, Ho, Wo, kh, kw, C), x.dtype)
+    d_buf = np.zeros((per * Ho * Wo, O_pad), x.dtype)     # dout's rows of a piece, zero columns past O
     for piece in pieces:
         n = piece.stop - piece.start
+        m = n * Ho * Wo
         np.copyto(buf[:n], windows[piece])
-        rows = slice(piece.start * Ho * Wo, piece.stop * Ho * Wo)
-        dW += matmul(buf[:n].reshape(n * Ho * Wo, K).T, d_pad[rows], out=part)   # (K, O') P^T dout
+        d_buf[:m, :O] = d_rows[piece.start * Ho * Wo:piece.stop * Ho * Wo]
+        dW += matmul(buf[:n].reshape(m, K).T, d_buf[:m], out=part)   # (K, O') P^T dout
     dW = np.ascontiguousarray(dW[:, :O]).reshape(kh, kw, C, O)
     if not input_grad:
         return None, dW, db

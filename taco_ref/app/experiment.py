@@ -142,9 +142,10 @@ BLAS_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 def run_cell(cell, demos, test_demos):
     """The cell task: `run` plus what makes its result a record (the contents of its cell file):
     key, cell, config (full), data (seeds, sizes, fingerprints), figures, seconds (wall time of
-    the cell where it ran), train_seconds, versions, and the BLAS thread variables it ran with (the thread
+    the cell where it ran), cpu_seconds (its process's CPU time: the cost on one core, whatever
+    else shared the machine), train_seconds, versions, and the BLAS thread variables it ran with (the thread
     count changes float64 sums in the last bit: engine._single_threaded)."""
-    start = time.time()
+    start, start_cpu = time.time(), time.process_time()
     figures = run(cell, demos, test_demos)
     train_seconds = figures.pop("train_seconds")          # timings are not figures: they vary
     data = {}
@@ -152,7 +153,8 @@ def run_cell(cell, demos, test_demos):
         data[name] = {"n": spec[1], "sketch_len": spec[2], "seed": spec[3], "fingerprint": d.fingerprint()}
     return {"key": cell_key(cell), "cell": {k: cell.get(k) for k in CELL_FIELDS},
             "config": full_config(cell), "data": data, "figures": figures,
-            "seconds": time.time() - start, "train_seconds": train_seconds, "versions": versions(),
+            "seconds": time.time() - start, "cpu_seconds": time.process_time() - start_cpu,
+            "train_seconds": train_seconds, "versions": versions(),
             "threads": {v: os.environ.get(v) for v in BLAS_THREAD_VARS}}
 
 
