@@ -668,7 +668,7 @@ def convnet_forward(layers, strides, x, activation="relu"):
     for (W, b), s in zip(layers, strides):
         h, conv_cache = conv2d_forward(h, W, b, s)        # (N, Ho, Wo, O)
         caches.append((conv_cache, _ACTIVATIONS_INPLACE[activation](h)))
-    return h.reshape(h.shape[0], -1), (caches, h.shape)
+    return h.reshape(h.shape[0], int(np.prod(h.shape[1:]))), (caches, h.shape)
 
 
 def convnet_backward(dout, cache, input_grad=False):

@@ -222,3 +222,43 @@ def test_the_report_gives_intervals_paired_differences_and_failure_kinds():
     assert "seed 1: -5.0 [" in text and "| +2.5 [" in text and "(2 seeds) |" in text
     assert "| TACO | 400 | 100 / 200 | 10 % | 90 % |" in text       # early 10, late 30 + 60
     assert "| TACO: stopped late: pressed its key again | 400 | 28 |" in text
+
+
+def test_a_streaming_domain_collects_into_the_data_directory_once(tmp_path, monkeypatch):
+    """Data too large for memory (the image Dial) goes to a frame directory under OUT/data,
+    passed on as a path; a grid run again reuses a complete directory of the same spec instead
+    of collecting it again, and collects again where the spec differs."""
+    import dataclasses
+    from taco_ref import data
+    real = taco_sim.get("dial-image-small")
+    calls = []
+
+    def counted(n, sketch_len, seed, **kw):
+        calls.append((n, seed, kw.get("out")))
+        return real.collect(n, 1, seed, **kw)           # one-digit PINs: quick
+    dom = dataclasses.replace(real, collect=counted)
+    monkeypatch.setattr(experiment.taco_sim, "get", lambda name: dom)
+    spec = ("dial-image-small", 1, 1, 10_000)
+    first = experiment.collect(spec, str(tmp_path))
+    assert isinstance(first.states, data.FrameStates) and len(calls) == 1
+    assert calls[0][2] == os.path.join(str(tmp_path), "dial-image-small-n1-L1-seed10000")
+    again = experiment.collect(spec, str(tmp_path))
+    assert len(calls) == 1 and again.fingerprint() == first.fingerprint()
+    experiment.collect(("dial-image-small", 1, 1, 10_001), str(tmp_path))
+    assert len(calls) == 2
+    os.unlink(os.path.join(calls[0][2], data.INDEX))          # an interrupted collection is redone
+    experiment.collect(spec, str(tmp_path))
+    assert len(calls) == 3
+
+
+def test_the_report_gives_the_first_25_test_tasks_beside_all_of_them():
+    """The image Dial's figure reports 25 test tasks: the report gives task and sub-task
+    accuracy over each cell's first 25 (from its per-task progress) beside all 100."""
+    progress = [5] * 10 + [2] * 15 + [5] * 50 + [0] * 25
+    row = dict(domain="dial-image-small", algo="taco", size=200, seed=0, n_tasks=100,
+               outcomes="".join("1" if p == 5 else "0" for p in progress), task_progress=progress,
+               task_lengths=[5] * 100, task_accuracy=0.6, subtask_accuracy=sum(progress) / 500)
+    table = experiment.prefix_table([row, dict(row, seed=1)])
+    line = [l for l in table.split("\n") if l.startswith("| TACO")][0]
+    assert line == "| TACO | 200 | 2 | 40.0 ± 0.0 | 64.0 ± 0.0 | 60.0 ± 0.0 | 66.0 ± 0.0 |"
+    assert experiment.prefix_table([dict(row, n_tasks=25)]) == ""

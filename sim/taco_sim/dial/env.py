@@ -51,7 +51,7 @@ def _offscreen_gl_default():
 def _egl_initialises(library):
     """Whether EGL can initialise a display on its first device, as MuJoCo's EGL backend does
     (eglQueryDevicesEXT, eglGetPlatformDisplayEXT, eglInitialize), probed through ctypes without
-    loading MuJoCo or PyOpenGL; any failure means no."""
+    loading MuJoCo or PyOpenGL; any failure means no. Safe to call at any time."""
     try:
         egl = ctypes.CDLL(library)
         egl.eglGetProcAddress.restype = ctypes.c_void_p
@@ -68,12 +68,10 @@ def _egl_initialises(library):
             return False
         display = platform(0x313F, devices[0], None)                # EGL_PLATFORM_DEVICE_EXT
         egl.eglInitialize.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)]
-        egl.eglTerminate.argtypes = [ctypes.c_void_p]
         major, minor = ctypes.c_int(), ctypes.c_int()
-        ok = bool(display) and bool(egl.eglInitialize(display, ctypes.byref(major), ctypes.byref(minor)))
-        if ok:
-            egl.eglTerminate(display)
-        return ok
+        # left initialised: MuJoCo initialises the same display again (a no-op), whereas an
+        # eglTerminate would end it under a renderer already using it
+        return bool(display) and bool(egl.eglInitialize(display, ctypes.byref(major), ctypes.byref(minor)))
     except (OSError, AttributeError, ValueError):
         return False
 
