@@ -1,4 +1,4 @@
-"""Tests for the image Dial (sim/taco_sim/dial/image.py; spec/dial.md §9).
+"""Tests for the image Dial (sim/taco_sim/dial/image.py; spec/dial.md §8).
 
 (a) the camera: images of the configured size, deterministic by seed, showing the arm move;
 (b) collection: the joint-state Dial's expert and labels on the standard layout, the same data
