@@ -293,8 +293,10 @@ SMALL_FIELDS = ("actions", "traj_len", "sketch", "sketch_len", "labels")
 
 
 class _FrameSource:
-    """The images of one frame directory: its chunk files, opened as read-only memory maps on
-    first use in each process, and where each demonstration's frames are.
+    """The images of one frame directory: its chunk files (each header and size checked once,
+    when the set is opened) and where each demonstration's frames are. Frames are read with
+    positioned reads (files.read_npy_rows), not memory maps: the pages read stay in the page
+    cache, and a process's resident memory holds only the frames it copied.
 
     Attribute    | Shape     | Meaning
     directory    |           | the frame directory (absolute path)
@@ -303,29 +305,28 @@ class _FrameSource:
     chunk        | (N,)      | chunk file holding demonstration n's frames
     offset       | (N,)      | its first frame's index in that chunk
     digests      | (N, 32)   | SHA-256 of each demonstration's frames (C order), recorded when written
+    data_at      | (chunks,) | byte offset of each chunk's data (after its .npy header)
     """
 
     def __init__(self, directory, image_shape, traj_len, chunk, offset, digests, chunk_frames):
         self.directory, self.image_shape = directory, tuple(int(v) for v in image_shape)
         self.traj_len, self.chunk, self.offset, self.digests = traj_len, chunk, offset, digests
         self.chunk_frames = chunk_frames                      # (n_chunks,) frames per chunk file
-        self._maps = {}
+        self.data_at = [files.npy_offset(self.chunk_path(i), np.uint8,
+                                         (int(chunk_frames[i]),) + self.image_shape, DataError)
+                        for i in range(len(chunk_frames))]
 
-    def chunk_map(self, i):
-        """Chunk i as a read-only memory map (n_frames, H, W, C) uint8, its header and size checked."""
-        if i not in self._maps:
-            path = os.path.join(self.directory, chunk_name(int(i)))
-            self._maps[i] = files.open_npy(path, np.uint8, (int(self.chunk_frames[i]),) + self.image_shape,
-                                           DataError)
-        return self._maps[i]
+    def chunk_path(self, i):
+        return os.path.join(self.directory, chunk_name(int(i)))
+
+    def read(self, i, start, count):
+        """Frames start .. start + count of chunk i, (count, H, W, C) uint8, a new array."""
+        return files.read_npy_rows(self.chunk_path(i), self.data_at[int(i)], self.image_shape, np.uint8,
+                                   int(start), int(count), DataError)
 
     def frames(self, n):
-        """Demonstration n's frames (T_n, H, W, C), a view of its chunk's memory map."""
-        start = int(self.offset[n])
-        return self.chunk_map(int(self.chunk[n]))[start:start + int(self.traj_len[n])]
-
-    def __getstate__(self):                   # memory maps are reopened in the receiving process
-        return dict(self.__dict__, _maps={})
+        """Demonstration n's frames (T_n, H, W, C), read from its chunk."""
+        return self.read(self.chunk[n], self.offset[n], self.traj_len[n])
 
 
 class FrameStates:
@@ -399,8 +400,13 @@ class FrameStates:
         position = src.offset[demo] + t                                          # (m,) frame in its chunk
         for c in np.unique(chunk[inside]):
             pick = np.nonzero(inside & (chunk == c))[0]
-            order = np.argsort(position[pick], kind="stable")
-            out[pick[order]] = src.chunk_map(int(c))[position[pick[order]]]
+            pick = pick[np.argsort(position[pick], kind="stable")]                  # in file order
+            pos = position[pick]
+            runs = np.split(np.arange(len(pick)), np.nonzero(np.diff(pos) > 1)[0] + 1)
+            for run in runs:                      # one read per run of neighbouring frames
+                first, last = int(pos[run[0]]), int(pos[run[-1]])
+                block = src.read(c, first, last - first + 1)                          # (n, H, W, C)
+                out[pick[run]] = block[pos[run] - first]
         return out
 
     def __array__(self, dtype=None, copy=None):
@@ -570,19 +576,19 @@ def _read_index(directory):
     chunk_frames = np.bincount(chunk, weights=traj_len, minlength=n_chunks).astype(np.int64)
     source = _FrameSource(directory, shape, traj_len.astype(np.int64), chunk.astype(np.int64),
                           offset.astype(np.int64), digests, chunk_frames)
-    for i in range(n_chunks):                 # every header and size now, before training starts
-        source.chunk_map(i)
-    return z, source
+    return z, source                          # (every chunk's header and size checked in _FrameSource)
 
 
 def load_frames(directory):
     """A validated Demos whose states are read lazily from the frame directory (FrameStates);
     the index, every chunk's header and size and final.npy are checked first (DataError
-    naming the file)."""
+    naming the file); the final images (N, H, W, C) are read into memory (45 MB at the
+    paper's scale)."""
     z, source = _read_index(directory)
     N = len(source.traj_len)
-    final = files.open_npy(os.path.join(source.directory, FINAL), np.uint8, (N,) + source.image_shape,
-                           DataError)
+    path = os.path.join(source.directory, FINAL)
+    at = files.npy_offset(path, np.uint8, (N,) + source.image_shape, DataError)
+    final = files.read_npy_rows(path, at, source.image_shape, np.uint8, 0, N, DataError)   # (N, H, W, C)
     states = FrameStates(source, np.arange(N), int(source.traj_len.max()))
     T = states.shape[1]
     for name in ("actions", "labels"):
@@ -590,7 +596,7 @@ def load_frames(directory):
             raise DataError(f"{os.path.join(source.directory, INDEX)}: {name}: expected {T} time steps "
                             f"(the longest trajectory), got shape {z[name].shape}")
     return _from_arrays(z, os.path.join(source.directory, INDEX), SMALL_FIELDS, states=states,
-                        final_state=np.asarray(final))
+                        final_state=final)
 
 
 def image_statistics(demos, batch=64):

@@ -165,11 +165,11 @@ def load_npz(source, path, error=ValueError, what="array file", max_bytes=MAX_AR
         raise bad(err) from None
 
 
-def open_npy(path, dtype, shape, error=ValueError, max_bytes=MAX_ARRAY_BYTES):
-    """A read-only memory map of the .npy file at path, after checking that it is a regular file
-    whose header declares exactly dtype and shape (C order, no Python objects: never unpickled)
-    and whose size is the header plus that many bytes, so that no read can run past its end;
-    error("PATH: ...") otherwise. Nothing but the header is read here."""
+def npy_offset(path, dtype, shape, error=ValueError, max_bytes=MAX_ARRAY_BYTES):
+    """The byte offset of the data in the .npy file at path, after checking that it is a
+    regular file whose header declares exactly dtype and shape (C order, no Python objects:
+    never unpickled) and whose size is the header plus that many bytes, so that no read can run
+    past its end; error("PATH: ...") otherwise. Nothing but the header is read."""
     size = regular_file(path, max_bytes, error)
     try:
         with open(path, "rb") as f:
@@ -187,9 +187,24 @@ def open_npy(path, dtype, shape, error=ValueError, max_bytes=MAX_ARRAY_BYTES):
     if size != need:
         raise error(f"{path}: {size} bytes, expected {need} for its header and a {np.dtype(dtype)} "
                     f"array of shape {tuple(shape)} (truncated or padded)")
-    if need == offset:
-        return np.zeros(shape, dtype)
-    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=tuple(shape))
+    return offset
+
+
+def read_npy_rows(path, offset, row_shape, dtype, start, count, error=ValueError):
+    """Rows start .. start + count of the .npy file at path whose data begins at offset (from
+    npy_offset, which checked its size), as a new array (count,) + row_shape: one positioned
+    read, so the pages read stay in the page cache and out of this process's resident memory
+    (a memory map would count them there)."""
+    row_bytes = int(np.prod(row_shape, dtype=object)) * np.dtype(dtype).itemsize
+    out = np.empty((count,) + tuple(row_shape), dtype)
+    try:
+        with open(path, "rb", buffering=0) as f:
+            got = os.preadv(f.fileno(), [memoryview(out).cast("B")], offset + start * row_bytes)
+    except OSError as err:
+        raise error(f"{path}: cannot read ({err.strerror or err})") from None
+    if got != out.nbytes:
+        raise error(f"{path}: ended after {got} of {out.nbytes} bytes (changed since it was opened)")
+    return out
 
 
 def read_npz(path, sha256, error=ValueError, recorded_in="its metadata", what="array file"):
