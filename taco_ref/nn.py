@@ -626,8 +626,12 @@ def conv2d_backward(dout, cache, input_grad=True):
     phases = np.empty((N, A, B, s, s, C), x.dtype)        # dx by phase: [n, A, B, r, t, c]
     _patch_products(_patches(padded, a, b, 1), _input_gradient_weights(W, s),
                     phases.reshape(N * A * B, s * s * C))
-    dx = phases.transpose(0, 1, 3, 2, 4, 5).reshape(N, A * s, B * s, C)  # interleave the phases
-    return np.ascontiguousarray(dx[:, :H, :W_]), dW, db
+    interleaved = phases.transpose(0, 1, 3, 2, 4, 5)      # [n, A, r, B, t, c]: dx's order, a view
+    if A * s == H and B * s == W_:                        # one copy, straight into dx
+        dx = np.empty_like(x)
+        np.copyto(dx.reshape(N, A, s, B, s, C), interleaved)
+        return dx, dW, db
+    return np.ascontiguousarray(interleaved.reshape(N, A * s, B * s, C)[:, :H, :W_]), dW, db
 
 
 def conv_init(rng, in_channels, channels, kernels):

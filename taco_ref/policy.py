@@ -233,15 +233,16 @@ def image_input(params, images, dtype):
     """Images (n, H, W, C) as the core's input: normalised per channel with the stored
     statistics, (x - m_c) / sigma_c, in dtype; computed in place on one fresh array.
 
-    float32 subnormals (spec/training.md eq. (12)) are flushed, a pass skipped where none can
-    arise: for integer pixels and every |m_c| either 0 or >= 2^-40 (a mean of pixel counts is)
-    with sigma_c <= 1e6, a nonzero x - m_c is at least m_c's float32 spacing (>= 2^-63), so
-    (x - m_c) / sigma_c is 0 or above 2^-83, far from 2^-100."""
+    Computed as x / sigma_c - m_c / sigma_c (two passes). float32 subnormals (spec/training.md
+    eq. (12)) are flushed, a pass skipped where none can arise: for integer pixels and every
+    |m_c| either 0 or >= 2^-40 (a mean of pixel counts is) with sigma_c <= 1e6 (< 2^20), both
+    terms are 0 or at least 2^-60, and a nonzero difference of two such float32 numbers is at
+    least the spacing at 2^-60, 2^-83: far from 2^-100."""
     images = np.asarray(images)
-    x = images.astype(dtype)                                                 # (n, H, W, C) a copy
     mean, std = params["norm.mean"].astype(dtype), params["norm.std"]
-    x -= mean
-    x *= (1.0 / std).astype(dtype)
+    scale = (1.0 / std).astype(dtype)
+    x = np.multiply(images, scale, dtype=dtype)          # (n, H, W, C) x / sigma, in dtype: one pass
+    x -= mean * scale                                    # (x - m) / sigma: a second
     a = np.abs(mean)
     safe = images.dtype.kind in "iu" and bool(((a == 0) | (a >= 2.0 ** -40)).all() and (std <= 1e6).all())
     return x if safe else nn.flush_subnormals(x)
