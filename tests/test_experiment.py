@@ -262,3 +262,23 @@ def test_the_report_gives_the_first_25_test_tasks_beside_all_of_them():
     line = [l for l in table.split("\n") if l.startswith("| TACO")][0]
     assert line == "| TACO | 200 | 2 | 40.0 ± 0.0 | 64.0 ± 0.0 | 60.0 ± 0.0 | 66.0 ± 0.0 |"
     assert experiment.prefix_table([dict(row, n_tasks=25)]) == ""
+
+
+def test_a_cell_interrupted_mid_training_continues_from_its_checkpoint(tmp_path):
+    """A cell of the image Dial trains for hours: with a run directory it checkpoints every
+    epoch, and run again after an interruption it continues there and gives the figures of an
+    uninterrupted cell. Only streaming domains get one, named by the cell's key."""
+    from taco_ref import train
+    c = cell("taco", size=12)
+    demos, test_demos = (experiment.collect(s) for s in experiment.data_specs(c))
+    whole = experiment.run(c, demos, test_demos)
+    run_dir = tmp_path / "run"
+    cfg = train.TrainConfig.from_dict(dict(c["config"], algo="taco", seed=0))
+    assert train.train(demos, cfg, out_dir=run_dir, stop_after=1, progress=False) is None   # "killed"
+    resumed = experiment.run(c, demos, test_demos, run_dir=str(run_dir))
+    resumed.pop("train_seconds"), whole.pop("train_seconds")
+    assert resumed == whole
+    assert experiment.run_dir_of(str(tmp_path), c) is None                   # navworld: no checkpoints
+    image_cell = dict(c, domain="dial-image-small", train_sketch_len=4)
+    path = experiment.run_dir_of(str(tmp_path), image_cell)
+    assert path.endswith(f"seed0-{experiment.cell_key(image_cell)[:16]}") and "runs/dial-image-small/taco" in path

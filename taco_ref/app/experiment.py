@@ -79,21 +79,24 @@ def collected(directory, spec):
     return demos if same else None
 
 
-def run(cell, demos=None, test_demos=None):
+def run(cell, demos=None, test_demos=None, run_dir=None):
     """One cell's figures (a dict): task_accuracy, subtask_accuracy, n_tasks, align_<decoder>
     for every decoder, task_accuracy_by_length (with test_lengths), epochs, policy_epochs,
     best_held_out_loss, train_loglik, train_seconds.
 
     cell: the CELL_FIELDS and config (TrainConfig settings; algo and seed are the cell's).
     demos, test_demos: the cell's training and held-out data (`collect(data_specs(cell)[i])`);
-    collected here when not given.
+    collected here when not given. run_dir: train there, with a checkpoint after every epoch,
+    continuing the checkpoint found there (`run_dir_of`: the image Dial's cells, hours long,
+    survive an interruption at the last epoch instead of starting again).
     """
     dom = taco_sim.get(cell["domain"])
     train_spec, test_spec = data_specs(cell)
     demos = collect(train_spec) if demos is None else demos
     test_demos = collect(test_spec) if test_demos is None else test_demos
     cfg = train.TrainConfig.from_dict(dict(cell["config"], algo=cell["algo"], seed=cell["seed"]))
-    model = train.train(demos, cfg, progress=False)
+    resume = run_dir is not None and os.path.exists(os.path.join(run_dir, train.CHECKPOINT_META))
+    model = train.train(demos, cfg, progress=False, out_dir=run_dir, resume=resume)
     acc = evaluate.protocol(model, dom, cell["n_tasks"], cell["seed"], lengths=cell.get("test_lengths") or ())
     both = evaluate.alignment_accuracies(model, test_demos)
     align_acc, by_subtask = both["position"], both["subtask"]
@@ -139,14 +142,25 @@ def versions():
 BLAS_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def run_cell(cell, demos, test_demos):
+def run_dir_of(out_dir, cell):
+    """Where a cell trains with checkpoints, or None: OUT/runs/<domain>/<algo>/n<size>/seed<seed>-
+    <first 16 hex digits of its key> for a domain whose data streams (Domain.streams, the image
+    Dial: cells of hours), None otherwise and without out_dir. The key in the name keeps a cell
+    of another config from resuming its checkpoint."""
+    if out_dir is None or not taco_sim.get(cell["domain"]).streams:
+        return None
+    return os.path.join(os.path.abspath(out_dir), "runs", cell["domain"], cell["algo"], f"n{cell['size']}",
+                        f"seed{cell['seed']}-{cell_key(cell)[:16]}")
+
+
+def run_cell(cell, demos, test_demos, run_dir=None):
     """The cell task: `run` plus what makes its result a record (the contents of its cell file):
     key, cell, config (full), data (seeds, sizes, fingerprints), figures, seconds (wall time of
     the cell where it ran), cpu_seconds (its process's CPU time: the cost on one core, whatever
     else shared the machine), train_seconds, versions, and the BLAS thread variables it ran with (the thread
     count changes float64 sums in the last bit: engine._single_threaded)."""
     start, start_cpu = time.time(), time.process_time()
-    figures = run(cell, demos, test_demos)
+    figures = run(cell, demos, test_demos, run_dir)
     train_seconds = figures.pop("train_seconds")          # timings are not figures: they vary
     data = {}
     for name, spec, d in zip(("train", "test"), data_specs(cell), (demos, test_demos)):
