@@ -64,7 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim"))
 
 import taco_sim  # noqa: E402
 from taco_ref import data, evaluate, files, train  # noqa: E402
-from taco_ref.app import config as config_mod  # noqa: E402
+from taco_app import config as config_mod  # noqa: E402
 from _timing import cpu_model  # noqa: E402
 
 

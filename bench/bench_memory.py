@@ -76,7 +76,7 @@ def image_training(directory):
     from taco_ref import data
     demos = data.load(directory)
     domain = demos.meta.get("domain")
-    taco = [sys.executable, "-m", "taco_ref.app.cli"]
+    taco = [sys.executable, "-m", "taco_app.cli"]
     tmp = tempfile.mkdtemp(prefix="bench-memory-images-")
     frames = int(demos.traj_len.sum())
     print(f"{directory}: {demos.n} demonstrations, {frames} frames of {'x'.join(map(str, demos.image_shape))} "
@@ -113,7 +113,7 @@ def main():
     n_align = args.n_align or (20 if args.quick else 100)
     n_train = args.n_train or (20 if args.quick else 200)
     limit = int(args.limit_mb * 1e6)
-    taco = [sys.executable, "-m", "taco_ref.app.cli"]
+    taco = [sys.executable, "-m", "taco_app.cli"]
     tmp = tempfile.mkdtemp(prefix="bench-memory-")
     from taco_ref import data
     import taco_sim

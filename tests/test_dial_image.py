@@ -15,7 +15,7 @@ import pytest
 
 import taco_sim
 from taco_ref import data, evaluate, train
-from taco_ref.app import cli, config
+from taco_app import cli, config
 from taco_sim.dial import env as env_mod, expert, image
 from taco_sim.domain import RenderingUnavailable
 

@@ -26,8 +26,9 @@ import numpy as np
 import pytest
 
 from taco_ref import data, evaluate, files, model as model_mod, objectives, optim, policy, train
-from taco_ref.app import config as config_mod
+from taco_app import config as config_mod
 from taco_ref.train import TrainConfig
+from taco_ref.algorithms import taco as taco_algo
 import taco_sim
 from taco_sim import navworld
 
@@ -61,6 +62,7 @@ def assert_same_params(a, b):
 # (a) End to end on Nav-World
 # ----------------------------------------------------------------------------------------------
 
+@pytest.mark.slow        # a training run
 def test_taco_learns_to_align_navworld(nav150):
     """Plain TACO (warmup_epochs 0), 150 demonstrations, 20 epochs, action and STOP nets [32],
     STOP dropout 0.3. (The warm-up of the default recipe has its own tests below.)
@@ -88,6 +90,7 @@ def test_taco_learns_to_align_navworld(nav150):
     assert model.vocab == navworld.VOCAB and model.algo == "taco" and model.ctc_kind is None
 
 
+@pytest.mark.slow        # a training run
 def test_gtbc_aligns_navworld(nav150):
     """GT-BC, 10 epochs, nets [32]: forward-argmax alignment above 0.95 on 40 held-out
     demonstrations. Measured on seeds 0-4: 0.973-0.979 (posterior argmax and Viterbi 0.992-1.0)."""
@@ -627,8 +630,8 @@ def test_temperature_schedule(epoch, expected):
     """spec/training.md eq. (7): linear from the initial temperature to 1 over
     temperature_epochs, then 1."""
     cfg = TrainConfig(temperature=3.0, temperature_epochs=4)
-    assert train.temperature(cfg, epoch) == pytest.approx(expected)
-    assert train.temperature(TrainConfig(temperature=3.0), epoch) == 1.0    # no schedule: plain TACO
+    assert taco_algo.temperature(cfg, epoch) == pytest.approx(expected)
+    assert taco_algo.temperature(TrainConfig(temperature=3.0), epoch) == 1.0    # no schedule: plain TACO
 
 
 def test_trainer_anneals_the_temperature_and_holds_off_early_stopping(nav_small, monkeypatch):
@@ -707,6 +710,7 @@ def collapsing_case():
     return navworld.collect(100, 3, seed=0), navworld.collect(40, 3, seed=999), values
 
 
+@pytest.mark.slow        # a training run
 def test_default_recipe_aligns_where_plain_taco_collapses(collapsing_case):
     """spec/training.md §6. Plain TACO (warmup_epochs 0) from this seed merges two sub-policies:
     69.4 % forward-argmax alignment when measured; the default recipe (warm-up of 5 epochs on the
@@ -720,6 +724,7 @@ def test_default_recipe_aligns_where_plain_taco_collapses(collapsing_case):
     assert evaluate.alignment_accuracy(default, held_out)["forward_argmax"] >= 0.95
 
 
+@pytest.mark.slow        # a training run
 def test_restarts_keep_the_run_that_did_not_collapse(collapsing_case):
     """spec/training.md §7 on the collapsing case: plain TACO with 2 restarts. Run 0 is the
     collapsed run above (training log-likelihood -0.89 per step when measured, alignment 69 %);
@@ -842,6 +847,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
+@pytest.mark.slow        # two fresh processes
 def test_keep_freed_memory_lets_the_next_step_reuse_freed_arrays():
     """spec/training.md §4: with keep_freed_memory, five more steps' worth of 8-24 MiB arrays
     touch no fresh pages; without it glibc maps and zero-fills them anew (measured: ~18000
@@ -916,6 +922,117 @@ def test_float32_adam_state_holds_no_subnormal():
     still = p["w"].copy()
     adam.step(p, {"w": np.zeros(4, np.float32)})
     np.testing.assert_array_equal(p["w"], still)
+
+
+def test_select_by_rollouts_keeps_the_epoch_that_completes_most_validation_sketches(nav_small, tmp_path):
+    """spec/training.md eq. (13): scores 0.2, 0.5, 0.5, 0.3, 0.1 from epoch 2 on (select_from 2)
+    with patience 2: epoch 1 is no candidate, epoch 4 ties the best and wins (the later epoch),
+    epochs 5 and 6 do not improve and end the stage; the model holds epoch 4's parameters, each
+    scored epoch records its score, and a run stopped after 3 epochs resumes to the same end."""
+    def scripted():
+        scores, seen = iter([0.2, 0.5, 0.5, 0.3, 0.1, 0.9]), []
+
+        def validate(model):
+            seen.append({k: v.copy() for k, v in model.params.items()})
+            return next(scores)
+        return validate, seen
+
+    cfg = config(epochs=10, patience=2, warmup_epochs=0, select="rollouts", select_from=2)
+    validate, seen = scripted()
+    model = train.train(nav_small, cfg, progress=False, validate=validate)
+    history = model.info["history"]
+    assert [h.get("rollout_score") for h in history] == [None, 0.2, 0.5, 0.5, 0.3, 0.1]
+    for name in policy.trainable(model.params):
+        np.testing.assert_array_equal(model.params[name], seen[2][name], err_msg=name)
+    validate, _ = scripted()
+    assert train.train(nav_small, cfg, out_dir=tmp_path, progress=False, validate=validate,
+                       stop_after=3) is None
+    resumed = train.train(nav_small, cfg, out_dir=tmp_path, resume=True, progress=False,
+                          validate=lambda m, s=iter([0.5, 0.3, 0.1]): next(s))
+    assert_same_params(resumed.params, model.params)
+    with pytest.raises(ValueError, match="select: 'rollouts' needs a domain"):
+        train.train(nav_small, cfg, progress=False)
+
+
+def test_validation_rollouts_run_training_length_sketches_in_the_validation_env():
+    """spec/training.md eq. (13): the validator executes select_tasks sketches of the training
+    length from their own seed in the domain's validation environment (the Dial: random
+    layouts, never the test layout) and returns the share completed."""
+    made = []
+
+    class Env:
+        subtask_budget = None
+
+        def __init__(self):
+            made.append(self)
+
+        def reset(self, sketch, seed=None):
+            self.sketch, self.progress, self.failed = list(sketch), len(sketch), False
+            return np.zeros(1)
+
+        def budget(self, L):
+            return 5
+
+        done = property(lambda self: True)
+
+    import types
+    domain = types.SimpleNamespace(
+        validation_env=Env, task_env=None, test_sketches=None,
+        sample_sketches=lambda n, L, rng: np.tile(np.arange(L), (n, 1)))
+    model = types.SimpleNamespace(params=None, policy=types.SimpleNamespace(discrete=False, n_subtasks=3),
+                                  vocab=("a", "b", "c"))
+    validate = evaluate.validation_rollouts(domain, 7, seed=0, sketch_len=2)
+    assert validate(model) == 1.0 and len(made) == 7 and all(e.sketch == [0, 1] for e in made)
+    dial_env = taco_sim.get("dial").validation_env()
+    layouts = {tuple(dial_env.reset([1, 2], seed=s) is not None and dial_env.env.layout) for s in range(5)}
+    assert len(layouts) > 1 and tuple(taco_sim.dial.STANDARD_LAYOUT) not in layouts
+
+
+def test_averaged_parameters_follow_their_rule_and_are_what_is_scored_and_kept(nav_small, monkeypatch, tmp_path):
+    """spec/training.md eq. (14): with ema = 0.6 the trainer keeps avg = theta at the policy
+    stage's first step, then avg <- 0.6 avg + 0.4 theta after every step; the held-out loss is
+    computed on the average (in the nets' dtype), the kept parameters are the average of the
+    kept epoch, and a run stopped after one epoch resumes to the same end."""
+    steps, scored = [], []
+    step = optim.Adam.step
+
+    def recording_step(self, params, grads):
+        step(self, params, grads)
+        steps.append({k: params[k].copy() for k in self.m})
+
+    held = iter([5.0, 4.0, 3.0] + [9.0] * 10)
+
+    def mean_loss(job, stage, demos, batch_size=64):
+        scored.append({k: v.copy() for k, v in job.params.items()})
+        return next(held)
+
+    monkeypatch.setattr(optim.Adam, "step", recording_step)
+    monkeypatch.setattr(train, "mean_loss", mean_loss)
+    cfg = config(epochs=4, patience=10, warmup_epochs=0, ema=0.6)
+    model = train.train(nav_small, cfg, progress=False)
+    n_per_epoch = len(steps) // 4
+    avg = {k: v.astype(np.float64) for k, v in steps[0].items()}
+    averages = []
+    for i, p in enumerate(steps[1:], start=2):
+        for k in avg:
+            avg[k] = 0.6 * avg[k] + 0.4 * p[k]
+        if i % n_per_epoch == 0:
+            averages.append({k: v.copy() for k, v in avg.items()})
+    for epoch in range(4):
+        for k in averages[epoch]:
+            np.testing.assert_allclose(scored[epoch][k], averages[epoch][k], rtol=1e-12, atol=1e-14, err_msg=k)
+    for k in averages[2]:                                 # epoch 3 had the best held-out loss
+        np.testing.assert_allclose(model.params[k], averages[2][k], rtol=1e-12, atol=1e-14, err_msg=k)
+        assert not np.allclose(model.params[k], steps[-1][k]), k
+    monkeypatch.undo()
+    plain = train.train(nav_small, config(epochs=3, warmup_epochs=0, ema=0.9), progress=False)
+    assert train.train(nav_small, config(epochs=3, warmup_epochs=0, ema=0.9), out_dir=tmp_path,
+                       progress=False, stop_after=1) is None
+    resumed = train.train(nav_small, config(epochs=3, warmup_epochs=0, ema=0.9), out_dir=tmp_path,
+                          resume=True, progress=False)
+    assert_same_params(resumed.params, plain.params)
+    with pytest.raises(ValueError, match="ema must lie in"):
+        config(ema=1.0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1022,6 +1139,14 @@ def test_the_core_and_the_states_must_agree(nav_small, states, conv, message):
     demos = nav_small if states == "vectors" else image_demos(N=4)
     with pytest.raises(ValueError, match=message):
         train.train(demos, TrainConfig.from_dict(dict(SMALL, **conv)), progress=False)
+
+
+def test_compile_refuses_image_states():
+    """CompILE's boundary net reads state vectors: on images it stops with one line naming the
+    algorithm, not with a shape error deep in a product."""
+    with pytest.raises(ValueError, match=r"^algo compile: its boundary net reads state vectors, these states "
+                                         r"are images \[11, 11, 3\]"):
+        train.train(image_demos(N=4), TrainConfig.from_dict(dict(IMAGE, algo="compile")), progress=False)
 
 
 def test_train_config_wants_one_entry_per_conv_layer():

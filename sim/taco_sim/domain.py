@@ -36,6 +36,8 @@ from typing import Callable, Mapping, Optional
 
 import numpy as np
 
+from taco_ref.data import MAX_SKETCH_LEN  # noqa: F401  (the longest sketch a domain collects)
+
 _REGISTRY = {}
 
 
@@ -69,6 +71,8 @@ class Domain:
                        | it goes and returns them read lazily (taco_ref.data frame directory):
                        | for data larger than memory; `taco collect` and `taco experiment` then
                        | collect into a directory
+    validation_env     | () -> a task environment on the training data's distribution (the
+                       | Dial: random layouts), for choosing an epoch by rollouts; None: task_env
     """
 
     name: str
@@ -88,6 +92,7 @@ class Domain:
     parallel_collect: bool = False
     state_shape: Optional[tuple] = None
     streams: bool = False
+    validation_env: Optional[Callable] = None
 
     def __post_init__(self):
         if not self.name or not self.name.replace("-", "_").isidentifier():
@@ -162,8 +167,6 @@ class SketchProgress:
         return None if self.done or self.failed else int(self.sketch[self.progress])
 
 
-MAX_SKETCH_LEN = 64
-"""Longest sketch a domain collects or executes (taco_ref.runner.MAX_SKETCH_LEN likewise)."""
 MAX_COLLECT = 100_000
 """Most demonstrations one collect call makes: 100 times the paper's largest sets (Nav-World
 1000, the Dial 1200), and about 2 GB of Nav-World arrays (L = 4). A count is checked before

@@ -41,7 +41,7 @@ from typing import Callable
 
 import numpy as np
 
-from taco_ref.data import Demos
+from taco_ref.data import assemble
 from taco_sim import sketch_array
 from taco_sim.domain import SketchProgress, check_collect_args, check_dart_sigma
 from taco_sim.dial.env import (ACTION_DIM, FINGERS_CLOSED, HOME, K, PHYSICS_DT, SLOTS,
@@ -112,8 +112,15 @@ TEST_SKETCH_LEN = 5
 
 
 def task_env():
-    """A DialTask on the standard layout: the task environment taco_ref.app.experiment evaluates in."""
+    """A DialTask on the standard layout: the task environment taco_app.experiment evaluates in."""
     return DialTask(layout="standard")
+
+
+def validation_env():
+    """A DialTask on a random layout per episode (drawn from its seed, never the standard one):
+    the training data's distribution, for choosing a training epoch by rollouts without
+    touching the test condition (spec/training.md §5)."""
+    return DialTask(layout="random")
 
 
 def budget(sketch_len):
@@ -192,6 +199,9 @@ def zero_shot_sketches(n, rng):
 class DialTask(SketchProgress):
     """One PIN-dialling episode on a DialEnv; the duck type of taco_sim.navworld.NavWorld.
 
+    layout: "standard", an array (spec/dial.md §4), or "random": a layout drawn from each
+    episode's seed (DialEnv.reset), as in the training data.
+
     Attribute | Shape | Meaning
     env       |       | the DialEnv
     sketch    | (L,)  | the PIN's digits
@@ -208,7 +218,7 @@ class DialTask(SketchProgress):
     """No forced STOP: the budget of the whole PIN bounds a run."""
 
     def __init__(self, layout="standard"):
-        self.layout = check_layout(layout)
+        self.layout = None if isinstance(layout, str) and layout == "random" else check_layout(layout)
         self.env = DialEnv()
         self.sketch = None
         self.progress = 0
@@ -263,7 +273,7 @@ class DialTask(SketchProgress):
         """Record what failure_detail reads: the fingertip after the step, whether the action
         asked a motor for its limit or more, whether an arm joint sits at its range's end."""
         record, env = self._record, self.env
-        lower, upper = kinematics().arm_bounds                                         # (6,) each
+        lower, upper = _arm_bounds()                                                   # (6,) each
         q = env.qpos[:6]
         record["tip"].append(env.fingertip)
         record["saturated"].append(bool((np.abs(np.asarray(action)) >= self.action_limits).any()))
@@ -315,6 +325,17 @@ class DialTask(SketchProgress):
     def stop(self):
         """The active sub-policy emitted STOP: nothing happens. The keypad judges presses, not
         STOP decisions (a real PIN pad sees only keys), so progress and failed change in step."""
+
+
+_ARM_BOUNDS = None
+
+
+def _arm_bounds():
+    """(lower (6,), upper (6,)) arm joint limits, read once per process."""
+    global _ARM_BOUNDS
+    if _ARM_BOUNDS is None:
+        _ARM_BOUNDS = kinematics().arm_bounds
+    return _ARM_BOUNDS
 
 
 @dataclass(frozen=True)
@@ -410,19 +431,10 @@ def collect_variant(variant, n, sketch_len, seed, dart_sigma=DART_SIGMA, sketche
             results.extend(_chunk(c))
             if progress is not None:
                 progress(len(results), n)
-    traj_len = np.array([len(r[0]) for r in results], dtype=np.int64)
-    T = int(traj_len.max())
-    A = results[0][1].shape[1]
-    states = np.zeros((n, T, STATE_DIM))
-    actions = np.zeros((n, T, A))
-    labels = np.full((n, T), -1, dtype=np.int64)
-    for i, r in enumerate(results):
-        states[i, :traj_len[i]], actions[i, :traj_len[i]], labels[i, :traj_len[i]] = r[0], r[1], r[2]
-    final_state = np.array([r[3] for r in results])
     meta = {"domain": variant.name, "action_type": "continuous", "sketch_len": int(sketch_len),
             "dart_sigma": float(dart_sigma),
             "seed": int(seed) if isinstance(seed, (int, np.integer)) else None,
             "discarded": int(sum(r[4] for r in results)), "subsample": SUBSAMPLE,
             "physics_dt": PHYSICS_DT}
-    return Demos(states, actions, traj_len, sketches, np.full(n, sketch_len, dtype=np.int64),
-                 labels, final_state, VOCAB, meta).validate()
+    return assemble([r[0] for r in results], [r[1] for r in results], [r[2] for r in results],
+                    [r[3] for r in results], sketches, VOCAB, meta)
