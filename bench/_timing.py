@@ -1,4 +1,5 @@
-"""Shared by the benchmarks: interleaved timing and a line on numpy's BLAS threads."""
+"""Shared by the benchmarks: interleaved timing, the machine's GEMM limit and a line on numpy's
+BLAS threads."""
 import gc
 import os
 import time
@@ -77,3 +78,23 @@ def interleaved_medians(fns, repeats, warmup=1):
         if gc_was_enabled:
             gc.enable()
     return [float(np.median(t)) for t in wall], [float(np.median(t)) for t in cpu]
+
+
+GEMM_N = 2000
+"""The GEMM-limit probe: (GEMM_N, GEMM_N) @ (GEMM_N, GEMM_N)."""
+
+
+def gemm_limit(dtype, repeats, n=GEMM_N):
+    """The machine's practical GEMM rate (GFLOP/s) from np.matmul on (n, n) @ (n, n): the best
+    of `repeats` calls (a limit: one slow call on a shared machine must not lower it), over
+    wall time and over process CPU time."""
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal((n, n)).astype(dtype) for _ in range(2))
+    a @ b
+    wall, cpu = [], []
+    for _ in range(repeats):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        a @ b
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    return 2 * n ** 3 / min(wall) / 1e9, 2 * n ** 3 / min(cpu) / 1e9

@@ -13,10 +13,19 @@ resident set size (os.wait4's ru_maxrss for that child). The commands:
   (dial-small: nets [200, 100] / [150, 50]), stopped after one epoch, resumed for the second;
 - `taco --help`, the floor every command starts from (NumPy, MuJoCo, every domain imported).
 
+With --image-data DIR (a frame directory of the image Dial, e.g. the paper-scale set the
+experiment grid collected under results/dial-image/data), it measures instead, without an
+address-space limit (the images are read by positioned reads into the process, and its
+address space holds nothing of the 10 GB but the batch it copied): `taco train` of one TACO
+epoch (no warm-up: the TACO stage, whose activations are the largest) and of one CTC-BC (GRU)
+epoch, the classifier stage with its own core, each on the whole set with the domain's
+config; target: peak RSS <= 4 GB.
+
 Usage::
 
     python bench/bench_memory.py                 # 100 tasks, 100 aligned, 200 trained on
     python bench/bench_memory.py --quick         # 10, 20, 20
+    python bench/bench_memory.py --image-data results/dial-image/data/dial-image-n1200-L4-seed10000
 """
 import argparse
 import os
@@ -24,6 +33,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "sim", "taco_sim", "dial", "models")
@@ -34,7 +45,8 @@ import os, resource, sys
 limit = int(sys.argv[1])
 pid = os.fork()
 if pid == 0:
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    if limit > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     os.execv(sys.argv[2], sys.argv[2:])
 _, status, usage = os.wait4(pid, 0)
@@ -55,14 +67,48 @@ def measure(argv, limit):
     return code, rss / 1024, time.time() - t0, last
 
 
+IMAGE_TARGET_GB = 4.0
+
+
+def image_training(directory):
+    """Peak RSS of one TACO epoch and one CTC-BC (GRU) classifier epoch on an image frame
+    directory, each its own process, no address-space limit."""
+    from taco_ref import data
+    demos = data.load(directory)
+    domain = demos.meta.get("domain")
+    taco = [sys.executable, "-m", "taco_app.cli"]
+    tmp = tempfile.mkdtemp(prefix="bench-memory-images-")
+    frames = int(demos.traj_len.sum())
+    print(f"{directory}: {demos.n} demonstrations, {frames} frames of {'x'.join(map(str, demos.image_shape))} "
+          f"({frames * int(np.prod(demos.image_shape)) / 1e9:.1f} GB of images), domain {domain}; "
+          f"no address-space limit\n")
+    print("| command | peak RSS (MiB) | exit | s |")
+    print("|---|---:|---:|---:|")
+    worst = 0.0
+    for label, algo, extra in (("taco train, 1 TACO epoch (no warm-up)", "taco", ["--set", "warmup_epochs=0"]),
+                               ("taco train, 1 CTC-BC (GRU) classifier epoch", "ctcbc-gru", [])):
+        argv = taco + ["train", "--algo", algo, "--data", directory, "--out", os.path.join(tmp, algo),
+                       "--stop-after", "1"] + extra
+        code, rss, seconds, last = measure(argv, 0)
+        worst = max(worst, rss)
+        print(f"| {label} | {rss:.0f} | {code} | {seconds:.0f} |" + (f" {last}" if code else ""))
+    print(f"\nlargest peak RSS {worst / 1024:.2f} GiB; target <= {IMAGE_TARGET_GB:g} GB: "
+          f"{'ok' if worst * 2 ** 20 <= IMAGE_TARGET_GB * 1e9 else 'MISS'}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--image-data", default=None, metavar="DIR",
+                    help="measure training on this image frame directory instead (see the docstring)")
     ap.add_argument("--limit-mb", type=float, default=1500.0, help="address-space limit, 10^6 bytes")
     ap.add_argument("--n-tasks", type=int, default=None)
     ap.add_argument("--n-align", type=int, default=None)
     ap.add_argument("--n-train", type=int, default=None)
     args = ap.parse_args()
+    if args.image_data:
+        image_training(args.image_data)
+        return
     n_tasks = args.n_tasks or (10 if args.quick else 100)
     n_align = args.n_align or (20 if args.quick else 100)
     n_train = args.n_train or (20 if args.quick else 200)

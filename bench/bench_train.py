@@ -97,7 +97,8 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from taco_ref import align, data, nn, objectives, optim, policy, train  # noqa: E402
-from _timing import cpu_model, import_torch, interleaved_medians, numpy_blas_parts  # noqa: E402
+from _timing import (GEMM_N, cpu_model, gemm_limit, import_torch, interleaved_medians,  # noqa: E402
+                     numpy_blas_parts)
 
 torch, TORCH_SKIP_REASON = import_torch(THREADS)
 F = torch.nn.functional if torch is not None else None
@@ -113,7 +114,6 @@ RATIO_TARGETS = {"float32": 0.8, "float64": 0.6}  # taco_ref (JUDGED_DTYPE) / to
 GEMM_TARGET = 0.5  # the nets' useful GFLOP/s / GEMM limit of the same dtype >= this
 DEFAULT_DTYPE = getattr(train.TrainConfig(), "dtype", "float64")
 JUDGED_DTYPE = "float32"  # the taco_ref precision the ratio targets judge, when timed
-GEMM_N = 2000  # the GEMM-limit probe: (GEMM_N, GEMM_N) @ (GEMM_N, GEMM_N)
 NAV = dict(B=10, T=77, L=3, K=4, D=8, A=2, hidden=[100], sigma=0.5, dropout=0.3)
 """A Nav-World minibatch (sim/taco_sim/configs/navworld.yaml, 400 demonstrations: padded T 77)."""
 NEG = -1e30  # finite log 0 in the torch recursion: logaddexp's backward is NaN at -inf, -inf
@@ -243,22 +243,6 @@ def subnormal_line(params, cfg, batch, dtype):
         run()
     return (line + f"; subnormal GEMM operand entries {census.subnormal} of {census.entries} "
             f"in {census.products} products per step")
-
-
-def gemm_limit(dtype, repeats):
-    """The machine's practical GEMM rate (GFLOP/s) from np.matmul on (N, N) @ (N, N): the best
-    of `repeats` calls (a limit: one slow call on a shared machine must not lower it), over
-    wall time and over process CPU time."""
-    rng = np.random.default_rng(1)
-    a, b = (rng.standard_normal((GEMM_N, GEMM_N)).astype(dtype) for _ in range(2))
-    a @ b
-    wall, cpu = [], []
-    for _ in range(repeats):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        a @ b
-        wall.append(time.perf_counter() - start)
-        cpu.append(time.process_time() - start_cpu)
-    return 2 * GEMM_N ** 3 / min(wall) / 1e9, 2 * GEMM_N ** 3 / min(cpu) / 1e9
 
 
 def net_gemms(cfg, batch, dtype, rng):

@@ -29,7 +29,8 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import inspect  # noqa: E402
 
 import taco_sim  # noqa: E402
-from taco_sim.domain import MAX_COLLECT, MAX_DART_SIGMA, MAX_SKETCH_LEN, MAX_WORKERS  # noqa: E402
+from taco_sim.domain import (MAX_COLLECT, MAX_DART_SIGMA, MAX_SKETCH_LEN, MAX_WORKERS,  # noqa: E402
+                             RenderingUnavailable)
 from taco_ref import algorithms, data, evaluate, model as model_mod, runner, train  # noqa: E402
 from taco_app import cells as cells_mod, config as config_mod, engine, report  # noqa: E402
 
@@ -54,13 +55,20 @@ def cmd_collect(args):
                          f"continuous actions (its DART noise is its own setting); leave it out")
     sketch_len = dom.train_sketch_len if args.sketch_len is None else args.sketch_len
     kwargs = {"dart_sigma": args.dart_sigma} if args.dart_sigma is not None else {}
+    # a domain that streams writes a frame directory as it collects, unless an .npz is asked for
+    stream = dom.streams and not args.out.endswith(".npz")
+    if stream:
+        kwargs["out"] = args.out
     t0 = time.time()
     demos = dom.collect(args.n, sketch_len, args.seed, workers=args.workers,
                         progress=_progress(f"collect {args.domain}"), **kwargs)
     seconds = time.time() - t0
-    data.save(demos, args.out)
-    print(f"wrote {demos.n} demonstrations to {args.out} (T <= {demos.states.shape[1]}, "
-          f"mean T {demos.traj_len.mean():.0f}, L = {sketch_len}, D = {demos.states.shape[2]}); "
+    if not stream:
+        data.save(demos, args.out)
+    shape = "x".join(str(v) for v in demos.states.shape[2:])
+    print(f"wrote {demos.n} demonstrations to {args.out}{' (a frame directory)' if stream else ''} "
+          f"(T <= {demos.states.shape[1]}, mean T {demos.traj_len.mean():.0f}, L = {sketch_len}, "
+          f"{'D = ' if demos.image_shape is None else 'images '}{shape}); "
           f"{demos.n / seconds:.1f} demonstrations/s, {demos.meta.get('discarded', 0)} discarded")
     return 0
 
@@ -293,7 +301,8 @@ def build_parser():
     p.add_argument("--dart-sigma", type=dart_level, default=None,
                    help=f"DART noise level in [0, {MAX_DART_SIGMA:g}], a share of the action range "
                         "(continuous domains; default: the domain's)")
-    p.add_argument("--out", required=True, help="output .npz")
+    p.add_argument("--out", required=True, help="output .npz; for image domains a directory (frame chunks "
+                   "written as they are collected, read lazily by training) unless it ends in .npz")
     p.set_defaults(func=cmd_collect)
 
     p = sub.add_parser("train", help="train sub-policies")
@@ -451,6 +460,8 @@ def main(argv=None):
         return fail(_one_line(err), EXIT_DIVERGED)
     except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as err:
         return fail(_one_line(err), EXIT_BAD_INPUT)                         # bad input
+    except RenderingUnavailable as err:         # no offscreen OpenGL on this machine
+        return fail(_one_line(err), EXIT_IO)
     except OSError as err:                      # full or read-only disk, permissions
         where = f" {err.filename}" if err.filename else ""
         return fail(f"cannot read or write{where}: {err.strerror or err}", EXIT_IO)

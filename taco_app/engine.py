@@ -20,6 +20,10 @@ TACO_SCHEDULER, else Local). `run_grid` drives either the same way:
   version's results.json entries into cell files);
 - a task whose worker died (Local: the pool broke; Dask: the scheduler gave up rescheduling it,
   KilledWorker) is submitted again, at most `retries` more times;
+- data of a domain too large for memory (the image Dial) is collected into frame directories
+  under OUT/data and passed to its cells as a path (experiment.collect), reused by later runs;
+  its cells train with a checkpoint after every epoch under OUT/runs and continue there when
+  the grid is run again (experiment.run_dir_of);
 - a task that raises is a failure at once (collection and training are deterministic: running
   it again would raise again); a failed data set fails its cells; the others go on;
 - progress(status) after every finished task and every few seconds: done/total, running,
@@ -280,6 +284,7 @@ def run_grid(cells, ex, out_dir=None, retries=2, force=False, progress=None, ref
         grid.stale = sum(os.path.exists(store.path(cells[i])) for i in todo)
 
     needs = {i: experiment.data_specs(cells[i]) for i in todo}
+    data_dir = None if out_dir is None else os.path.join(os.path.abspath(out_dir), "data")  # frame directories
     data = {}                                 # spec -> {"arg": ..., "users": cells still to finish}
     for i in todo:
         for spec in needs[i]:
@@ -288,9 +293,11 @@ def run_grid(cells, ex, out_dir=None, retries=2, force=False, progress=None, ref
 
     def submit(kind, what):
         if kind == "data":
-            fut = ex.submit(experiment.collect, what, name=f"collect-{what[0]}-n{what[1]}-seed{what[3]}")
+            fut = ex.submit(experiment.collect, what, data_dir,
+                            name=f"collect-{what[0]}-n{what[1]}-seed{what[3]}")
         else:
             fut = ex.submit(experiment.run_cell, cells[what], *(data[s]["arg"] for s in needs[what]),
+                            experiment.run_dir_of(out_dir, cells[what]),
                             name=_name(cells[what]))
         pending[fut] = (kind, what)
 

@@ -21,7 +21,7 @@ import numpy as np
 
 import taco_ref
 import taco_sim
-from taco_ref import evaluate, train
+from taco_ref import data as data_mod, evaluate, train
 from taco_app.cellkeys import CELL_FIELDS, KEY_VERSION, cell_key, full_config
 
 TRAIN_DATA_SEED, TEST_DATA_SEED = 10_000, 20_000
@@ -36,21 +36,50 @@ def data_specs(cell):
             (cell["domain"], cell["n_align"], L, TEST_DATA_SEED + cell["seed"]))
 
 
-def collect(spec):
+def collect(spec, data_dir=None):
     """The data task: domain.collect(n, sketch_len, seed) for spec = (domain, n, sketch_len, seed);
-    deterministic, so any worker (or a later run) collects the same Demos (same fingerprint)."""
+    deterministic, so any worker (or a later run) collects the same Demos (same fingerprint).
+
+    A domain whose data is larger than memory (Domain.streams: the image Dial) collects into
+    the frame directory data_dir/<domain>-n<n>-L<sketch_len>-seed<seed> and the task returns
+    the set read lazily from there (it pickles as its path: the cells must see data_dir, so on
+    a Dask cluster OUT must be on a shared filesystem); a complete set already there, of the
+    same spec, is reused, so a grid run again does not collect it again."""
     domain, n, sketch_len, seed = spec
-    return taco_sim.get(domain).collect(n, sketch_len, seed)
+    dom = taco_sim.get(domain)
+    if not dom.streams or data_dir is None:
+        return dom.collect(n, sketch_len, seed)
+    directory = os.path.join(data_dir, f"{domain}-n{n}-L{sketch_len}-seed{seed}")
+    found = collected(directory, spec)
+    return found if found is not None else dom.collect(n, sketch_len, seed, out=directory)
 
 
-def run(cell, demos=None, test_demos=None):
+def collected(directory, spec):
+    """The complete frame directory's set if it holds spec's data (domain, n, sketch length and
+    seed in its meta), else None."""
+    domain, n, sketch_len, seed = spec
+    if not os.path.exists(os.path.join(directory, data_mod.INDEX)):
+        return None
+    try:
+        demos = data_mod.load(directory)
+    except data_mod.DataError:
+        return None
+    meta = demos.meta
+    same = (meta.get("domain") == domain and demos.n == n and meta.get("sketch_len") == sketch_len
+            and meta.get("seed") == seed)
+    return demos if same else None
+
+
+def run(cell, demos=None, test_demos=None, run_dir=None):
     """One cell's figures (a dict): task_accuracy, subtask_accuracy, n_tasks, align_<decoder>
     for every decoder, task_accuracy_by_length (with test_lengths), epochs, policy_epochs,
     best_held_out_loss, train_loglik, train_seconds.
 
     cell: the CELL_FIELDS and config (TrainConfig settings; algo and seed are the cell's).
     demos, test_demos: the cell's training and held-out data (`collect(data_specs(cell)[i])`);
-    collected here when not given.
+    collected here when not given. run_dir: train there, with a checkpoint after every epoch,
+    continuing the checkpoint found there (`run_dir_of`: the image Dial's cells, hours long,
+    survive an interruption at the last epoch instead of starting again).
     """
     dom = taco_sim.get(cell["domain"])
     train_spec, test_spec = data_specs(cell)
@@ -59,7 +88,8 @@ def run(cell, demos=None, test_demos=None):
     cfg = train.TrainConfig.from_dict(dict(cell["config"], algo=cell["algo"], seed=cell["seed"]))
     validate = (evaluate.validation_rollouts(dom, cfg.select_tasks, cell["seed"], cell["train_sketch_len"])
                 if cfg.select == "rollouts" else None)
-    model = train.train(demos, cfg, progress=False, validate=validate)
+    resume = run_dir is not None and os.path.exists(os.path.join(run_dir, train.CHECKPOINT_META))
+    model = train.train(demos, cfg, progress=False, validate=validate, out_dir=run_dir, resume=resume)
     acc = evaluate.protocol(model, dom, cell["n_tasks"], cell["seed"], lengths=cell.get("test_lengths") or ())
     both = evaluate.alignment_accuracies(model, test_demos)
     align_acc, by_subtask = both["position"], both["subtask"]
@@ -80,18 +110,31 @@ def versions():
 BLAS_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def run_cell(cell, demos, test_demos):
+def run_dir_of(out_dir, cell):
+    """Where a cell trains with checkpoints, or None: OUT/runs/<domain>/<algo>/n<size>/seed<seed>-
+    <first 16 hex digits of its key> for a domain whose data streams (Domain.streams, the image
+    Dial: cells of hours), None otherwise and without out_dir. The key in the name keeps a cell
+    of another config from resuming its checkpoint."""
+    if out_dir is None or not taco_sim.get(cell["domain"]).streams:
+        return None
+    return os.path.join(os.path.abspath(out_dir), "runs", cell["domain"], cell["algo"], f"n{cell['size']}",
+                        f"seed{cell['seed']}-{cell_key(cell)[:16]}")
+
+
+def run_cell(cell, demos, test_demos, run_dir=None):
     """The cell task: `run` plus what makes its result a record (the contents of its cell file):
     key, cell, config (full), data (seeds, sizes, fingerprints), figures, seconds (wall time of
-    the cell where it ran), train_seconds, versions, and the BLAS thread variables it ran with (the thread
+    the cell where it ran), cpu_seconds (its process's CPU time: the cost on one core, whatever
+    else shared the machine), train_seconds, versions, and the BLAS thread variables it ran with (the thread
     count changes float64 sums in the last bit: engine._single_threaded)."""
-    start = time.time()
-    figures = run(cell, demos, test_demos)
+    start, start_cpu = time.time(), time.process_time()
+    figures = run(cell, demos, test_demos, run_dir)
     train_seconds = figures.pop("train_seconds")          # timings are not figures: they vary
     data = {}
     for name, spec, d in zip(("train", "test"), data_specs(cell), (demos, test_demos)):
         data[name] = {"n": spec[1], "sketch_len": spec[2], "seed": spec[3], "fingerprint": d.fingerprint()}
     return {"key": cell_key(cell), "key_version": KEY_VERSION, "cell": {k: cell.get(k) for k in CELL_FIELDS},
             "config": full_config(cell), "data": data, "figures": figures,
-            "seconds": time.time() - start, "train_seconds": train_seconds, "versions": versions(),
+            "seconds": time.time() - start,
+            "cpu_seconds": time.process_time() - start_cpu, "train_seconds": train_seconds, "versions": versions(),
             "threads": {v: os.environ.get(v) for v in BLAS_THREAD_VARS}}

@@ -4,7 +4,9 @@ alignment: one demonstration's normalised forward variables p_t(l) and posterior
 heat maps over (sketch step, time), with the ground-truth segmentation drawn on top — the
 picture of the paper's figure 3b.
 rollout: one sketch executed by a model in a domain that renders (the Dial pad), as a contact
-sheet PNG (and optionally an animated GIF), each frame titled with the active sub-task.
+sheet PNG (and optionally an animated GIF), each frame titled with the active sub-task; for a
+domain whose states are camera images (the image Dial) each frame shows, beside the scene, the
+picture the policy saw.
 """
 import numpy as np
 
@@ -58,25 +60,35 @@ def rollout(model, env, sketch, seed, path, every=10, gif=None):
     if every < 1:
         raise ValueError(f"every must be a positive number of steps, got {every}")
     frames, captions = [], []
+    sees = getattr(env, "image", None)            # the policy's own input, when it is a picture
 
     def observe(env, active):
-        frames.append(env.render())
+        frame = env.render()
+        if sees is not None:    # the camera's picture, nearest-neighbour scaled to the scene's height
+            seen = sees()
+            H = frame.shape[0]
+            W = max(1, round(seen.shape[1] * H / seen.shape[0]))
+            seen = seen[np.arange(H) * seen.shape[0] // H][:, np.arange(W) * seen.shape[1] // W]
+            frame = np.concatenate([frame, np.full((H, 2, 3), 255, np.uint8), seen], axis=1)
+        frames.append(frame)
         name = model.vocab[sketch[active]] if active < len(sketch) else "-"
         captions.append(f"t={len(frames) - 1} {name} ({env.progress}/{len(sketch)})")
 
     out = evaluate.execute(model, env, list(sketch), seed, observer=observe)
     picks = sorted(set(range(0, len(frames), every)) | {len(frames) - 1})
-    cols = min(8, len(picks))
+    cols = min(4 if sees is not None else 8, len(picks))
     rows = -(-len(picks) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(1.6 * cols, 1.75 * rows), squeeze=False)
+    width = 1.6 * frames[0].shape[1] / frames[0].shape[0]
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, 1.75 * rows), squeeze=False)
     for ax in axes.ravel():
         ax.axis("off")
     for ax, i in zip(axes.ravel(), picks):
         ax.imshow(frames[i])
         ax.set_title(captions[i], fontsize=6)
     names = " ".join(model.vocab[k] for k in sketch)
+    seen = " (left: the scene; right: what the policy's camera sees)" if sees is not None else ""
     fig.suptitle(f"{model.algo}: sketch {names} — {'done' if out['success'] else 'not done'} "
-                 f"after {out['steps']} steps", fontsize=9)
+                 f"after {out['steps']} steps{seen}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -180,6 +180,33 @@ def failure_kinds_table(results):
     return "\n".join(lines)
 
 
+def prefix_table(results, first=25):
+    """Markdown table of task and sub-task accuracy over the first `first` test tasks beside all
+    of them (the image Dial's figure reports 25 test tasks; the first 25 of a cell's tasks are
+    the tasks of a cell with n_tasks 25: the sketches and episode seeds are drawn in order),
+    mean ± std over seeds per (algo, size), in percent; "" when no cell has more tasks than
+    `first` and its per-task progress."""
+    rows = [r for r in results if r.get("task_progress") and r.get("task_lengths") and r["n_tasks"] > first]
+    if not rows:
+        return ""
+    n_all = sorted({r["n_tasks"] for r in rows})
+    all_label = "/".join(str(n) for n in n_all)
+    lines = [f"| algorithm | demos | seeds | task acc., first {first} | sub-task acc., first {first} | "
+             f"task acc., all {all_label} | sub-task acc., all {all_label} |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for algo in ALGOS:
+        for size in sorted({r["size"] for r in rows}):
+            mine = [r for r in rows if r["algo"] == algo and r["size"] == size]
+            if not mine:
+                continue
+            head = [[r["outcomes"][:first].count("1") / first for r in mine],
+                    [sum(r["task_progress"][:first]) / sum(r["task_lengths"][:first]) for r in mine]]
+            whole = [[r["task_accuracy"] for r in mine], [r["subtask_accuracy"] for r in mine]]
+            lines.append(f"| {LABELS[algo]} | {size} | {len(mine)} | "
+                         + " | ".join(_mean_std(v) for v in head + whole) + " |")
+    return "\n".join(lines)
+
+
 def length_table(results):
     """Markdown table of task accuracy against L_test (paper figure 8): one row per (algo, size),
     mean ± std over seeds per length, in percent; "" when no cell measured it."""
@@ -229,7 +256,8 @@ def report(results, failures=()):
         mine = [r for r in results if r["domain"] == domain]
         if len(domains) > 1:
             parts.append(f"## {domain}")
-        parts += [table(mine), seed_table(mine, "task_accuracy", "task acc."), interval_table(mine),
+        parts += [table(mine), prefix_table(mine), seed_table(mine, "task_accuracy", "task acc."),
+                  interval_table(mine),
                   paired_table(mine), failure_kinds_table(mine),
                   seed_table(mine, "align_forward_argmax", "align (fwd argmax)"),
                   seed_table(mine, "subtask_accuracy", "sub-task acc.")]

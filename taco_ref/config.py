@@ -123,7 +123,17 @@ class SharedConfig:
     state). The alignment recursion, the CTC classifier and the saved model are float64 either
     way (spec/training.md §4, §9)."""
     normalise_states: bool = True
-    """Standardise states with the training set's mean and std (stored in the model)."""
+    """Standardise states with the training set's mean and std (stored in the model); image
+    states per colour channel (spec/training.md eq. (1))."""
+    conv_channels: list = field(default_factory=list, metadata={"before": []})
+    """Image states only: output channels of each layer of the convolutional core shared by all
+    sub-policies (paper table 2, Dial images: [10, 5, 3]; spec/policy.md §10); CTC-BC's
+    classifier gets a core of its own of the same shape. Empty for state vectors (the value
+    before image states existed: cell keys leave it out)."""
+    conv_kernels: list = field(default_factory=list, metadata={"before": []})
+    """Image states only: square kernel size of each conv layer (paper: [5, 5, 3])."""
+    conv_strides: list = field(default_factory=list, metadata={"before": []})
+    """Image states only: stride of each conv layer (paper: [2, 2, 1])."""
 
     def __post_init__(self):
         _coerce(self)
@@ -150,6 +160,16 @@ class SharedConfig:
             raise ValueError(f"epoch_size must be an integer >= 0 (0: one pass per epoch), got {self.epoch_size!r}")
         for name in ("act_hidden", "stop_hidden"):
             check_sizes(name, getattr(self, name))
+        for name in ("conv_channels", "conv_kernels", "conv_strides"):   # may be empty: no core
+            sizes = getattr(self, name)
+            if (not isinstance(sizes, list) or len(sizes) > MAX_LAYERS
+                    or not all(isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= MAX_WIDTH
+                               for h in sizes)):
+                raise ValueError(f"{name} must be a list of at most {MAX_LAYERS} integers in "
+                                 f"[1, {MAX_WIDTH}], got {sizes!r}")
+        if not len(self.conv_channels) == len(self.conv_kernels) == len(self.conv_strides):
+            raise ValueError(f"conv_channels, conv_kernels, conv_strides must have one entry per conv layer, "
+                             f"got {self.conv_channels!r}, {self.conv_kernels!r}, {self.conv_strides!r}")
         if not 0.0 <= self.holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must lie in [0, 1), got {self.holdout_fraction!r}")
         optim.dropout_rate(self.stop_dropout, self.dropout_decay, 0)  # validates both

@@ -133,12 +133,14 @@ def task_accuracy(model, make_env, sketches, seed=0, progress=None):
     padded with -1 (mixed lengths).
 
     Returns task_accuracy, subtask_accuracy, n_tasks, outcomes (a string of "1" for each
-    sketch completed and "0" for each failed, in order: for paired comparisons), failures
+    sketch completed and "0" for each failed, in order: for paired comparisons), task_progress and
+    task_lengths (the sub-tasks completed of each sketch and its length, in order: the accuracies
+    of any prefix of the sketches, e.g. the image Dial's first 25 of 100), failures
     ({kind: count}, FAILURE_KINDS) and failure_details ({"kind: detail": count}, where the
     environment gives details)."""
     seeds = np.random.default_rng(seed).integers(0, 2**31, size=len(sketches))
     done = completed = attempted = 0
-    outcomes, failures, details = [], {}, {}
+    outcomes, failures, details, progress_of, lengths = [], {}, {}, [], []
     for i, (row, s) in enumerate(zip(sketches, seeds)):
         sketch = unpad(row)
         out = execute(model, make_env(), sketch, int(s))
@@ -146,6 +148,8 @@ def task_accuracy(model, make_env, sketches, seed=0, progress=None):
         completed += out["progress"]
         attempted += len(sketch)
         outcomes.append("1" if out["success"] else "0")
+        progress_of.append(out["progress"])
+        lengths.append(len(sketch))
         if out["failure"] is not None:
             kind, detail = out["failure"]["kind"], out["failure"]["detail"]
             failures[kind] = failures.get(kind, 0) + 1
@@ -154,7 +158,8 @@ def task_accuracy(model, make_env, sketches, seed=0, progress=None):
         if progress:
             progress(i + 1, len(sketches))
     return {"task_accuracy": done / len(sketches), "subtask_accuracy": completed / attempted,
-            "n_tasks": len(sketches), "outcomes": "".join(outcomes),
+            "n_tasks": len(sketches), "outcomes": "".join(outcomes), "task_progress": progress_of,
+            "task_lengths": lengths,
             "failures": dict(sorted(failures.items())), "failure_details": dict(sorted(details.items()))}
 
 
@@ -236,7 +241,11 @@ def check_compatible(model, demos, what="the data"):
     sub-tasks), the same state size, and the same kind and size of actions."""
     check_vocab(model, demos.vocab, what)
     cfg = model.policy
-    if demos.states.shape[2] != cfg.state_dim:
+    if cfg.image_shape is not None or demos.image_shape is not None:
+        if demos.image_shape != (None if cfg.image_shape is None else tuple(cfg.image_shape)):
+            raise ValueError(f"{what}: states of shape {tuple(demos.states.shape[2:])}, the model "
+                             f"expects {tuple(cfg.image_shape) if cfg.image_shape else (cfg.state_dim,)}")
+    elif demos.states.shape[2] != cfg.state_dim:
         raise ValueError(f"{what}: states have {demos.states.shape[2]} dimensions, the model "
                          f"expects {cfg.state_dim}")
     if demos.discrete != cfg.discrete:
@@ -312,7 +321,8 @@ def scores(model, demos):
 
 def ctc_log_probs(model, demos):
     """A CTC-BC model's classifier output log p(k | s_t, a_t) on demos, (B, T, K)."""
-    feats = objectives.ctc_features(model.params, demos, demos.discrete, model.policy.action_dim)
+    feats = objectives.ctc_features(model.params, demos, demos.discrete, model.policy.action_dim,
+                                    image_cfg=model.policy)
     return objectives.ctc_log_p(model.params, model.ctc_kind, feats, demos.traj_len)[0]
 
 
@@ -362,7 +372,7 @@ def alignment_accuracies(model, demos, decoders=DECODERS, batch_size=128):
     check_compatible(model, demos)
     hits = {m: {} for m in ALIGNMENT_METRICS}
     total = 0
-    for batch in data.batches(demos, batch_size):
+    for batch in data.batches(demos, data.pass_batch_size(demos, batch_size)):
         valid = np.arange(batch.labels.shape[1])[None, :] < batch.traj_len[:, None]
         true_ids = _subtask_ids(batch.sketch, batch.labels)
         for d, path in alignments(model, batch, decoders).items():
@@ -377,7 +387,7 @@ def mean_loglik_per_step(model, demos, batch_size=128):
     """TACO's log p(tau, a | s) per valid step on demos (any model's sub-policies)."""
     check_compatible(model, demos)
     total, steps = 0.0, 0
-    for batch in data.batches(demos, batch_size):
+    for batch in data.batches(demos, data.pass_batch_size(demos, batch_size)):
         total += align.taco_loglik(*scores(model, batch), batch.traj_len, batch.sketch_len).sum()
         steps += int(batch.traj_len.sum())
     return total / steps

@@ -165,6 +165,48 @@ def load_npz(source, path, error=ValueError, what="array file", max_bytes=MAX_AR
         raise bad(err) from None
 
 
+def npy_offset(path, dtype, shape, error=ValueError, max_bytes=MAX_ARRAY_BYTES):
+    """The byte offset of the data in the .npy file at path, after checking that it is a
+    regular file whose header declares exactly dtype and shape (C order, no Python objects:
+    never unpickled) and whose size is the header plus that many bytes, so that no read can run
+    past its end; error("PATH: ...") otherwise. Nothing but the header is read."""
+    size = regular_file(path, max_bytes, error)
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            got_shape, fortran, got_dtype = read_header(f)
+            offset = f.tell()
+    except (OSError, ValueError, EOFError) as err:
+        raise error(f"{path}: not a readable .npy array ({' '.join(str(err).split())})") from None
+    if got_dtype.hasobject or got_dtype != np.dtype(dtype) or fortran or tuple(got_shape) != tuple(shape):
+        raise error(f"{path}: expected a {np.dtype(dtype)} array of shape {tuple(shape)} in C order, "
+                    f"the header declares {got_dtype} {tuple(got_shape)}{' (Fortran order)' if fortran else ''}")
+    need = offset + int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
+    if size != need:
+        raise error(f"{path}: {size} bytes, expected {need} for its header and a {np.dtype(dtype)} "
+                    f"array of shape {tuple(shape)} (truncated or padded)")
+    return offset
+
+
+def read_npy_rows(path, offset, row_shape, dtype, start, count, error=ValueError):
+    """Rows start .. start + count of the .npy file at path whose data begins at offset (from
+    npy_offset, which checked its size), as a new array (count,) + row_shape: one positioned
+    read, so the pages read stay in the page cache and out of this process's resident memory
+    (a memory map would count them there)."""
+    row_bytes = int(np.prod(row_shape, dtype=object)) * np.dtype(dtype).itemsize
+    out = np.empty((count,) + tuple(row_shape), dtype)
+    try:
+        with open(path, "rb", buffering=0) as f:
+            got = os.preadv(f.fileno(), [memoryview(out).cast("B")], offset + start * row_bytes)
+    except OSError as err:
+        raise error(f"{path}: cannot read ({err.strerror or err})") from None
+    if got != out.nbytes:
+        raise error(f"{path}: ended after {got} of {out.nbytes} bytes (changed since it was opened)")
+    return out
+
+
 def read_npz(path, sha256, error=ValueError, recorded_in="its metadata", what="array file"):
     """{name: array} of the .npz at path, after checking its SHA-256 against sha256.
 

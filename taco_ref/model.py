@@ -194,7 +194,8 @@ def _algorithm_and_vocab(meta, meta_path, policy):
     return algo, ctc_kind, tuple(vocab)
 
 
-_ARCHITECTURE_KEYS = ("act_hidden", "stop_hidden", "activation")
+_ARCHITECTURE_KEYS = ("act_hidden", "stop_hidden", "activation", "conv_channels", "conv_kernels",
+                      "conv_strides")
 
 
 def _config(meta, meta_path, algo, policy):

@@ -1,5 +1,6 @@
 """Neural-network building blocks as forward/backward pairs: linear, ReLU, tanh, dropout, MLP,
-GRU and bidirectional GRU, log-softmax, log-sigmoid, and the two action log-likelihoods.
+2-D convolution and the convolutional core, GRU and bidirectional GRU, log-softmax,
+log-sigmoid, and the two action log-likelihoods.
 
 Every ``*_forward(...)`` returns ``(out, cache)`` and sits directly above its
 ``*_backward(dout, cache)``, which returns the gradient of ``sum(dout * out)`` with respect to the
@@ -409,15 +410,18 @@ def mlp_pair_forward(layers_a, layers_b, x, n_a, activation="relu", dropout_b=No
         out, rest_cache = mlp_forward(layers[1:], h, activation, dropout)
         outs.append(out)
         caches.append((hidden_cache, rest_cache))
-    return outs[0], outs[1], (x, n_a, H_a, W_b.shape[1], caches, deriv)
+    return outs[0], outs[1], (x, n_a, H_a, W_b.shape[1], caches, deriv, first[0])
 
 
-def mlp_pair_backward(dout_a, dout_b, cache):
-    """(grads_a, grads_b) for :func:`mlp_pair_forward`, each [(dW, db), ...] matching its layers.
+def mlp_pair_backward(dout_a, dout_b, cache, input_grad=False):
+    """(grads_a, grads_b) for :func:`mlp_pair_forward`, each [(dW, db), ...] matching its layers;
+    with input_grad, (grads_a, grads_b, dx) where dx (N, I) = [dz_a | dz_b] [W_a1 | W_b1]^T is
+    the gradient w.r.t. the shared inputs (features of a convolutional core), both nets' in one
+    product.
 
     The two first layers' gradients come from one product: x^T [dz_a (0 past row n_a) | dz_b].
     """
-    x, n_a, H_a, H_b, caches, deriv = cache
+    x, n_a, H_a, H_b, caches, deriv, first_W = cache
     dz = np.empty((x.shape[0], H_a + H_b), np.result_type(x, dout_a, dout_b))  # (N, H_a + H_b)
     dz[n_a:, :H_a] = 0.0                                  # net a never read these rows
     rest = []
@@ -435,7 +439,254 @@ def mlp_pair_backward(dout_a, dout_b, cache):
     # z = x W + b for both nets at once
     dW = matmul(x.T, dz)                                  # (I, H_a + H_b)
     db = dz.sum(axis=0)                                   # (H_a + H_b,)
-    return ([(dW[:, :H_a], db[:H_a])] + rest[0], [(dW[:, H_a:], db[H_a:])] + rest[1])
+    grads = ([(dW[:, :H_a], db[:H_a])] + rest[0], [(dW[:, H_a:], db[H_a:])] + rest[1])
+    if not input_grad:
+        return grads
+    return grads + (matmul(dz, first_W.T),)               # (N, I) d(x W)/dx = W^T, both nets
+
+
+# ----------------------------------------------------------------------------------------
+# Convolution (channels-last, 'valid'), and the convolutional core of the image policies
+# ----------------------------------------------------------------------------------------
+
+CONV_CHUNK_BYTES = 2 ** 21
+"""The patch matrix of a convolution is built and multiplied this many bytes at a time (a few
+images per piece): a piece stays in the core's cache between its copy and its product, and a
+batch of thousands of images never holds its whole patch matrix (bench/bench_conv.py)."""
+
+
+def conv_output_size(size, kernel, stride):
+    """Output length of a 'valid' convolution along one axis: floor((size - kernel) / stride) + 1
+    (0 when the kernel does not fit)."""
+    return max(0, (size - kernel) // stride + 1)
+
+
+def _check_conv(x, W, b, stride):
+    """(x, W, b, stride) checked: x (N, H, W, C) and W (kh, kw, C, O) floats of one dtype, b (O,),
+    a positive integer stride, a kernel that fits the image."""
+    x = _floats(x)
+    W = np.asarray(W)
+    if x.ndim != 4 or W.ndim != 4 or W.shape[2] != x.shape[3]:
+        raise ValueError(f"conv2d: expected x (N, H, W, C) and W (kh, kw, C, O) with the same C, "
+                         f"got x {x.shape} and W {W.shape}")
+    if W.dtype != x.dtype or np.asarray(b).shape != (W.shape[3],):
+        raise ValueError(f"conv2d: expected W of x's dtype {x.dtype} and b of shape ({W.shape[3]},), "
+                         f"got W {W.dtype} and b {np.asarray(b).shape}")
+    if isinstance(stride, bool) or not isinstance(stride, (int, np.integer)) or stride < 1:
+        raise ValueError(f"conv2d: stride must be a positive integer, got {stride!r}")
+    if W.shape[0] > x.shape[1] or W.shape[1] > x.shape[2]:
+        raise ValueError(f"conv2d: kernel {W.shape[:2]} larger than the image {x.shape[1:3]}")
+    return x, W, int(stride)
+
+
+def _patches(x, kh, kw, stride):
+    """The (N, Ho, Wo, kh, kw, C) view of x whose [n, i, j] is the window under output pixel
+    (i, j): x[n, s i + p, s j + q, c] at [n, i, j, p, q, c]. No copy (a strided view)."""
+    N, H, W_, C = x.shape
+    Ho, Wo = conv_output_size(H, kh, stride), conv_output_size(W_, kw, stride)
+    sn, sh, sw, sc = x.strides
+    return np.lib.stride_tricks.as_strided(x, (N, Ho, Wo, kh, kw, C),
+                                           (sn, stride * sh, stride * sw, sh, sw, sc), writeable=False)
+
+
+def _chunks(N, rows_per_image, K, itemsize):
+    """Slices of the N images whose patch matrices (rows_per_image x K each) fill about
+    CONV_CHUNK_BYTES, at least one image each."""
+    per = max(1, CONV_CHUNK_BYTES // max(1, rows_per_image * K * itemsize))
+    return [slice(n, min(N, n + per)) for n in range(0, N, per)]
+
+
+GEMM_WIDTH = 8
+"""A convolution's products are computed GEMM_WIDTH columns at a time: a weight matrix whose
+column count is not a multiple of it gets zero columns up to the next multiple (10 -> 16,
+5 -> 8), and only the real columns are kept. OpenBLAS's float32 kernels take longer for 10
+columns than for 16 (bench/bench_conv.py), so the zeros cost nothing and save time."""
+
+
+def _padded_columns(M):
+    """M (K, O) with zero columns appended up to a multiple of GEMM_WIDTH (M itself if none)."""
+    extra = -M.shape[1] % GEMM_WIDTH
+    return M if extra == 0 else np.concatenate([M, np.zeros((M.shape[0], extra), M.dtype)], axis=1)
+
+
+def _patch_products(windows, W_mat, out_rows):
+    """out_rows = P W_mat for the patch matrix P of windows (N, Ho, Wo, a, b, C), built and
+    multiplied a few images at a time (im2col + GEMM). out_rows: (N Ho Wo, O) contiguous."""
+    N, Ho, Wo = windows.shape[:3]
+    K, O = W_mat.shape
+    W_pad = _padded_columns(W_mat)                        # (K, O') O' >= O
+    pieces = _chunks(N, Ho * Wo, K, windows.itemsize)
+    per = pieces[0].stop - pieces[0].start if pieces else 0
+    buf = np.empty((per,) + windows.shape[1:], windows.dtype)
+    prod = np.empty((per * Ho * Wo, W_pad.shape[1]), windows.dtype)
+    for piece in pieces:
+        m = (piece.stop - piece.start) * Ho * Wo
+        np.copyto(buf[:piece.stop - piece.start], windows[piece])     # im2col of these images
+        rows = slice(piece.start * Ho * Wo, piece.stop * Ho * Wo)
+        if W_pad is W_mat:
+            matmul(buf[:piece.stop - piece.start].reshape(m, K), W_mat, out=out_rows[rows])
+        else:
+            matmul(buf[:piece.stop - piece.start].reshape(m, K), W_pad, out=prod[:m])  # (m, O')
+            out_rows[rows] = prod[:m, :O]
+
+
+def conv2d_forward(x, W, b, stride):
+    """2-D convolution (cross-correlation), channels-last, 'valid' padding; spec/policy.md eq. (11).
+
+        out[n, i, j, o] = b[o] + sum_{p < kh, q < kw, c < C} x[n, s i + p, s j + q, c] W[p, q, c, o]
+
+    computed as im2col + GEMM: the windows of a few images at a time are copied into a patch
+    matrix P (rows (n, i, j), columns (p, q, c)), and out = P W_mat + b with W_mat = W reshaped
+    to (kh kw C, O), one `matmul` per piece (CONV_CHUNK_BYTES; GEMM_WIDTH). The patch matrix
+    is not kept: the backward pass builds it again from x, so the cache holds x, which is
+    kh kw / s^2 times smaller.
+
+    Symbol | Shape            | Meaning
+    x      | (N, H, W, C)     | images (float32 or float64; W and b of the same dtype)
+    W      | (kh, kw, C, O)   | kernels
+    b      | (O,)             | bias
+    stride | int              | s, the same along both axes
+    out    | (N, Ho, Wo, O)   | Ho = floor((H - kh) / s) + 1, Wo likewise (conv_output_size)
+    """
+    x, W, stride = _check_conv(x, W, b, stride)
+    kh, kw, C, O = W.shape
+    windows = _patches(x, kh, kw, stride)                 # (N, Ho, Wo, kh, kw, C) a view
+    N, Ho, Wo = windows.shape[:3]
+    out = np.empty((N, Ho, Wo, O), x.dtype)
+    _patch_products(windows, W.reshape(kh * kw * C, O), out.reshape(N * Ho * Wo, O))
+    out += np.asarray(b, x.dtype)                         # (N, Ho, Wo, O) bias on every pixel
+    return out, (x, W, stride)
+
+
+def _input_gradient_weights(W, stride):
+    """The weights of dx as one product (spec/policy.md eq. (14)): V (a b O, s s C) with
+    V[(u, v, o), (r, t, c)] = W[s (a - 1 - u) + r, s (b - 1 - v) + t, c, o] where that index
+    lies inside the kernel, else 0; a = ceil(kh / s), b = ceil(kw / s)."""
+    kh, kw, C, O = W.shape
+    s = stride
+    a, b = -(-kh // s), -(-kw // s)
+    V = np.zeros((a, b, O, s, s, C), W.dtype)
+    for u in range(a):
+        for r in range(s):
+            p = s * (a - 1 - u) + r
+            for v in range(b):
+                for t in range(s):
+                    q = s * (b - 1 - v) + t
+                    if p < kh and q < kw:
+                        V[u, v, :, r, t, :] = W[p, q].T   # (O, C)
+    return V.reshape(a * b * O, s * s * C)
+
+
+def conv2d_backward(dout, cache, input_grad=True):
+    """(dx, dW, db) for :func:`conv2d_forward`; spec/policy.md eq. (12), (13), (14).
+
+        dW[p, q, c, o] = sum_{n, i, j} x[n, s i + p, s j + q, c] dout[n, i, j, o]     (= P^T dout)
+        db[o]          = sum_{n, i, j} dout[n, i, j, o]
+        dx[n, s A + r, s B + t, c] = sum_{u, v, o} dpad[n, A + u, B + v, o] V[(u, v, o), (r, t, c)]
+
+    dW rebuilds the patch matrix P from the cached x piece by piece, as the forward pass did.
+    dx is computed by sub-pixel phases: pixel (s A + r, s B + t) of the input is read by the
+    windows i = A - u' with kernel row p = s u' + r (u' >= 0), so for every phase (r, t) dx is a
+    stride-1 correlation of dout (zero-padded by a - 1 in front: dpad) with the kernel taps of
+    that phase, and the s^2 phases together are one im2col + GEMM with V
+    (`_input_gradient_weights`), whose output is dx with (A, r) and (B, t) interleaved: no
+    scatter-add. input_grad=False returns dx = None and skips it (a first layer, whose input is
+    data).
+    """
+    x, W, stride = cache
+    kh, kw, C, O = W.shape
+    windows = _patches(x, kh, kw, stride)                 # (N, Ho, Wo, kh, kw, C)
+    N, Ho, Wo = windows.shape[:3]
+    K = kh * kw * C
+    dout = _floats(dout)
+    d_rows = dout.reshape(N * Ho * Wo, O)                 # (N Ho Wo, O)
+    db = d_rows.sum(axis=0)                               # (O,)
+    O_pad = O + (-O % GEMM_WIDTH)
+    dW = np.zeros((K, O_pad), x.dtype)
+    part = np.empty_like(dW)
+    pieces = _chunks(N, Ho * Wo, K, x.itemsize)
+    per = pieces[0].stop - pieces[0].start if pieces else 0
+    buf = np.empty((per, Ho, Wo, kh, kw, C), x.dtype)
+    d_buf = np.zeros((per * Ho * Wo, O_pad), x.dtype)     # dout's rows of a piece, zero columns past O
+    for piece in pieces:
+        n = piece.stop - piece.start
+        m = n * Ho * Wo
+        np.copyto(buf[:n], windows[piece])
+        d_buf[:m, :O] = d_rows[piece.start * Ho * Wo:piece.stop * Ho * Wo]
+        dW += matmul(buf[:n].reshape(m, K).T, d_buf[:m], out=part)   # (K, O') P^T dout
+    dW = np.ascontiguousarray(dW[:, :O]).reshape(kh, kw, C, O)
+    if not input_grad:
+        return None, dW, db
+    s = stride
+    a, b = -(-kh // s), -(-kw // s)
+    H, W_ = x.shape[1:3]
+    A, B = -(-H // s), -(-W_ // s)                        # phase grids: rows s A + r, columns s B + t
+    padded = np.zeros((N, A + a - 1, B + b - 1, O), x.dtype)   # dout, a - 1 zeros in front
+    padded[:, a - 1:a - 1 + Ho, b - 1:b - 1 + Wo] = dout
+    phases = np.empty((N, A, B, s, s, C), x.dtype)        # dx by phase: [n, A, B, r, t, c]
+    _patch_products(_patches(padded, a, b, 1), _input_gradient_weights(W, s),
+                    phases.reshape(N * A * B, s * s * C))
+    interleaved = phases.transpose(0, 1, 3, 2, 4, 5)      # [n, A, r, B, t, c]: dx's order, a view
+    if A * s == H and B * s == W_:                        # one copy, straight into dx
+        dx = np.empty_like(x)
+        np.copyto(dx.reshape(N, A, s, B, s, C), interleaved)
+        return dx, dW, db
+    return np.ascontiguousarray(interleaved.reshape(N, A * s, B * s, C)[:, :H, :W_]), dW, db
+
+
+def conv_init(rng, in_channels, channels, kernels):
+    """Parameters [(W_1, b_1), ...] of a stack of convolutions with channels [O_1, ...] and
+    square kernels [k_1, ...] on in_channels input channels: W_i ~ U(-c, c), c = sqrt(6 / fan_in)
+    with fan_in = k_i^2 C_i (He uniform, as mlp_init for ReLU), b_i = 0; float64."""
+    layers, C = [], int(in_channels)
+    for O, k in zip(channels, kernels):
+        bound = np.sqrt(6.0 / (k * k * C))
+        layers.append((rng.uniform(-bound, bound, size=(k, k, C, O)), np.zeros(O)))
+        C = O
+    return layers
+
+
+def convnet_output_shape(image_shape, channels, kernels, strides):
+    """(Ho, Wo, O) of the last layer of a convnet on images of image_shape (H, W, C)."""
+    H, W_ = image_shape[:2]
+    for k, s in zip(kernels, strides):
+        H, W_ = conv_output_size(H, k, s), conv_output_size(W_, k, s)
+    return H, W_, channels[-1]
+
+
+def convnet_forward(layers, strides, x, activation="relu"):
+    """The convolutional core: each layer conv2d -> activation, then the last layer's maps
+    flattened per image; spec/policy.md eq. (15).
+
+    Symbol | Shape          | Meaning
+    layers |                | [(W_i (k_i, k_i, C_i, O_i), b_i (O_i,)), ...] as from conv_init
+    x      | (N, H, W, C)   | images (normalised), float32 or float64
+    out    | (N, F)         | F = Ho Wo O of the last layer, in (i, j, o) order
+
+    Every activation is flushed of float32 subnormals (relu_inplace, tanh_inplace), so each
+    layer's patch matrix is too (spec/training.md eq. (12)).
+    """
+    _check_activation(activation)
+    h = _floats(x)
+    caches = []
+    for (W, b), s in zip(layers, strides):
+        h, conv_cache = conv2d_forward(h, W, b, s)        # (N, Ho, Wo, O)
+        caches.append((conv_cache, _ACTIVATIONS_INPLACE[activation](h)))
+    return h.reshape(h.shape[0], int(np.prod(h.shape[1:]))), (caches, h.shape)
+
+
+def convnet_backward(dout, cache, input_grad=False):
+    """(dx, grads) for :func:`convnet_forward`; grads = [(dW, db), ...] matching layers; dx is
+    None unless input_grad (the core's input is an image: nothing upstream to train)."""
+    caches, shape = cache
+    dh = np.array(_floats(dout), copy=True).reshape(shape)   # (N, Ho, Wo, O) ours to write
+    grads = []
+    for i in reversed(range(len(caches))):
+        conv_cache, deriv = caches[i]
+        _times_derivative_flushed(dh, deriv)              # activation backward; float32 flushed
+        dh, dW, db = conv2d_backward(dh, conv_cache, input_grad=input_grad or i > 0)
+        grads.append((dW, db))
+    return dh, grads[::-1]
 
 
 # ----------------------------------------------------------------------------------------

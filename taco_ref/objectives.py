@@ -178,17 +178,30 @@ def ctc_soft_targets(weights, sketch_len):
 # CTC-BC stage 1: a classifier p(k | s_t, a_t) trained with the blank-free CTC (Sec. 4.1).
 # ----------------------------------------------------------------------------------------
 
-def ctc_features(params, batch, discrete, n_actions):
+def ctc_features(params, batch, discrete, n_actions, image_cfg=None, with_cache=False):
     """concat(normalised s_t, a_t) (B, T, D + A); discrete actions as one-hot; 0 in padding
-    (the classifier runs on every step, so padding must hold finite numbers)."""
-    s = policy.normalise(params, batch.states)
+    (the classifier runs on every step, so padding must hold finite numbers). With image
+    states (image_cfg: the PolicyConfig, whose image_shape is set), s_t is replaced by the
+    features (F,) of the classifier's own convolutional core ("ctc.core.*", float64) on each
+    valid frame: (B, T, F + A). with_cache returns (features, core cache or None)."""
+    core = None
+    if image_cfg is None or image_cfg.image_shape is None:
+        s = policy.normalise(params, batch.states)
+    else:
+        B, T = batch.states.shape[:2]
+        rows_b, rows_t = np.nonzero(np.arange(T)[None, :] < batch.traj_len[:, None])   # (m,) valid
+        f, core_cache = policy.features(params, image_cfg, batch.states[rows_b, rows_t], np.float64,
+                                        prefix="ctc.core.")                             # (m, F)
+        s = np.zeros((B, T, f.shape[1]))
+        s[rows_b, rows_t] = f
+        core = (core_cache, rows_b, rows_t)
     if discrete:
         a = np.eye(n_actions)[np.clip(batch.actions, 0, n_actions - 1)]
     else:
         a = batch.actions
     feats = np.concatenate([s, a], axis=-1)                                  # (B, T, D + A)
     feats[np.arange(feats.shape[1])[None, :] >= batch.traj_len[:, None]] = 0.0
-    return feats
+    return (feats, core) if with_cache else feats
 
 
 def init_ctc_params(rng, kind, input_dim, hidden, n_subtasks):
@@ -250,36 +263,45 @@ def ctc_log_p(params, kind, features, traj_len):
     return log_p, (kind, net_cache, sm_cache)
 
 
-def ctc_backward(d_log_p, cache, params):
+def ctc_backward(d_log_p, cache, params, core=None):
+    """The classifier's gradients; with core (the image core's cache from ctc_features), the
+    features' gradient goes on through the classifier's convolutional core ("ctc.core.*")."""
     kind, net_cache, sm_cache = cache
     d_logits = nn.log_softmax_backward(d_log_p, sm_cache)
     grads = {}
     if kind == "mlp":
-        _, layer_grads = nn.mlp_backward(d_logits, net_cache, input_grad=False)
+        d_x, layer_grads = nn.mlp_backward(d_logits, net_cache, input_grad=core is not None)
         for i, (dW, db) in enumerate(layer_grads):
             grads[f"ctc.W{i}"], grads[f"ctc.b{i}"] = dW, db
     else:
         gru_cache, out_cache = net_cache
         d_h, grads["ctc.out.W"], grads["ctc.out.b"] = nn.linear_backward(d_logits, out_cache)
-        _, d_fwd, d_bwd = nn.bigru_backward(d_h, gru_cache)
+        d_x, d_fwd, d_bwd = nn.bigru_backward(d_h, gru_cache)
         grads.update({f"ctc.fwd.{k}": v for k, v in d_fwd.items()})
         grads.update({f"ctc.bwd.{k}": v for k, v in d_bwd.items()})
+    if core is not None:
+        core_cache, rows_b, rows_t = core
+        F = core_cache[1][1] * core_cache[1][2] * core_cache[1][3]            # the core's output size
+        _, core_grads = nn.convnet_backward(d_x[rows_b, rows_t, :F], core_cache)
+        for i, (dW, db) in enumerate(core_grads):
+            grads[f"ctc.core.W{i}"], grads[f"ctc.core.b{i}"] = dW, db
     return grads
 
 
-def ctc(params, kind, batch, discrete, n_actions):
+def ctc(params, kind, batch, discrete, n_actions, image_cfg=None):
     """-sum_b log p(tau_b | rho_b) of the blank-free CTC and its gradient; spec/objectives.md
-    eq. (3) (paper eq. (3)-(7))."""
-    log_p, cache = ctc_log_p(params, kind, ctc_features(params, batch, discrete, n_actions),
-                             batch.traj_len)
+    eq. (3) (paper eq. (3)-(7)). image_cfg: see ctc_features."""
+    feats, core = ctc_features(params, batch, discrete, n_actions, image_cfg, with_cache=True)
+    log_p, cache = ctc_log_p(params, kind, feats, batch.traj_len)
     res = align.ctc_forward_backward(log_p, batch.sketch, batch.traj_len, batch.sketch_len)
-    return -res.loglik.sum(), ctc_backward(-res.d_log_p, cache, params)
+    return -res.loglik.sum(), ctc_backward(-res.d_log_p, cache, params, core)
 
 
-def ctc_alignment(params, kind, batch, discrete, n_actions, decoder="forward_argmax"):
+def ctc_alignment(params, kind, batch, discrete, n_actions, decoder="forward_argmax", image_cfg=None):
     """CTC-BC's segmentation of a batch: (B, T) sketch positions (paper Sec. 4.1 uses the argmax
     of the forward variables), and the normalised forward-variable weights p_t(l) (B, T, L)."""
-    log_p, _ = ctc_log_p(params, kind, ctc_features(params, batch, discrete, n_actions), batch.traj_len)
+    log_p, _ = ctc_log_p(params, kind, ctc_features(params, batch, discrete, n_actions, image_cfg),
+                         batch.traj_len)
     args = (log_p, batch.sketch, batch.traj_len, batch.sketch_len)
     labels = align.CTC_DECODERS[decoder](*args)
     return labels, align.ctc_forward_probabilities(*args)

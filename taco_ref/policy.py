@@ -33,6 +33,37 @@ in this range: sigma is in the actions' own units, where the shipped configs use
 it). TrainConfig and every model file are held to it."""
 
 
+def _positive_ints(value):
+    return (isinstance(value, (list, tuple)) and
+            all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1 for v in value))
+
+
+def check_core(image_shape, channels, kernels, strides):
+    """ValueError naming the field unless the convolutional core is well-formed: no conv layers
+    without images; with images [H, W, C], one or more layers, the three lists of equal length
+    and of positive integers, and every kernel fitting the map it reads."""
+    if image_shape is None:
+        if channels or kernels or strides:
+            raise ValueError("conv_channels, conv_kernels, conv_strides: a convolutional core reads image "
+                             "states; these states are vectors, so leave them empty")
+        return
+    if not _positive_ints(image_shape) or len(image_shape) != 3:
+        raise ValueError(f"image_shape must be [H, W, C], three positive integers, got {image_shape!r}")
+    for name, value in (("conv_channels", channels), ("conv_kernels", kernels), ("conv_strides", strides)):
+        if not _positive_ints(value) or not value:
+            raise ValueError(f"{name} must be a non-empty list of positive integers for image states, "
+                             f"got {value!r}")
+    if not len(channels) == len(kernels) == len(strides):
+        raise ValueError(f"conv_channels, conv_kernels, conv_strides must have one entry per conv layer, "
+                         f"got {len(channels)}, {len(kernels)}, {len(strides)}")
+    H, W = image_shape[:2]
+    for i, (k, s) in enumerate(zip(kernels, strides)):
+        if k > H or k > W:
+            raise ValueError(f"conv_kernels: layer {i + 1}'s kernel {k} does not fit its {H} x {W} input "
+                             f"(images {list(image_shape)})")
+        H, W = nn.conv_output_size(H, k, s), nn.conv_output_size(W, k, s)
+
+
 @dataclass
 class PolicyConfig:
     """Architecture of the K sub-policies (stored with every model)."""
@@ -57,6 +88,16 @@ class PolicyConfig:
     learn_sigma: bool = False
     """Learn a per-dimension log standard deviation "act.logstd" (K, A) with the rest
     (spec/policy.md eq. (9)-(10)); continuous actions only."""
+    image_shape: Optional[list] = None
+    """[H, W, C] of image states (state_dim = H W C), read through the convolutional core; None
+    for state vectors."""
+    conv_channels: list = field(default_factory=list)
+    """The core's output channels per conv layer (paper table 2, Dial images: [10, 5, 3]); empty
+    without images."""
+    conv_kernels: list = field(default_factory=list)
+    """Square kernel size per conv layer (paper: [5, 5, 3])."""
+    conv_strides: list = field(default_factory=list)
+    """Stride per conv layer (paper: [2, 2, 1])."""
 
     def __post_init__(self):
         for name in ("state_dim", "n_subtasks", "action_dim"):
@@ -79,19 +120,37 @@ class PolicyConfig:
         if not isinstance(self.learn_sigma, bool) or (self.learn_sigma and self.discrete):
             raise ValueError(f"learn_sigma must be true or false, and false for discrete actions, "
                              f"got {self.learn_sigma!r}")
+        check_core(self.image_shape, self.conv_channels, self.conv_kernels, self.conv_strides)
+        self.conv_channels, self.conv_kernels, self.conv_strides = (
+            list(self.conv_channels), list(self.conv_kernels), list(self.conv_strides))
+        if self.image_shape is not None:
+            self.image_shape = [int(v) for v in self.image_shape]
+            if self.state_dim != int(np.prod(self.image_shape)):
+                raise ValueError(f"state_dim must be H W C = {int(np.prod(self.image_shape))} for images "
+                                 f"{self.image_shape}, got {self.state_dim}")
+
+    @property
+    def feature_dim(self):
+        """F: what the action and STOP nets read; the core's output size with images, else D."""
+        if self.image_shape is None:
+            return self.state_dim
+        return int(np.prod(nn.convnet_output_shape(self.image_shape, self.conv_channels,
+                                                   self.conv_kernels, self.conv_strides)))
 
     def to_dict(self):
         return asdict(self)
 
 
 def init_params(cfg, rng):
-    """Stacked parameters {"act.W0": (K, D, H0), "act.b0": (K, H0), ..., "stop.W*", "stop.b*"}.
+    """Stacked parameters {"act.W0": (K, F, H0), "act.b0": (K, H0), ..., "stop.W*", "stop.b*"},
+    and with images the core's "core.W{i}" (k_i, k_i, C_i, O_i), "core.b{i}" (O_i,).
 
-    Each sub-task's nets are initialised independently by nn.mlp_init; input normalisation
-    ("norm.mean", "norm.std", (D,)) starts as the identity and is set from data by the trainer.
+    Each sub-task's nets are initialised independently by nn.mlp_init, then the core by
+    nn.conv_init; input normalisation ("norm.mean", "norm.std": (D,), or (C,) per channel of
+    images) starts as the identity and is set from data by the trainer.
     """
-    D, K = cfg.state_dim, cfg.n_subtasks
-    heads = {"act": [D] + cfg.act_hidden + [cfg.action_dim], "stop": [D] + cfg.stop_hidden + [1]}
+    D, K, F = cfg.state_dim, cfg.n_subtasks, cfg.feature_dim
+    heads = {"act": [F] + cfg.act_hidden + [cfg.action_dim], "stop": [F] + cfg.stop_hidden + [1]}
     params = {}
     for head, sizes in heads.items():
         per_task = [nn.mlp_init(rng, sizes, cfg.activation) for _ in range(K)]
@@ -100,16 +159,30 @@ def init_params(cfg, rng):
             params[f"{head}.b{i}"] = np.stack([layers[i][1] for layers in per_task])   # (K, out)
     if cfg.learn_sigma:
         params["act.logstd"] = np.full((K, cfg.action_dim), float(np.log(cfg.sigma)))
-    params["norm.mean"] = np.zeros(D)
-    params["norm.std"] = np.ones(D)
+    norm_dim = D
+    if cfg.image_shape is not None:
+        for i, (W, b) in enumerate(nn.conv_init(rng, cfg.image_shape[2], cfg.conv_channels, cfg.conv_kernels)):
+            params[f"core.W{i}"], params[f"core.b{i}"] = W, b
+        norm_dim = cfg.image_shape[2]
+    params["norm.mean"] = np.zeros(norm_dim)
+    params["norm.std"] = np.ones(norm_dim)
     return params
+
+
+def core_shapes(image_shape, channels, kernels, prefix="core."):
+    """{name: shape} of a convolutional core's arrays."""
+    shapes, C = {}, image_shape[2]
+    for i, (O, k) in enumerate(zip(channels, kernels)):
+        shapes[f"{prefix}W{i}"], shapes[f"{prefix}b{i}"] = (k, k, C, O), (O,)
+        C = O
+    return shapes
 
 
 def param_shapes(cfg):
     """{name: shape} of every array init_params(cfg, rng) makes, computed without allocating
     (model files are checked against it before their weights are read)."""
-    D, K = cfg.state_dim, cfg.n_subtasks
-    heads = {"act": [D] + cfg.act_hidden + [cfg.action_dim], "stop": [D] + cfg.stop_hidden + [1]}
+    D, K, F = cfg.state_dim, cfg.n_subtasks, cfg.feature_dim
+    heads = {"act": [F] + cfg.act_hidden + [cfg.action_dim], "stop": [F] + cfg.stop_hidden + [1]}
     shapes = {}
     for head, sizes in heads.items():
         for i in range(len(sizes) - 1):
@@ -117,15 +190,19 @@ def param_shapes(cfg):
             shapes[f"{head}.b{i}"] = (K, sizes[i + 1])
     if cfg.learn_sigma:
         shapes["act.logstd"] = (K, cfg.action_dim)
+    if cfg.image_shape is not None:
+        shapes.update(core_shapes(cfg.image_shape, cfg.conv_channels, cfg.conv_kernels))
+        D = cfg.image_shape[2]
     shapes["norm.mean"] = shapes["norm.std"] = (D,)
     return shapes
 
 
-TRAINABLE_PREFIXES = ("act.", "stop.")
+TRAINABLE_PREFIXES = ("act.", "stop.", "core.")
 
 
 def trainable(params):
-    """Names of the parameters the optimiser updates (not the normalisation)."""
+    """Names of the parameters the optimiser updates (the nets and the core; not the
+    normalisation)."""
     return [k for k in params if k.startswith(TRAINABLE_PREFIXES)]
 
 
@@ -145,6 +222,40 @@ class Inputs(NamedTuple):
 
 def normalise(params, states):
     return (states - params["norm.mean"]) / params["norm.std"]
+
+
+def core_layers(params, cfg, prefix="core."):
+    """[(W_i, b_i), ...] of the convolutional core (prefix "ctc.core." for CTC-BC's classifier)."""
+    return [(params[f"{prefix}W{i}"], params[f"{prefix}b{i}"]) for i in range(len(cfg.conv_channels))]
+
+
+def image_input(params, images, dtype):
+    """Images (n, H, W, C) as the core's input: normalised per channel with the stored
+    statistics, (x - m_c) / sigma_c, in dtype; computed in place on one fresh array.
+
+    Computed as x / sigma_c - m_c / sigma_c (two passes). float32 subnormals (spec/training.md
+    eq. (12)) are flushed, a pass skipped where none can arise: for integer pixels and every
+    |m_c| either 0 or >= 2^-40 (a mean of pixel counts is) with sigma_c <= 1e6 (< 2^20), both
+    terms are 0 or at least 2^-60, and a nonzero difference of two such float32 numbers is at
+    least the spacing at 2^-60, 2^-83: far from 2^-100."""
+    images = np.asarray(images)
+    mean, std = params["norm.mean"].astype(dtype), params["norm.std"]
+    scale = (1.0 / std).astype(dtype)
+    x = np.multiply(images, scale, dtype=dtype)          # (n, H, W, C) x / sigma, in dtype: one pass
+    x -= mean * scale                                    # (x - m) / sigma: a second
+    a = np.abs(mean)
+    safe = images.dtype.kind in "iu" and bool(((a == 0) | (a >= 2.0 ** -40)).all() and (std <= 1e6).all())
+    return x if safe else nn.flush_subnormals(x)
+
+
+def features(params, cfg, states, dtype=None, prefix="core."):
+    """What the nets read for states (n,) + state shape: (n, F) features of the core with images
+    (and the core's cache), the normalised state vectors otherwise (cache None)."""
+    dtype = net_dtype(params) if dtype is None else dtype
+    if cfg.image_shape is None:
+        return nn.flush_subnormals(normalise(params, states).astype(dtype, copy=False)), None
+    return nn.convnet_forward(core_layers(params, cfg, prefix), cfg.conv_strides,
+                              image_input(params, states, dtype), cfg.activation)
 
 
 def net_dtype(params):
@@ -195,12 +306,28 @@ def evaluate(params, cfg, batch, mask, final_mask=None, stop_dropout=None):
     final_states = None if final_mask is None else batch.final_state
     B, T, L = mask.shape
     dtype = net_dtype(params)
-    # the nets' inputs, flushed of float32 subnormals (spec/training.md eq. (12))
-    x_all = nn.flush_subnormals(normalise(params, states).astype(dtype, copy=False)).reshape(B * T, -1)  # (B*T, D)
     out = {name: np.zeros((B, T, L)) for name in ("log_act", "log_stop", "log_go")}
     if final_states is not None:
         out["log_final_stop"] = np.zeros((B, L))
-        x_final = nn.flush_subnormals(normalise(params, final_states).astype(dtype, copy=False))  # (B, D)
+    # the nets' inputs, flushed of float32 subnormals (spec/training.md eq. (12))
+    core = None
+    if cfg.image_shape is None:
+        x_all = features(params, cfg, states, dtype)[0].reshape(B * T, -1)                 # (B*T, D)
+        x_final = None if final_states is None else features(params, cfg, final_states, dtype)[0]  # (B, D)
+    else:
+        # the core runs once on every distinct image a mask entry reads (spec/policy.md §10)
+        rows_b, rows_t = np.nonzero(mask.any(axis=2))                                        # (m,)
+        f_b = (np.nonzero(final_mask.any(axis=1))[0] if final_states is not None
+               else np.zeros(0, np.int64))                                                   # (mf,)
+        images = states[rows_b, rows_t]                                                      # (m, H, W, C)
+        if f_b.size:
+            images = np.concatenate([images, np.asarray(final_states[f_b])])
+        feats, core_cache = features(params, cfg, images, dtype)                            # (m + mf, F)
+        x_all = np.zeros((B * T, feats.shape[1]), dtype)                                     # (B*T, F)
+        x_all[rows_b * T + rows_t] = feats[:rows_b.size]
+        x_final = np.zeros((B, feats.shape[1]), dtype)                                       # (B, F)
+        x_final[f_b] = feats[rows_b.size:]
+        core = (core_cache, rows_b * T + rows_t, f_b, B, T)
     # the first layers of the action and STOP nets read the same states: one (K, D, H_a + H_s) stack
     first = (np.concatenate([params["act.W0"], params["stop.W0"]], axis=2),
              np.concatenate([params["act.b0"], params["stop.b0"]], axis=1))
@@ -234,8 +361,8 @@ def evaluate(params, cfg, batch, mask, final_mask=None, stop_dropout=None):
         if final_states is not None:
             out["log_final_stop"][fb, fl] = log_stop[n:][f_row]
         groups.append((k, n, entries, row, fb, fl, f_row, f_rows.size, net_cache, dist_cache,
-                       logit[:, 0]))
-    return out, (groups, cfg, params)
+                       logit[:, 0], (b * T + t, f_rows)))
+    return out, (groups, cfg, params, core)
 
 
 def backward(grads_in, cache):
@@ -245,11 +372,15 @@ def backward(grads_in, cache):
     parameters' dtype. A row read by several entries (a sketch naming k twice) gets the sum of
     their gradients.
     """
-    groups, cfg, params = cache
+    groups, cfg, params, core = cache
     dtype = net_dtype(params)
     grads = {name: np.zeros_like(params[name]) for name in trainable(params)}
     d_final = grads_in.get("log_final_stop")
-    for k, n, entries, row, fb, fl, f_row, nf, net_cache, dist_cache, logit in groups:
+    if core is not None:            # the features' gradient, summed over every group that read them
+        core_cache, core_rows, f_b, B, T = core
+        F = params["act.W0"].shape[1]
+        d_all, d_fin = np.zeros((B * T, F), dtype), np.zeros((B, F), dtype)
+    for k, n, entries, row, fb, fl, f_row, nf, net_cache, dist_cache, logit, (x_rows, f_rows) in groups:
         # action net: d logp -> d head
         # float64 gradients become float32 here: flushed of subnormals (spec/training.md eq. (12))
         d_act = nn.flush_subnormals(_sum_rows(grads_in["log_act"][entries], row, n).astype(dtype, copy=False))
@@ -270,9 +401,21 @@ def backward(grads_in, cache):
         p_stop = nn.sigmoid(logit)                                           # (n + nf,)
         d_logit = d_stop * (1.0 - p_stop) - d_go * p_stop
         # both nets at once; their first layers share one GEMM
-        act_grads, stop_grads = nn.mlp_pair_backward(d_head, d_logit[:, None], net_cache)
+        if core is None:
+            act_grads, stop_grads = nn.mlp_pair_backward(d_head, d_logit[:, None], net_cache)
+        else:
+            act_grads, stop_grads, dx = nn.mlp_pair_backward(d_head, d_logit[:, None], net_cache,
+                                                             input_grad=True)       # dx (n + nf, F)
+            d_all[x_rows] += dx[:n]           # the group's rows are distinct (b, t)
+            d_fin[f_rows] += dx[n:]
         _accumulate(grads, "act", k, act_grads)
         _accumulate(grads, "stop", k, stop_grads)
+    if core is not None:            # one backward through the shared core, spec/policy.md eq. (16)
+        d_feats = np.concatenate([d_all[core_rows], d_fin[f_b]])                  # (m + mf, F)
+        _, core_grads = nn.convnet_backward(d_feats, core_cache)
+        for i, (dW, db) in enumerate(core_grads):
+            grads[f"core.W{i}"] += dW
+            grads[f"core.b{i}"] += db
     return grads
 
 
@@ -285,6 +428,17 @@ def _accumulate(grads, head, k, layer_grads):
 # ----------------------------------------------------------------------------------------
 # Acting: the policy maths used by evaluation and by the ROS bridge, testable without ROS.
 # ----------------------------------------------------------------------------------------
+
+def _one_input(params, cfg, state):
+    """(1, F) what the nets read for one state: the normalised vector (D,), or the core's
+    features of one image (H, W, C)."""
+    if cfg.image_shape is None:
+        return normalise(params, np.asarray(state, dtype=np.float64))[None]
+    image = np.asarray(state)
+    if image.shape != tuple(cfg.image_shape):
+        raise ValueError(f"state: expected an image of shape {tuple(cfg.image_shape)}, got {image.shape}")
+    return features(params, cfg, image[None])[0]
+
 
 def act(params, cfg, subtask, state, stop_threshold=0.5, rng=None):
     """One control decision of sub-policy `subtask` in `state` (D,); spec/policy.md eq. (8).
@@ -300,8 +454,9 @@ def stops(params, cfg, subtask, state, stop_threshold=0.5):
 
 
 def stop_probability(params, cfg, subtask, state):
-    """pi_k(STOP | s) of sub-policy k = `subtask` in `state` (D,), a float; spec/policy.md eq. (8)."""
-    x = normalise(params, np.asarray(state, dtype=np.float64))[None]         # (1, D)
+    """pi_k(STOP | s) of sub-policy k = `subtask` in `state` (D,), or an image (H, W, C), a float;
+    spec/policy.md eq. (8)."""
+    x = _one_input(params, cfg, state)                                       # (1, F)
     logit, _ = nn.mlp_forward(_layers(params, "stop", subtask, cfg), x, cfg.activation)
     return float(nn.sigmoid(logit[0, 0]))
 
@@ -311,7 +466,7 @@ def action(params, cfg, subtask, state, rng=None):
     discrete actions (an int) the most probable one (rng None) or one draw from pi_k(a | s) with
     the numpy Generator rng, exactly one rng.choice per call (a deterministic policy in a grid
     world loops for ever once it revisits a state; spec/evaluation.md §1)."""
-    x = normalise(params, np.asarray(state, dtype=np.float64))[None]         # (1, D)
+    x = _one_input(params, cfg, state)                                       # (1, F)
     head, _ = nn.mlp_forward(_layers(params, "act", subtask, cfg), x, cfg.activation)
     if not cfg.discrete:
         return head[0]

@@ -42,11 +42,21 @@ class _Job:
         self.vocab = demos.vocab
         self.discrete = demos.discrete
         A = demos.meta["n_actions"] if self.discrete else demos.actions.shape[2]
+        image = demos.image_shape
+        if image is None and cfg.conv_channels:
+            raise ValueError(f"conv_channels: a convolutional core reads image states; these states are "
+                             f"vectors (D = {demos.states.shape[2]}), so leave conv_* empty")
+        if image is not None and not cfg.conv_channels:
+            raise ValueError(f"conv_channels: the states are images {list(image)}; give the convolutional "
+                             f"core (conv_channels, conv_kernels, conv_strides; paper: [10, 5, 3], [5, 5, 3], "
+                             f"[2, 2, 1])")
         self.policy_cfg = policy.PolicyConfig(
-            state_dim=demos.states.shape[2], n_subtasks=len(demos.vocab), action_dim=int(A),
+            state_dim=int(np.prod(demos.states.shape[2:])), n_subtasks=len(demos.vocab), action_dim=int(A),
             discrete=self.discrete, act_hidden=list(cfg.act_hidden), stop_hidden=list(cfg.stop_hidden),
             sigma=cfg.sigma_init if cfg.sigma == "learned" else cfg.sigma, activation=cfg.activation,
-            learn_sigma=cfg.sigma == "learned" and not self.discrete)
+            learn_sigma=cfg.sigma == "learned" and not self.discrete,
+            image_shape=None if image is None else list(image), conv_channels=list(cfg.conv_channels),
+            conv_kernels=list(cfg.conv_kernels), conv_strides=list(cfg.conv_strides))
         self.params = policy.init_params(self.policy_cfg, rng)
         if cfg.stop_prior:
             # STOP nets start at the data's switch rate instead of sigma(0) = 1/2 per step,
@@ -133,16 +143,20 @@ def stop_prior_logit(demos):
 
 def state_statistics(demos):
     """Mean and std (D,) of the states inside the trajectories, std floored at 1e-6;
-    spec/training.md eq. (1)."""
+    spec/training.md eq. (1). Image states: per colour channel (C,), over every pixel
+    (data.image_statistics, read a few demonstrations at a time)."""
+    if demos.image_shape is not None:
+        return data_mod.image_statistics(demos)
     in_t = np.arange(demos.states.shape[1])[None, :] < demos.traj_len[:, None]
     s = demos.states[in_t]                                                   # (sum T_n, D)
     return s.mean(axis=0), np.maximum(s.std(axis=0), 1e-6)
 
 
 def mean_loss(job, stage, demos, batch_size=64):
-    """Per-step loss of a stage over a whole data set (no dropout); spec/training.md eq. (4)."""
+    """Per-step loss of a stage over a whole data set (no dropout); spec/training.md eq. (4).
+    Batches of batch_size demonstrations, fewer with image states (data.pass_batch_size)."""
     total, steps = 0.0, 0
-    for batch in data_mod.batches(demos, batch_size):
+    for batch in data_mod.batches(demos, data_mod.pass_batch_size(demos, batch_size)):
         loss, _ = job.loss(stage, batch, None, 0, train=False)
         total += loss
         steps += int(batch.traj_len.sum())

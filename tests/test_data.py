@@ -484,3 +484,157 @@ def test_assemble_pads_episodes_of_their_own_lengths():
                         [s[-1] for s in states], [[1, 0], [0, 1, 1]], ("a", "b"),
                         {"domain": "test", "action_type": "discrete", "n_actions": 3})
     assert ids.discrete and ids.actions.dtype == np.int64 and ids.actions[0].tolist() == [1, 2, 0, 0, 0]
+
+
+# ----------------------------------------------------------------------------------------------
+# Image states and frame directories (spec/data.md §10)
+# ----------------------------------------------------------------------------------------------
+
+def make_image_demos(seed=0, N=5, T=7, H=4, W=3, C=3):
+    """make_demos' sketches, labels and actions with uint8 image states (N, T, H, W, C) (zeros in
+    padding) and final images; states[n, 0, 0, 0, 0] = n identifies each demonstration."""
+    base = make_demos(seed=seed, N=N, T=T)
+    rng = np.random.default_rng(seed + 100)
+    states = np.zeros((N, T, H, W, C), np.uint8)
+    for n in range(N):
+        states[n, :base.traj_len[n]] = rng.integers(0, 256, size=(base.traj_len[n], H, W, C))
+    states[:, 0, 0, 0, 0] = np.arange(N)
+    final = rng.integers(0, 256, size=(N, H, W, C), dtype=np.uint8)
+    return dataclasses.replace(base, states=states, final_state=final).validate()
+
+
+def image_ids(demos):
+    return [int(np.asarray(demos.states[i])[0, 0, 0, 0]) for i in range(demos.n)]
+
+
+def test_image_states_round_trip_through_npz_and_frame_directories(tmp_path):
+    """spec/data.md §10: the same set saved as an .npz and as a frame directory (chunks of
+    whole demonstrations) reads back equal, with one fingerprint; the directory's states are
+    read lazily (data.FrameStates)."""
+    demos = make_image_demos()
+    data.save(demos, tmp_path / "d.npz")
+    data.save_frames(demos, tmp_path / "frames", frames_per_chunk=9)       # several chunks
+    for loaded in (data.load(tmp_path / "d.npz"), data.load(tmp_path / "frames")):
+        assert_same_demos(demos, dataclasses.replace(loaded, states=np.asarray(loaded.states)))
+        assert loaded.fingerprint() == demos.fingerprint() and loaded.image_shape == (4, 3, 3)
+    lazy = data.load(tmp_path / "frames")
+    assert isinstance(lazy.states, data.FrameStates) and lazy.states.shape == demos.states.shape
+    names = sorted(os.listdir(tmp_path / "frames"))
+    assert names[:2] == [data.INDEX, data.FINAL] or data.INDEX in names
+    assert sum(n.startswith("frames-") for n in names) >= 3
+
+
+@given(idx=st.lists(st.integers(0, 4), min_size=1, max_size=5), seed=seeds)
+def test_lazy_subsets_and_gathers_equal_the_padded_array(idx, seed):
+    """Subsets, splits, [b, t] gathers and single demonstrations of a frame directory read the
+    same values as the padded ndarray, zeros in padding; a subset's fingerprint is the in-memory
+    subset's."""
+    import tempfile
+    demos = make_image_demos()
+    with tempfile.TemporaryDirectory() as tmp:
+        lazy = data.save_frames(demos, os.path.join(tmp, "f"), frames_per_chunk=8)
+        sub, ref = lazy.subset(idx), demos.subset(idx)
+        assert isinstance(sub.states, data.FrameStates)
+        np.testing.assert_array_equal(np.asarray(sub.states), ref.states)
+        assert sub.fingerprint() == ref.fingerprint()
+        rng = np.random.default_rng(seed)
+        b = rng.integers(0, sub.n, size=6)
+        t = rng.integers(0, sub.states.shape[1], size=6)
+        np.testing.assert_array_equal(sub.states[b, t], ref.states[b, t])
+        np.testing.assert_array_equal(sub.states[0], ref.states[0])
+        train, held = data.split(lazy, 0.4, np.random.default_rng(seed))
+        train_ref, held_ref = data.split(demos, 0.4, np.random.default_rng(seed))
+        assert image_ids(train) == image_ids(train_ref) and image_ids(held) == image_ids(held_ref)
+
+
+def test_a_lazy_set_pickles_as_its_directory(tmp_path):
+    """A worker process receives a frame directory's set as its path and selection, not its
+    images, and reads the same values."""
+    import pickle
+    lazy = data.save_frames(make_image_demos(H=20, W=20), tmp_path / "f").subset([3, 1])
+    blob = pickle.dumps(lazy.states)
+    assert len(blob) < 2000 < np.asarray(lazy.states).nbytes
+    np.testing.assert_array_equal(np.asarray(pickle.loads(blob)), np.asarray(lazy.states))
+
+
+def test_image_statistics_are_exact_per_channel():
+    """spec/training.md eq. (1) per colour channel: mean and population std over every pixel of
+    every frame inside the trajectories, for in-memory and lazily read states alike."""
+    demos = make_image_demos(N=6)
+    inside = np.concatenate([demos.states[n, :demos.traj_len[n]] for n in range(demos.n)])
+    pixels = inside.reshape(-1, 3).astype(np.float64)
+    mean, std = data.image_statistics(demos)
+    np.testing.assert_allclose(mean, pixels.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(std, pixels.std(axis=0), rtol=1e-12)
+
+
+def test_image_validation_names_the_field():
+    demos = make_image_demos()
+    with pytest.raises(DataError, match="^states: expected images of dtype uint8"):
+        dataclasses.replace(demos, states=demos.states.astype(np.float32)).validate()
+    with pytest.raises(DataError, match=r"^final_state: expected a uint8 array of shape \(N,\)"):
+        dataclasses.replace(demos, final_state=demos.final_state[:, :2]).validate()
+
+
+def frame_dir(tmp_path):
+    data.save_frames(make_image_demos(), tmp_path / "f", frames_per_chunk=9)
+    return tmp_path / "f"
+
+
+def test_a_frame_directory_without_its_index_is_refused(tmp_path):
+    """The index is written last: a directory whose collection did not finish is not a set."""
+    d = frame_dir(tmp_path)
+    os.unlink(d / data.INDEX)
+    with pytest.raises(DataError, match="demos.npz is missing: not written, or its collection did not finish"):
+        data.load(d)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda p: p.write_bytes(p.read_bytes()[:-7]), r"bytes, expected .* \(truncated or padded\)"),
+    (lambda p: p.write_bytes(p.read_bytes() + b"\0"), r"\(truncated or padded\)"),
+    (lambda p: np.save(p, np.zeros((3, 4, 3, 3), np.uint8)), "the header declares uint8 \\(3, 4, 3, 3\\)"),
+    (lambda p: np.save(p, np.zeros((9, 4, 3, 3), np.float32)), "the header declares float32"),
+    (lambda p: p.write_bytes(b"not an array"), "not a readable .npy array"),
+    (lambda p: p.unlink(), "no such file"),
+])
+def test_a_damaged_chunk_is_refused_before_anything_is_read(tmp_path, damage, message):
+    """Every chunk's header and size are checked against the index when the set is opened, so
+    training cannot read past a chunk's end or into garbage; the message names the file."""
+    d = frame_dir(tmp_path)
+    damage(d / data.chunk_name(0))
+    with pytest.raises(DataError, match=f"frames-00000.npy: .*{message}"):
+        data.load(d)
+
+
+def test_a_frame_directory_never_unpickles(tmp_path, hostile):
+    """A chunk or final.npy holding a pickled object array is refused by its header, and the
+    pickle never runs."""
+    marker = str(tmp_path / "pwned")
+    for name in (data.chunk_name(0), data.FINAL):
+        d = frame_dir(tmp_path / name)
+        np.save(d / name, np.array([hostile(marker)], dtype=object), allow_pickle=True)
+        with pytest.raises(DataError, match=f"{name}: expected a uint8 array"):
+            data.load(d)
+    assert not os.path.exists(marker)
+
+
+def test_a_frame_index_that_lies_about_its_chunks_is_refused(tmp_path):
+    d = frame_dir(tmp_path)
+    with np.load(d / data.INDEX) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["chunk"] = arrays["chunk"][::-1].copy()
+    np.savez(d / data.INDEX, **arrays)
+    with pytest.raises(DataError, match="chunk must number the demonstrations' chunk files"):
+        data.load(d)
+
+
+def test_writing_a_frame_directory_again_replaces_the_old_one(tmp_path):
+    """A new collection into the same directory first removes the old index and chunks, so an
+    interrupted one is never taken for the old set, and leaves only its own files."""
+    data.save_frames(make_image_demos(N=5), tmp_path / "f", frames_per_chunk=4)
+    writer = data.FrameWriter(tmp_path / "f", (4, 3, 3))
+    assert os.listdir(tmp_path / "f") == []
+    new = make_image_demos(seed=3, N=2)
+    writer.write_chunk(0, [new.states[n, :new.traj_len[n]] for n in range(2)])
+    loaded = writer.finish(new, new.final_state)
+    assert loaded.fingerprint() == new.fingerprint()

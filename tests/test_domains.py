@@ -14,9 +14,13 @@ from taco_app import config
 
 NAMES = taco_sim.names()
 N = 4                                               # demonstrations per collection below
+# a domain that renders every state (the image Dial, ~9 ms a frame) takes ~30 s here: slow tier
+# (tests/test_dial_image.py checks it quickly on one-digit PINs)
+PARAMS = [pytest.param(n, marks=pytest.mark.slow) if taco_sim.get(n).state_shape is not None else n
+          for n in NAMES]
 
 
-@pytest.fixture(scope="module", params=NAMES)
+@pytest.fixture(scope="module", params=PARAMS)
 def dom(request):
     return taco_sim.get(request.param)
 
@@ -34,7 +38,7 @@ def test_one_longest_sketch_for_domains_and_the_runner():
 
 
 def test_the_builtin_domains_are_registered():
-    assert {"navworld", "dial", "dial-velocity"} <= set(NAMES)
+    assert {"navworld", "dial", "dial-velocity", "dial-image", "dial-image-small"} <= set(NAMES)
     with pytest.raises(ValueError, match="domain must be one of"):
         taco_sim.get("no-such-domain")
 
@@ -51,7 +55,8 @@ def test_collected_demonstrations_validate_and_match_the_declaration(dom, demos)
     assert isinstance(demos, data.Demos) and demos.n == N
     demos.validate()
     assert demos.meta["domain"] == dom.name and tuple(demos.vocab) == tuple(dom.vocab)
-    assert demos.states.shape[2] == dom.state_dim and demos.discrete == dom.discrete
+    assert demos.states.shape[2:] == dom.obs_shape and demos.discrete == dom.discrete
+    assert int(np.prod(dom.obs_shape)) == dom.state_dim
     if not dom.discrete:
         assert demos.actions.shape[2] == dom.action_dim
     if dom.train_sketch_len is not None:
@@ -100,12 +105,12 @@ def test_test_sketches_are_deterministic_and_in_range(dom):
 def test_the_task_environment_is_deterministic_by_seed(dom):
     sketch = evaluate.unpad(dom.test_sketches(1, np.random.default_rng(0))[0])
     obs = [dom.task_env().reset(sketch, seed=5) for _ in range(2)]
-    assert obs[0].shape == (dom.state_dim,) and np.array_equal(obs[0], obs[1])
+    assert obs[0].shape == dom.obs_shape and np.array_equal(obs[0], obs[1])
     env = dom.task_env()
     env.reset(sketch, seed=5)
     action = 0 if dom.discrete else np.zeros(dom.action_dim)
     nxt = env.step(action)
-    assert nxt.shape == (dom.state_dim,) and np.isfinite(nxt).all()
+    assert nxt.shape == dom.obs_shape and np.isfinite(nxt).all()
     assert env.progress == 0 and not env.done and env.budget(len(sketch)) >= len(sketch)
 
 
@@ -119,6 +124,7 @@ def test_shipped_models_load_and_speak_the_domain(dom):
         model = model_mod.load(path)
         evaluate.check_vocab(model, dom.vocab, f"domain {dom.name}")
         assert model.policy.state_dim == dom.state_dim, name
+        assert tuple(model.policy.image_shape or (dom.state_dim,)) == dom.obs_shape, name
 
 
 def test_collect_refuses_counts_and_noise_out_of_bounds_before_collecting(dom, monkeypatch):

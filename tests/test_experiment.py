@@ -211,3 +211,63 @@ def test_the_report_gives_intervals_paired_differences_and_failure_kinds():
     assert "seed 1: -5.0 [" in text and "| +2.5 [" in text and "(2 seeds) |" in text
     assert "| TACO | 400 | 100 / 200 | 10 % | 90 % |" in text       # early 10, late 30 + 60
     assert "| TACO: stopped late: pressed its key again | 400 | 28 |" in text
+
+
+def test_a_streaming_domain_collects_into_the_data_directory_once(tmp_path, monkeypatch):
+    """Data too large for memory (the image Dial) goes to a frame directory under OUT/data,
+    passed on as a path; a grid run again reuses a complete directory of the same spec instead
+    of collecting it again, and collects again where the spec differs."""
+    import dataclasses
+    from taco_ref import data
+    real = taco_sim.get("dial-image-small")
+    calls = []
+
+    def counted(n, sketch_len, seed, **kw):
+        calls.append((n, seed, kw.get("out")))
+        return real.collect(n, 1, seed, **kw)           # one-digit PINs: quick
+    dom = dataclasses.replace(real, collect=counted)
+    monkeypatch.setattr(experiment.taco_sim, "get", lambda name: dom)
+    spec = ("dial-image-small", 1, 1, 10_000)
+    first = experiment.collect(spec, str(tmp_path))
+    assert isinstance(first.states, data.FrameStates) and len(calls) == 1
+    assert calls[0][2] == os.path.join(str(tmp_path), "dial-image-small-n1-L1-seed10000")
+    again = experiment.collect(spec, str(tmp_path))
+    assert len(calls) == 1 and again.fingerprint() == first.fingerprint()
+    experiment.collect(("dial-image-small", 1, 1, 10_001), str(tmp_path))
+    assert len(calls) == 2
+    os.unlink(os.path.join(calls[0][2], data.INDEX))          # an interrupted collection is redone
+    experiment.collect(spec, str(tmp_path))
+    assert len(calls) == 3
+
+
+def test_the_report_gives_the_first_25_test_tasks_beside_all_of_them():
+    """The image Dial's figure reports 25 test tasks: the report gives task and sub-task
+    accuracy over each cell's first 25 (from its per-task progress) beside all 100."""
+    progress = [5] * 10 + [2] * 15 + [5] * 50 + [0] * 25
+    row = dict(domain="dial-image-small", algo="taco", size=200, seed=0, n_tasks=100,
+               outcomes="".join("1" if p == 5 else "0" for p in progress), task_progress=progress,
+               task_lengths=[5] * 100, task_accuracy=0.6, subtask_accuracy=sum(progress) / 500)
+    table = report.prefix_table([row, dict(row, seed=1)])
+    line = [l for l in table.split("\n") if l.startswith("| TACO")][0]
+    assert line == "| TACO | 200 | 2 | 40.0 ± 0.0 | 64.0 ± 0.0 | 60.0 ± 0.0 | 66.0 ± 0.0 |"
+    assert report.prefix_table([dict(row, n_tasks=25)]) == ""
+
+
+def test_a_cell_interrupted_mid_training_continues_from_its_checkpoint(tmp_path):
+    """A cell of the image Dial trains for hours: with a run directory it checkpoints every
+    epoch, and run again after an interruption it continues there and gives the figures of an
+    uninterrupted cell. Only streaming domains get one, named by the cell's key."""
+    from taco_ref import train
+    c = cell("taco", size=12)
+    demos, test_demos = (experiment.collect(s) for s in experiment.data_specs(c))
+    whole = experiment.run(c, demos, test_demos)
+    run_dir = tmp_path / "run"
+    cfg = train.TrainConfig.from_dict(dict(c["config"], algo="taco", seed=0))
+    assert train.train(demos, cfg, out_dir=run_dir, stop_after=1, progress=False) is None   # "killed"
+    resumed = experiment.run(c, demos, test_demos, run_dir=str(run_dir))
+    resumed.pop("train_seconds"), whole.pop("train_seconds")
+    assert resumed == whole
+    assert experiment.run_dir_of(str(tmp_path), c) is None                   # navworld: no checkpoints
+    image_cell = dict(c, domain="dial-image-small", train_sketch_len=4)
+    path = experiment.run_dir_of(str(tmp_path), image_cell)
+    assert path.endswith(f"seed0-{experiment.cell_key(image_cell)[:16]}") and "runs/dial-image-small/taco" in path

@@ -435,3 +435,55 @@ def test_policy_shapes_match_init_params():
     shapes = model_mod.policy_shapes(cfg)
     assert shapes["act.W0"] == (2, 3, 4) and shapes["stop.W2"] == (2, 3, 1)
     assert shapes["norm.mean"] == (3,)
+
+
+def make_image_model(seed=0, ctc_kind=None):
+    """A model of image states 7 x 6 x 3 read through a two-layer core (and, for CTC-BC, the
+    classifier's own core)."""
+    cfg = PolicyConfig(state_dim=126, n_subtasks=2, action_dim=2, act_hidden=[4], stop_hidden=[3],
+                       image_shape=[7, 6, 3], conv_channels=[4, 2], conv_kernels=[3, 2], conv_strides=[2, 1])
+    rng = np.random.default_rng(seed)
+    params = policy.init_params(cfg, rng)
+    params["norm.mean"], params["norm.std"] = rng.uniform(50, 200, size=3), rng.uniform(20, 80, size=3)
+    if ctc_kind:
+        params.update(objectives.init_ctc_params(rng, ctc_kind, cfg.feature_dim + 2, [4], 2))
+        params.update({f"ctc.{k}": v for k, v in policy.init_params(cfg, rng).items() if k.startswith("core.")})
+    algo = {"mlp": "ctcbc-mlp", "gru": "ctcbc-gru"}.get(ctc_kind, "taco")
+    return Model(params, cfg, ("left", "right"), algo, ctc_kind,
+                 config={"algo": algo, "conv_channels": [4, 2], "conv_kernels": [3, 2], "conv_strides": [2, 1]})
+
+
+@pytest.mark.parametrize("ctc_kind", [None, "gru"])
+def test_an_image_model_round_trips_with_its_core(tmp_path, ctc_kind):
+    m = make_image_model(ctc_kind=ctc_kind)
+    directory = saved(tmp_path, m)
+    loaded = model_mod.load(directory)
+    assert loaded.policy == m.policy and loaded.policy.feature_dim == 2 * 1 * 2      # 7 x 6 -> 3 x 2 -> 2 x 1
+    assert set(loaded.params) == set(m.params)
+    for name in m.params:
+        assert np.array_equal(loaded.params[name], m.params[name]), name
+    image = np.random.default_rng(1).integers(0, 256, size=(7, 6, 3), dtype=np.uint8)
+    assert policy.act(loaded.params, loaded.policy, 1, image)[0] == policy.act(m.params, m.policy, 1, image)[0]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda a: a.update({"core.W1": np.zeros((3, 3, 4, 2))}), r"core.W1 is float64 \(3, 3, 4, 2\)"),
+    (lambda a: a.pop("core.b0"), r"arrays \['core.b0'\] differ"),
+    (lambda a: a.update({"norm.mean": np.zeros(126)}), r"norm.mean is float64 \(126,\)"),
+])
+def test_an_image_model_whose_core_disagrees_with_its_architecture_is_refused(tmp_path, edit, message):
+    directory = saved(tmp_path, make_image_model())
+    arrays = load_arrays(directory)
+    edit(arrays)
+    write_weights(directory, arrays)
+    with pytest.raises(ModelError, match=message):
+        model_mod.load(directory)
+
+
+def test_an_image_model_whose_config_names_another_core_is_refused(tmp_path):
+    directory = saved(tmp_path, make_image_model())
+    meta = read_meta(directory)
+    meta["config"]["conv_kernels"] = [5, 2]
+    write_meta(directory, meta)
+    with pytest.raises(ModelError, match=r"config.conv_kernels is \[5, 2\], the policy's \[3, 2\]"):
+        model_mod.load(directory)

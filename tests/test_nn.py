@@ -695,3 +695,171 @@ def test_mlp_backward_flushes_its_douts_but_never_writes_the_callers():
     for (dW, db), (dW2, db2) in zip(grads, grads2):
         np.testing.assert_array_equal(dW, dW2)
         np.testing.assert_array_equal(db, db2)
+
+
+# ----------------------------------------------------------------------------------------------
+# 2-D convolution and the convolutional core (spec/policy.md §10)
+# ----------------------------------------------------------------------------------------------
+
+def ref_conv2d(x, W, b, s):
+    """The convolution written plainly: one output pixel at a time, each a sum over its window."""
+    N, H, W_, C = x.shape
+    kh, kw, _, O = W.shape
+    Ho, Wo = (H - kh) // s + 1, (W_ - kw) // s + 1
+    rows = []
+    for i in range(Ho):
+        row = []
+        for j in range(Wo):
+            window = x[:, s * i:s * i + kh, s * j:s * j + kw, :]                 # (N, kh, kw, C)
+            row.append(anp.tensordot(window, W, axes=([1, 2, 3], [0, 1, 2])) + b)
+        rows.append(anp.stack(row, axis=1))
+    return anp.stack(rows, axis=1)                                             # (N, Ho, Wo, O)
+
+
+def ref_convnet(layers, strides, x):
+    h = x
+    for (W, b), s in zip(layers, strides):
+        h = ref_act(ref_conv2d(h, W, b, s), "relu")
+    return anp.reshape(h, (h.shape[0], -1))
+
+
+@st.composite
+def conv_case(draw):
+    """x (N, H, W, C), W (kh, kw, C, O), b (O,), stride and an upstream gradient, the kernel
+    fitting the image (every stride from 1 to past the kernel size)."""
+    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    stride = draw(st.integers(1, 5))
+    H, W_ = draw(st.integers(kh, kh + 7)), draw(st.integers(kw, kw + 7))
+    N, C, O = draw(st.integers(1, 3)), draw(st.integers(1, 4)), draw(st.integers(1, 11))
+    rng = np.random.default_rng(draw(seeds))
+    x, W, b = rng.normal(size=(N, H, W_, C)), rng.normal(size=(kh, kw, C, O)), rng.normal(size=O)
+    R = rng.normal(size=(N, nn.conv_output_size(H, kh, stride), nn.conv_output_size(W_, kw, stride), O))
+    return x, W, b, stride, R
+
+
+@given(conv_case())
+def test_conv2d_matches_autograd(case):
+    """spec/policy.md eq. (11), (12), (13), (14): the forward against the convolution written
+    plainly, and dx, dW, db against autograd of it, over shapes, kernels and strides (strides
+    past the kernel size included: pixels no window reads get dx = 0)."""
+    x, W, b, s, R = case
+    note(f"x {x.shape}, W {W.shape}, stride {s}")
+    out, cache = nn.conv2d_forward(x, W, b, s)
+    assert out.shape == R.shape and out.dtype == np.float64
+    close(out, ref_conv2d(x, W, b, s), "forward")
+    dx, dW, db = nn.conv2d_backward(R, cache)
+    for got, want, what in zip((dx, dW, db), ad_grads(lambda *a: ref_conv2d(*a, s), (x, W, b), R), "xWb"):
+        assert got.shape == want.shape
+        close(got, want, f"d{what}")
+
+
+@given(conv_case())
+def test_conv2d_in_float32_keeps_its_dtype_and_matches_float64(case):
+    """spec/policy.md eq. (11), (12), (14): float32 in, float32 out, within float32 rounding of the
+    float64 result."""
+    x, W, b, s, R = case
+    f32 = [a.astype(np.float32) for a in (x, W, b, R)]
+    out, cache = nn.conv2d_forward(*f32[:3], s)
+    grads = nn.conv2d_backward(f32[3], cache)
+    out64, cache64 = nn.conv2d_forward(x, W, b, s)
+    assert out.dtype == np.float32 and all(g.dtype == np.float32 for g in grads)
+    for got, want in zip((out,) + grads, (out64,) + nn.conv2d_backward(R, cache64)):
+        scale = max(1.0, float(np.abs(want).max()))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * scale)
+
+
+def test_conv2d_pieces_give_the_same_result(monkeypatch):
+    """The patch matrix is built a few images at a time (nn.CONV_CHUNK_BYTES): one image per
+    piece gives the same outputs and gradients as the whole batch in one piece."""
+    rng = np.random.default_rng(3)
+    x, W, b = rng.normal(size=(5, 11, 9, 3)), rng.normal(size=(3, 3, 3, 10)), rng.normal(size=10)
+    R = rng.normal(size=(5, 5, 4, 10))
+    whole = nn.conv2d_forward(x, W, b, 2)
+    whole_grads = nn.conv2d_backward(R, whole[1])
+    monkeypatch.setattr(nn, "CONV_CHUNK_BYTES", 1)
+    assert len(nn._chunks(5, 20, 27, 8)) == 5
+    one = nn.conv2d_forward(x, W, b, 2)
+    assert np.array_equal(one[0], whole[0])
+    for a, c in zip(nn.conv2d_backward(R, one[1]), whole_grads):
+        close(a, c, "gradient")
+
+
+def test_conv2d_without_input_gradient_returns_the_same_weights_gradient():
+    """input_grad=False (a first layer, whose input is data) skips dx and nothing else."""
+    rng = np.random.default_rng(4)
+    x, W, b = rng.normal(size=(2, 8, 8, 3)), rng.normal(size=(5, 5, 3, 10)), rng.normal(size=10)
+    out, cache = nn.conv2d_forward(x, W, b, 2)
+    R = rng.normal(size=out.shape)
+    dx, dW, db = nn.conv2d_backward(R, cache)
+    none, dW2, db2 = nn.conv2d_backward(R, cache, input_grad=False)
+    assert none is None and dx.shape == x.shape
+    assert np.array_equal(dW, dW2) and np.array_equal(db, db2)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((np.zeros((1, 5, 5, 3)), np.zeros((3, 3, 2, 4)), np.zeros(4), 1), "same C"),
+    ((np.zeros((1, 5, 5)), np.zeros((3, 3, 3, 4)), np.zeros(4), 1), r"\(N, H, W, C\)"),
+    ((np.zeros((1, 5, 5, 3)), np.zeros((3, 3, 3, 4), np.float32), np.zeros(4), 1), "dtype"),
+    ((np.zeros((1, 5, 5, 3)), np.zeros((3, 3, 3, 4)), np.zeros(3), 1), "b of shape"),
+    ((np.zeros((1, 5, 5, 3)), np.zeros((3, 3, 3, 4)), np.zeros(4), 0), "stride"),
+    ((np.zeros((1, 5, 5, 3)), np.zeros((3, 3, 3, 4)), np.zeros(4), True), "stride"),
+    ((np.zeros((1, 2, 5, 3)), np.zeros((3, 3, 3, 4)), np.zeros(4), 1), "larger than the image"),
+])
+def test_conv2d_rejects_bad_input_naming_what_was_expected(args, message):
+    with pytest.raises(ValueError, match=f"^conv2d: .*{message}"):
+        nn.conv2d_forward(*args)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@given(H=st.integers(9, 20), W_=st.integers(9, 20), C=st.integers(1, 3), seed=seeds)
+def test_convnet_matches_autograd(dtype, H, W_, C, seed):
+    """spec/policy.md eq. (15): the core (conv -> ReLU per layer, flattened in (i, j, o) order)
+    against autograd of the layers written plainly; no input gradient unless asked for."""
+    rng = np.random.default_rng(seed)
+    channels, kernels, strides = [4, 3], [3, 2], [2, 1]
+    layers = [(W.astype(dtype), (b + rng.normal(size=b.shape)).astype(dtype))
+              for W, b in nn.conv_init(rng, C, channels, kernels)]
+    x = rng.normal(size=(2, H, W_, C)).astype(dtype)
+    out, cache = nn.convnet_forward(layers, strides, x)
+    assert out.shape == (2, int(np.prod(nn.convnet_output_shape((H, W_, C), channels, kernels, strides))))
+    R = rng.normal(size=out.shape).astype(dtype)
+    dx, grads = nn.convnet_backward(R, cache)
+    assert dx is None and out.dtype == dtype
+    x64, flat = x.astype(np.float64), [a.astype(np.float64) for layer in layers for a in layer]
+    f = lambda x, *flat: ref_convnet(list(zip(flat[::2], flat[1::2])), strides, x)  # noqa: E731
+    want = ad_grads(f, (x64, *flat), R.astype(np.float64))
+    tol = dict(rtol=1e-9, atol=1e-11) if dtype == np.float64 else dict(rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(out, f(x64, *flat), **tol)
+    for (dW, db), dW_ad, db_ad in zip(grads, want[1::2], want[2::2]):
+        np.testing.assert_allclose(dW, dW_ad, **tol)
+        np.testing.assert_allclose(db, db_ad, **tol)
+    dx, _ = nn.convnet_backward(R, cache, input_grad=True)
+    np.testing.assert_allclose(dx, want[0], **tol)
+
+
+def test_conv_init_is_he_uniform_and_deterministic():
+    a = nn.conv_init(np.random.default_rng(5), 3, [10, 5], [5, 3])
+    b = nn.conv_init(np.random.default_rng(5), 3, [10, 5], [5, 3])
+    assert [W.shape for W, _ in a] == [(5, 5, 3, 10), (3, 3, 10, 5)]
+    for (W, bias), (W2, _), fan_in in zip(a, b, (75, 90)):
+        assert np.array_equal(W, W2) and not bias.any()
+        assert np.abs(W).max() <= np.sqrt(6 / fan_in)
+        assert abs(W.var() - 2 / fan_in) < 0.35 * 2 / fan_in
+
+
+def test_convnet_in_float32_sends_no_subnormal_into_a_product():
+    """spec/training.md eq. (12): the core's activations and its douts are flushed where they
+    are made, so no product of a float32 core step (forward, dW, dx) has a subnormal operand,
+    even when the input and the upstream gradient hold subnormal and tiny entries."""
+    rng = np.random.default_rng(6)
+    layers = [(W.astype(np.float32), b.astype(np.float32)) for W, b in nn.conv_init(rng, 3, [6, 4], [3, 3])]
+    x = rng.normal(size=(3, 12, 12, 3)).astype(np.float32)
+    x[0, :2] = np.float32(1e-39)                          # subnormal inputs: flushed by the caller
+    x = nn.flush_subnormals(x)
+    with nn.subnormal_census() as census:
+        out, cache = nn.convnet_forward(layers, [2, 1], x)
+        R = rng.normal(size=out.shape).astype(np.float32)
+        R[:, ::3] = np.float32(1e-40)                     # subnormal upstream gradients
+        R[:, 1::3] *= np.float32(1e-33)                   # tiny normals whose products would be subnormal
+        nn.convnet_backward(R, cache, input_grad=True)
+    assert census.products > 0 and census.subnormal == 0

@@ -2,7 +2,8 @@
 
 In three layers (an exact reference, properties, smoke and determinism), plus bad input:
 (a) the sub-policy scores written plainly with autograd.numpy here (for each scored (b, t, l):
-    normalise the state, run the MLPs of sub-task sketch[b, l], Gaussian or categorical
+    normalise the state (with images, run the convolutional core on it, one output pixel at a
+    time), run the MLPs of sub-task sketch[b, l], Gaussian or categorical
     log-likelihood, log-sigmoid pair for STOP / GO; terminal STOP at final states) and
     differentiated by autograd on a random linear functional of the scores, against
     policy.evaluate + policy.backward, for every trainable parameter;
@@ -53,12 +54,32 @@ def ref_log_softmax(x):
     return x - m - anp.log(anp.sum(anp.exp(x - m), axis=-1, keepdims=True))
 
 
+def ref_conv(x, W, b, s):
+    """A 'valid' convolution, one output pixel at a time: x (n, H, W, C), W (k, k, C, O)."""
+    k = W.shape[0]
+    Ho, Wo = (x.shape[1] - k) // s + 1, (x.shape[2] - k) // s + 1
+    return anp.stack([anp.stack([anp.tensordot(x[:, s * i:s * i + k, s * j:s * j + k], W, axes=3) + b
+                                 for j in range(Wo)], axis=1) for i in range(Ho)], axis=1)
+
+
+def ref_inputs(tparams, norm, cfg, states):
+    """What the nets read: the normalised states (n, D), or with images the core's features
+    (n, F): each conv layer then ReLU, flattened."""
+    x = (states - norm["mean"]) / norm["std"]
+    if cfg.image_shape is None:
+        return x
+    for i, s in enumerate(cfg.conv_strides):
+        x = ref_conv(x, tparams[f"core.W{i}"], tparams[f"core.b{i}"], s)
+        x = anp.where(x > 0, x, 0.0) if cfg.activation == "relu" else anp.tanh(x)
+    return anp.reshape(x, (x.shape[0], int(np.prod(x.shape[1:]))))
+
+
 def ref_scores(tparams, norm, cfg, case):
     """{name: (n,) scores at the nonzero entries of mask, in np.nonzero order}, and the terminal
     STOP scores at the nonzero entries of final_mask (when given)."""
     b, t, l = np.nonzero(case["mask"])
     ks = case["sketch"][b, l]
-    x = (case["states"][b, t] - norm["mean"]) / norm["std"]                  # (n, D)
+    x = ref_inputs(tparams, norm, cfg, case["states"][b, t].astype(np.float64))  # (n, F)
     head = ref_mlp(tparams, "act", ks, x, cfg.activation)                    # (n, A)
     if cfg.discrete:
         a = case["actions"][b, t]                                            # (n,)
@@ -77,7 +98,7 @@ def ref_scores(tparams, norm, cfg, case):
     out = {"log_act": log_act, "log_stop": -anp.logaddexp(0.0, -g), "log_go": -anp.logaddexp(0.0, g)}
     if case["final_mask"] is not None:
         fb, fl = np.nonzero(case["final_mask"])
-        xf = (case["final_states"][fb] - norm["mean"]) / norm["std"]         # (nf, D)
+        xf = ref_inputs(tparams, norm, cfg, case["final_states"][fb].astype(np.float64))  # (nf, F)
         gf = ref_mlp(tparams, "stop", case["sketch"][fb, fl], xf, cfg.activation)[:, 0]
         out["log_final_stop"] = -anp.logaddexp(0.0, -gf)
     return out
@@ -104,8 +125,9 @@ def make_params(cfg, rng):
     for name in params:
         if ".b" in name or name == "act.logstd":
             params[name] = rng.normal(scale=0.5, size=params[name].shape)
-    params["norm.mean"] = rng.normal(size=cfg.state_dim)
-    params["norm.std"] = rng.uniform(0.5, 2.0, size=cfg.state_dim)
+    n = params["norm.mean"].shape                        # (D,), or (C,) per channel of images
+    params["norm.mean"] = rng.normal(size=n) if cfg.image_shape is None else rng.uniform(60, 200, size=n)
+    params["norm.std"] = rng.uniform(0.5, 2.0, size=n) if cfg.image_shape is None else rng.uniform(20, 90, size=n)
     return params
 
 
@@ -144,6 +166,41 @@ def policy_cases(draw, discrete=None, learn_sigma=False):
         R["log_final_stop"] = rng.normal(size=(B, L))
     note(f"cfg={cfg}\nsketch={sketch.tolist()}\nmask={mask.astype(int).tolist()}\n"
          f"final_mask={None if final_mask is None else final_mask.astype(int).tolist()}")
+    return cfg, params, case, R
+
+
+@st.composite
+def image_policy_cases(draw):
+    """As policy_cases, with uint8 image states (H, W, C) read through a convolutional core of
+    one or two layers (kernels and strides drawn so that every layer has an output)."""
+    B, T, L, K = (draw(st.integers(1, 3)) for _ in range(4))
+    H, W, C = draw(st.integers(4, 7)), draw(st.integers(4, 7)), draw(st.integers(1, 3))
+    n_layers = draw(st.integers(1, 2))
+    kernels = [draw(st.integers(1, 3)) for _ in range(n_layers)]
+    strides = [draw(st.integers(1, 2)) for _ in range(n_layers)]
+    if n_layers == 2 and nn.conv_output_size(min(H, W), kernels[0], strides[0]) < kernels[1]:
+        kernels[1] = 1
+    cfg = PolicyConfig(
+        state_dim=H * W * C, n_subtasks=K, action_dim=draw(st.integers(1, 3)),
+        act_hidden=draw(st.lists(st.integers(1, 4), max_size=1)),
+        stop_hidden=draw(st.lists(st.integers(1, 4), max_size=1)),
+        activation=draw(st.sampled_from(["relu", "tanh"])), image_shape=[H, W, C],
+        conv_channels=[draw(st.integers(1, 3)) for _ in range(n_layers)], conv_kernels=kernels,
+        conv_strides=strides)
+    sketch = draw(hnp.arrays(np.int64, (B, L), elements=st.integers(0, K - 1)))
+    mask = draw(hnp.arrays(np.bool_, (B, T, L)))
+    terminal = draw(st.booleans())
+    final_mask = draw(hnp.arrays(np.bool_, (B, L))) if terminal else None
+    rng = np.random.default_rng(draw(seeds))
+    params = make_params(cfg, rng)
+    case = dict(sketch=sketch, mask=mask, final_mask=final_mask,
+                states=rng.integers(0, 256, size=(B, T, H, W, C), dtype=np.uint8),
+                actions=random_actions(cfg, rng, (B, T)),
+                final_states=rng.integers(0, 256, size=(B, H, W, C), dtype=np.uint8) if terminal else None)
+    R = {name: rng.normal(size=(B, T, L)) for name in SCORE_NAMES}
+    if terminal:
+        R["log_final_stop"] = rng.normal(size=(B, L))
+    note(f"cfg={cfg}\nsketch={sketch.tolist()}\nmask={mask.astype(int).tolist()}")
     return cfg, params, case, R
 
 
@@ -192,6 +249,87 @@ def check_against_reference(cfg, params, case, R):
 def test_continuous_scores_and_gradients_match_autograd(case):
     """Checks spec/policy.md eq. (1), (2), (3), (5), (6)."""
     check_against_reference(*case)
+
+
+@given(case=image_policy_cases())
+def test_image_scores_and_gradients_match_autograd(case):
+    """Image states through the shared convolutional core: every score and the gradient of every
+    trainable array, the core's ("core.*") included, against autograd of the core and nets
+    written plainly, with sub-tasks repeated across and within rows and terminal STOPs. Checks
+    spec/policy.md eq. (15), (16)."""
+    check_against_reference(*case)
+
+
+def test_the_core_runs_once_per_batch_forward_and_backward(monkeypatch):
+    """spec/policy.md eq. (16): one forward of the core on the distinct images a batch scores and
+    one backward through it per objective call, whatever the number of sub-tasks and sketch
+    positions that read each image."""
+    cfg, params, case, R = _fixed_image_case()
+    calls = {"forward": [], "backward": 0}
+    real_forward, real_backward = nn.convnet_forward, nn.convnet_backward
+
+    def forward(layers, strides, x, activation="relu"):
+        calls["forward"].append(x.shape[0])
+        return real_forward(layers, strides, x, activation)
+
+    def backward(dout, cache, input_grad=False):
+        calls["backward"] += 1
+        return real_backward(dout, cache, input_grad)
+    monkeypatch.setattr(nn, "convnet_forward", forward)
+    monkeypatch.setattr(nn, "convnet_backward", backward)
+    out, cache = run_evaluate(params, cfg, case)
+    policy.backward(R, cache)
+    distinct = int(case["mask"].any(axis=2).sum())
+    assert calls == {"forward": [distinct], "backward": 1}
+
+
+def _fixed_image_case():
+    """4 trajectories of 6 images 5 x 6 x 3, sketches of 3 that repeat sub-tasks, every entry
+    scored."""
+    rng = np.random.default_rng(11)
+    cfg = PolicyConfig(state_dim=90, n_subtasks=3, action_dim=2, act_hidden=[4], stop_hidden=[3],
+                       image_shape=[5, 6, 3], conv_channels=[4, 2], conv_kernels=[3, 2], conv_strides=[1, 2])
+    params = make_params(cfg, rng)
+    B, T, L = 4, 6, 3
+    case = dict(sketch=np.array([[0, 1, 0], [2, 2, 1], [1, 0, 2], [0, 0, 0]]), mask=np.ones((B, T, L), bool),
+                final_mask=None, states=rng.integers(0, 256, size=(B, T, 5, 6, 3), dtype=np.uint8),
+                actions=rng.normal(size=(B, T, 2)), final_states=None)
+    R = {name: rng.normal(size=(B, T, L)) for name in SCORE_NAMES}
+    return cfg, params, case, R
+
+
+def test_acting_on_one_image_agrees_with_evaluate():
+    """policy.act on one image runs the core on it alone and gives the STOP probability and the
+    action mean that evaluate scores for that image."""
+    cfg, params, case, _ = _fixed_image_case()
+    out, _ = run_evaluate(params, cfg, case)
+    for b, t, l in ((0, 0, 0), (2, 4, 1), (3, 5, 2)):
+        k = case["sketch"][b, l]
+        stop, mean = policy.act(params, cfg, k, case["states"][b, t])
+        assert stop == (out["log_stop"][b, t, l] > np.log(0.5))
+        # the Gaussian score of the action at the mean is its maximum: -A/2 log(2 pi) at sigma 1
+        inputs = policy.Inputs(case["states"][b:b + 1, t:t + 1], mean[None, None], np.array([[k]]))
+        at_mean, _ = policy.evaluate(params, cfg, inputs, np.ones((1, 1, 1), bool))
+        np.testing.assert_allclose(at_mean["log_act"][0, 0, 0], -np.log(2 * np.pi), rtol=1e-12)
+    with pytest.raises(ValueError, match=r"^state: expected an image of shape \(5, 6, 3\)"):
+        policy.act(params, cfg, 0, np.zeros((6, 5, 3), np.uint8))
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(conv_channels=[4]), "^conv_channels, conv_kernels, conv_strides: a convolutional core reads image"),
+    (dict(image_shape=[5, 6, 3], state_dim=90), "^conv_channels must be a non-empty list"),
+    (dict(image_shape=[5, 6, 3], state_dim=90, conv_channels=[4], conv_kernels=[7], conv_strides=[1]),
+     "^conv_kernels: layer 1's kernel 7 does not fit its 5 x 6 input"),
+    (dict(image_shape=[5, 6, 3], state_dim=90, conv_channels=[4, 2], conv_kernels=[3], conv_strides=[1]),
+     "one entry per conv layer"),
+    (dict(image_shape=[5, 6, 3], state_dim=91, conv_channels=[4], conv_kernels=[3], conv_strides=[1]),
+     "^state_dim must be H W C = 90"),
+    (dict(image_shape=[5, 6], state_dim=30, conv_channels=[4], conv_kernels=[3], conv_strides=[1]),
+     r"^image_shape must be \[H, W, C\]"),
+])
+def test_a_convolutional_core_is_checked_naming_the_field(fields, message):
+    with pytest.raises(ValueError, match=message):
+        PolicyConfig(**dict(dict(state_dim=4, n_subtasks=2, action_dim=1), **fields))
 
 
 @given(case=policy_cases(discrete=False, learn_sigma=True))

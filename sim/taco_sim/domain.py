@@ -24,6 +24,9 @@ failed               | the task can no longer succeed (a STOP or a press in the 
 budget(L)            | step budget for a sketch of length L
 subtask_budget       | steps after which a sub-policy is stopped by force (None: never)
 render(camera)       | (H, W, 3) uint8 picture; only when ``Domain.renders``
+
+Observations are state vectors (D,), or images (H, W, C) uint8 where ``Domain.state_shape``
+says so (the image Dial).
 """
 import importlib
 import os
@@ -62,6 +65,12 @@ class Domain:
     renders            | whether task environments have render(camera)
     parallel_collect   | whether collect spreads its work over worker processes (workers > 1);
                        | the CLI refuses --workers > 1 for a domain without it
+    state_shape        | shape of one observation: (state_dim,) for state vectors (the default,
+                       | None), (H, W, C) for images (state_dim = H W C)
+    streams            | whether collect(..., out=DIRECTORY) writes the demonstrations there as
+                       | it goes and returns them read lazily (taco_ref.data frame directory):
+                       | for data larger than memory; `taco collect` and `taco experiment` then
+                       | collect into a directory
     validation_env     | () -> a task environment on the training data's distribution (the
                        | Dial: random layouts), for choosing an epoch by rollouts; None: task_env
     """
@@ -81,6 +90,8 @@ class Domain:
     models: Mapping[str, str] = field(default_factory=dict)
     renders: bool = False
     parallel_collect: bool = False
+    state_shape: Optional[tuple] = None
+    streams: bool = False
     validation_env: Optional[Callable] = None
 
     def __post_init__(self):
@@ -94,6 +105,11 @@ class Domain:
     @property
     def K(self):
         return len(self.vocab)
+
+    @property
+    def obs_shape(self):
+        """Shape of one observation: state_shape, or (state_dim,)."""
+        return tuple(self.state_shape) if self.state_shape is not None else (self.state_dim,)
 
 
 def register(domain):
@@ -129,6 +145,11 @@ def get(name):
     if name not in _REGISTRY:
         raise ValueError(f"domain must be one of {names()}, got {name!r}")
     return _REGISTRY[name]
+
+
+class RenderingUnavailable(OSError):
+    """This machine cannot render offscreen (no working OpenGL for MuJoCo): a domain whose
+    observations are pictures cannot run here. The message says what to install."""
 
 
 class SketchProgress:

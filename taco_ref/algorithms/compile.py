@@ -267,8 +267,13 @@ def decode(params, batch, discrete, n_actions):
 
 
 def _init(job, demos, rng):
-    """The boundary net ("cmp."), drawn after the sub-policies; and the prior's rate."""
+    """The boundary net ("cmp."), drawn after the sub-policies; and the prior's rate. Its
+    boundary net reads state vectors: image states are refused (no convolutional core of its
+    own is defined for it)."""
     cfg = job.cfg
+    if demos.image_shape is not None:
+        raise ValueError(f"algo compile: its boundary net reads state vectors, these states are images "
+                         f"{list(demos.image_shape)}; train taco, gtbc, ctcbc-mlp or ctcbc-gru on them")
     job.compile_rate = cfg.compile_prior_rate or float(np.mean(demos.traj_len / demos.sketch_len))
     sizes = [demos.states.shape[2] + job.policy_cfg.action_dim] + list(cfg.compile_hidden) + [len(demos.vocab)]
     params = {}

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from taco_ref import align, data, objectives
+from taco_ref import align, data, nn, objectives, policy
 from taco_ref.algorithms import Algorithm, Stage, register, stop_dropout
 
 WEIGHTINGS = ("argmax", "alpha")
@@ -45,13 +45,21 @@ class CtcConfig:
 
 
 def _init(job, demos, rng):
-    """The classifier's parameters ("ctc."), drawn after the sub-policies'."""
-    input_dim = demos.states.shape[2] + job.policy_cfg.action_dim
-    return objectives.init_ctc_params(rng, job.cfg.ctc_kind, input_dim, job.cfg.ctc_hidden, len(demos.vocab))
+    """The classifier's parameters ("ctc."), drawn after the sub-policies'; with image states
+    also its own convolutional core ("ctc.core.", float64 like the classifier; spec/policy.md
+    §10), of the sub-policies' core's shape."""
+    cfg = job.cfg
+    input_dim = job.policy_cfg.feature_dim + job.policy_cfg.action_dim
+    params = objectives.init_ctc_params(rng, cfg.ctc_kind, input_dim, cfg.ctc_hidden, len(demos.vocab))
+    if demos.image_shape is not None:
+        for i, (W, b) in enumerate(nn.conv_init(rng, demos.image_shape[2], cfg.conv_channels, cfg.conv_kernels)):
+            params[f"ctc.core.W{i}"], params[f"ctc.core.b{i}"] = W, b
+    return params
 
 
 def _ctc_loss(job, batch, rng, epoch, train):
-    return objectives.ctc(job.params, job.cfg.ctc_kind, batch, job.discrete, job.policy_cfg.action_dim)
+    return objectives.ctc(job.params, job.cfg.ctc_kind, batch, job.discrete, job.policy_cfg.action_dim,
+                          image_cfg=job.policy_cfg)
 
 
 def _policy_loss(job, batch, rng, epoch, train):
@@ -60,17 +68,18 @@ def _policy_loss(job, batch, rng, epoch, train):
     if cfg.ctc_weighting == "argmax":              # the classifier's labels, set by _sets
         return objectives.bc(p, job.policy_cfg, batch, batch.labels, cfg.terminal_stop, stop_dropout=dropout)
     _, weights = objectives.ctc_alignment(p, cfg.ctc_kind, batch, job.discrete, job.policy_cfg.action_dim,
-                                          cfg.ctc_decoder)
+                                          cfg.ctc_decoder, image_cfg=job.policy_cfg)
     targets = objectives.ctc_soft_targets(weights, batch.sketch_len)
     return objectives.soft_bc(p, job.policy_cfg, batch, weights, targets, stop_dropout=dropout)
 
 
 def _relabel(job, demos, batch_size=64):
     labels = np.full_like(demos.labels, -1)                              # (N, T)
-    for idx in data.batch_indices(demos.n, batch_size):
+    for idx in data.batch_indices(demos.n, data.pass_batch_size(demos, batch_size)):
         batch = demos.subset(idx)
         path, _ = objectives.ctc_alignment(job.params, job.cfg.ctc_kind, batch, job.discrete,
-                                           job.policy_cfg.action_dim, job.cfg.ctc_decoder)
+                                           job.policy_cfg.action_dim, job.cfg.ctc_decoder,
+                                           image_cfg=job.policy_cfg)
         labels[idx, :path.shape[1]] = np.where(
             np.arange(path.shape[1])[None, :] < batch.traj_len[:, None], path, -1)
     return replace(demos, labels=labels)
@@ -87,8 +96,8 @@ def _sets(job, train_set, held_out):
 
 def _shapes(params, policy_cfg, config, kind):
     """{name: shape} of the CTC classifier of kind whose hidden sizes the weights show (and,
-    where it names them, config.ctc_hidden): its input is a state and an action (one-hot when
-    discrete), its output one score per sub-task. ValueError naming the problem otherwise."""
+    where it names them, config.ctc_hidden): its input is a state (image states: its own
+    core's features) and an action (one-hot when discrete), its output one score per sub-task. ValueError naming the problem otherwise."""
     def shape(name, ndim):
         arr = params.get(name)
         if arr is None or arr.ndim != ndim or min(arr.shape, default=1) < 1:
@@ -108,13 +117,18 @@ def _shapes(params, policy_cfg, config, kind):
     if "ctc_hidden" in config and list(config["ctc_hidden"]) != hidden:
         raise ValueError(f"the CTC classifier's hidden sizes are {hidden}, config.ctc_hidden "
                          f"{config['ctc_hidden']!r}")
-    return objectives.ctc_param_shapes(kind, policy_cfg.state_dim + policy_cfg.action_dim, hidden,
-                                       policy_cfg.n_subtasks)
+    shapes = objectives.ctc_param_shapes(kind, policy_cfg.feature_dim + policy_cfg.action_dim, hidden,
+                                         policy_cfg.n_subtasks)
+    if policy_cfg.image_shape is not None:       # the classifier's own convolutional core
+        shapes.update(policy.core_shapes(policy_cfg.image_shape, policy_cfg.conv_channels,
+                                         policy_cfg.conv_kernels, prefix="ctc.core."))
+    return shapes
 
 
 def _align(model, demos, decoders):
     """CTC-BC aligns with its classifier, as in the paper (spec/evaluation.md §2)."""
-    feats = objectives.ctc_features(model.params, demos, demos.discrete, model.policy.action_dim)
+    feats = objectives.ctc_features(model.params, demos, demos.discrete, model.policy.action_dim,
+                                    image_cfg=model.policy)
     log_p = objectives.ctc_log_p(model.params, model.ctc_kind, feats, demos.traj_len)[0]   # (B, T, K)
     return {d: align.CTC_DECODERS[d](log_p, demos.sketch, demos.traj_len, demos.sketch_len)
             for d in decoders}
@@ -130,9 +144,11 @@ def _stages(cfg):
 
 for _kind, _name, _label, _paper, _order, _demo in (
         ("mlp", "ctcbc-mlp", "CTC-BC (MLP)",
-         {"navworld": (89.0, 89.0), "craft": (41.4, 41.4), "dial": (90.1, 31.4)}, 2, 2),
+         {"navworld": (89.0, 89.0), "craft": (41.4, 41.4), "dial": (90.1, 31.4),
+          "dial-image": (84.6, 84.6), "dial-image-small": (84.6, 84.6)}, 2, 2),
         ("gru", "ctcbc-gru", "CTC-BC (GRU)",
-         {"navworld": (80.0, 80.0), "craft": (57.1, 57.1), "dial": (93.4, 28.6)}, 3, 0)):
+         {"navworld": (80.0, 80.0), "craft": (57.1, 57.1), "dial": (93.4, 28.6),
+          "dial-image": (48.8, 48.8), "dial-image-small": (48.8, 48.8)}, 3, 0)):
     register(Algorithm(
         name=_name, label=_label, section=CtcConfig, stages=_stages, init=_init,
         shapes=lambda params, policy_cfg, config, kind=_kind: _shapes(params, policy_cfg, config, kind),

@@ -3,7 +3,8 @@
 ``env`` holds the model (``jaco_dial.xml`` beside it), observation and physics (DialEnv, with
 the velocity loop of the velocity variant); ``expert`` the state-based expert, the task
 interface (DialTask) and DART collection; ``velocity`` the velocity variant (domain
-"dial-velocity": joint velocity targets instead of torques).
+"dial-velocity": joint velocity targets instead of torques); ``image`` the image variant (domains
+"dial-image" and "dial-image-small": the state is a camera picture, paper Sec. 5.3.2).
 """
 from taco_sim.dial.env import (ACTION_DIM, CONTROL_DT, DIGIT_SLOTS, HOME, JOINTS, K, MODEL_PATH,
                                PHYSICS_DT, SLOT_LABELS, SLOTS, STANDARD_LAYOUT, STATE_DIM, SUBSAMPLE,
@@ -19,6 +20,8 @@ __all__ = ["ACTION_DIM", "CONTROL_DT", "DART_SIGMA", "DIGIT_SLOTS", "HOME", "JOI
            "VOCAB", "DialEnv", "DialTask", "budget", "collect", "expert_torque",
            "expert_torque_from_obs", "key_positions", "observation_from_joints", "observe",
            "sample_layout", "sample_sketches", "task_env", "validation_env", "zero_shot_sketches"]
+
+import numpy as np  # noqa: E402
 
 from taco_sim.domain import Domain, package_file, register  # noqa: E402
 
@@ -45,3 +48,24 @@ VELOCITY_DOMAIN = register(Domain(
 """The Dial's velocity variant (taco_sim.dial.velocity): six arm joint velocity targets per
 control step, executed by the simulated arm's velocity loop; its shipped model is the ROS 2
 bridge's default for command_interface velocity."""
+
+from taco_sim.dial import image  # noqa: E402
+
+
+def _image_domain(config, yaml_name):
+    def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=None, workers=1, out=None):
+        return image.collect(n, sketch_len, seed, dart_sigma=dart_sigma, sketches=sketches, progress=progress,
+                             workers=workers, out=out, config=config)
+    collect.__doc__ = f"image.collect at {config.size} x {config.size} (domain {config.name!r})."
+    return register(Domain(
+        name=config.name, vocab=VOCAB, state_dim=int(np.prod(config.image_shape)), action_dim=ACTION_DIM,
+        discrete=False, train_sketch_len=TRAIN_SKETCH_LEN, test_sketch_len=TEST_SKETCH_LEN, collect=collect,
+        task_env=lambda: image.task_env(config), sample_sketches=sample_sketches,
+        test_sketches=zero_shot_sketches, config=package_file("configs", f"{yaml_name}.yaml"), renders=True,
+        parallel_collect=True, state_shape=config.image_shape, streams=True))
+
+
+IMAGE_DOMAIN = _image_domain(image.PAPER, "dial-image")
+"""The Dial from 112 x 112 camera images (paper Sec. 5.3.2) on the domain contract."""
+SMALL_IMAGE_DOMAIN = _image_domain(image.SMALL, "dial-image-small")
+"""The same at 64 x 64 (the reduced scale)."""

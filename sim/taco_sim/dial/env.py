@@ -32,13 +32,48 @@ import os
 
 
 def _offscreen_gl_default():
-    """Without a display, render offscreen with EGL when its library is installed. MuJoCo picks
-    its GL backend when it is first imported, and a MUJOCO_GL naming a missing library makes that
-    import fail, so it is set only when libEGL exists; a MUJOCO_GL set by the user always wins."""
+    """Without a display, render offscreen with EGL when its library is installed, else with
+    OSMesa when that is. MuJoCo picks its GL backend when it is first imported (and cannot
+    switch later), and a MUJOCO_GL naming a missing library makes that import fail, so it is set
+    only to a library that exists; where both exist, EGL is kept only if a device display
+    initialises (`_egl_initialises`, about 40 ms). A MUJOCO_GL set by the user always wins.
+    Where neither exists, rendering raises taco_sim.domain.RenderingUnavailable, saying what to
+    install (the image Dial needs it; every other domain runs without rendering)."""
     if "MUJOCO_GL" in os.environ or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
         return
-    if ctypes.util.find_library("EGL"):
+    egl, osmesa = ctypes.util.find_library("EGL"), ctypes.util.find_library("OSMesa")
+    if egl and (not osmesa or _egl_initialises(egl)):
         os.environ["MUJOCO_GL"] = "egl"
+    elif osmesa:
+        os.environ["MUJOCO_GL"] = "osmesa"
+
+
+def _egl_initialises(library):
+    """Whether EGL can initialise a display on its first device, as MuJoCo's EGL backend does
+    (eglQueryDevicesEXT, eglGetPlatformDisplayEXT, eglInitialize), probed through ctypes without
+    loading MuJoCo or PyOpenGL; any failure means no. Safe to call at any time."""
+    try:
+        egl = ctypes.CDLL(library)
+        egl.eglGetProcAddress.restype = ctypes.c_void_p
+        egl.eglGetProcAddress.argtypes = [ctypes.c_char_p]
+        query = egl.eglGetProcAddress(b"eglQueryDevicesEXT")
+        platform = egl.eglGetProcAddress(b"eglGetPlatformDisplayEXT")
+        if not query or not platform:
+            return False
+        query = ctypes.CFUNCTYPE(ctypes.c_uint, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
+                                 ctypes.POINTER(ctypes.c_int))(query)
+        platform = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p)(platform)
+        devices, count = (ctypes.c_void_p * 4)(), ctypes.c_int(0)
+        if not query(4, devices, ctypes.byref(count)) or count.value < 1:
+            return False
+        display = platform(0x313F, devices[0], None)                # EGL_PLATFORM_DEVICE_EXT
+        egl.eglInitialize.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)]
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        # left initialised: MuJoCo initialises the same display again (a no-op), whereas an
+        # eglTerminate would end it under a renderer already using it
+        return bool(display) and bool(egl.eglInitialize(display, ctypes.byref(major), ctypes.byref(minor)))
+    except (OSError, AttributeError, ValueError):
+        return False
 
 
 _offscreen_gl_default()

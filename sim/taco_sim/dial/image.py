@@ -1,0 +1,251 @@
+"""The Dial from images (paper Sec. 5.3.2): domains "dial-image" and "dial-image-small".
+
+The same arm, keypad, expert, DART noise, PINs and evaluation as the joint-state Dial (``env``,
+``expert``), but the state is an RGB image of the scene from the fixed camera "workspace" of the
+MJCF (in front of the pad and to its right, looking down at it, the arm in view), H x W x 3
+uint8, rendered by MuJoCo's offscreen renderer. As in the paper, the digits stay on the standard
+phone layout in every demonstration and test (randomising them would make the task unsolvable
+from a picture of unlabelled keys, and the paper randomises them only to stop the joint-state
+policy from ignoring the key offsets), and the joint angles are not in the state: a policy sees
+only the picture. The expert still acts on the joint state, which the task keeps.
+
+Two registered scales (``ImageConfig``): "dial-image", the paper's 112 x 112 images, and
+"dial-image-small", 64 x 64, the reduced scale whose whole experiment cell runs on one core in
+under an hour (README). Collection runs in worker processes and, given an ``out`` directory,
+writes every chunk of demonstrations there as it is made (taco_ref.data frame directory), so
+that a set far larger than memory is never held whole: 1200 demonstrations of ~230 frames of
+112 x 112 x 3 are about 10 GB.
+
+Rendering needs an offscreen OpenGL: EGL (Mesa's, as CI installs it: libegl1 libegl-mesa0
+libgl1-mesa-dri), else OSMesa (``env._offscreen_gl_default`` picks one before MuJoCo loads);
+where neither works the first render raises RenderingUnavailable, saying what to install.
+
+Symbol | Shape        | Meaning
+H, W   |              | image size (ImageConfig.size, square)
+obs    | (H, W, 3)    | uint8 RGB image of camera "workspace"
+A      |              | 9 joint torques, as the joint-state Dial
+"""
+import multiprocessing
+import os
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+import taco_ref.data as data_mod
+from taco_ref.data import Demos
+from taco_sim.domain import RenderingUnavailable, check_collect_args, check_dart_sigma
+from taco_sim.dial.env import ACTION_DIM, PHYSICS_DT, SUBSAMPLE, TORQUE_LIMITS, VOCAB
+from taco_sim.dial.expert import (CHUNK, DART_SIGMA, MAX_ATTEMPTS, DialTask, _check_sketches, budget,
+                                  expert_torque_from_obs, poses, sample_sketches)
+
+CAMERA = "workspace"
+"""The MJCF camera whose picture is the state."""
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """One scale of the image Dial (a registered domain).
+
+    Field  | Meaning
+    name   | the domain's name
+    size   | H = W of the camera image in pixels (the paper's 112)
+    """
+
+    name: str
+    size: int
+
+    @property
+    def image_shape(self):
+        return (self.size, self.size, 3)
+
+
+PAPER = ImageConfig("dial-image", 112)
+"""The paper's scale: 112 x 112 RGB (Sec. 5.3.2)."""
+SMALL = ImageConfig("dial-image-small", 64)
+"""The reduced scale: 64 x 64 RGB."""
+
+
+def _gl_hint():
+    backend = os.environ.get("MUJOCO_GL") or "none chosen (no display, and neither libEGL nor libOSMesa found)"
+    return (f"MUJOCO_GL={backend}. Install an offscreen OpenGL, e.g. Mesa's EGL (Debian/Ubuntu: "
+            f"apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri) or OSMesa (libosmesa6, with "
+            f"MUJOCO_GL=osmesa), or run where a display is available")
+
+
+_RENDERED = False
+"""Whether this process has created an OpenGL context: a process forked after that hangs when it
+renders (measured with Mesa's EGL), so collection then spawns its workers instead of forking."""
+
+
+def _pool_context():
+    """fork while this process holds no OpenGL context (fast, and works from any script), else
+    spawn (each worker starts afresh and imports the domain)."""
+    return multiprocessing.get_context("spawn" if _RENDERED else "fork")
+
+
+class Camera:
+    """MuJoCo's offscreen renderer for one model: render(data) -> (size, size, 3) uint8 from
+    CAMERA. Creating it checks that offscreen OpenGL works (RenderingUnavailable otherwise)."""
+
+    def __init__(self, model, size):
+        global _RENDERED
+        _RENDERED = True
+        try:
+            self._renderer = mujoco.Renderer(model, size, size)
+        except Exception as err:        # MuJoCo raises FatalError, RuntimeError or ImportError here
+            raise RenderingUnavailable(f"cannot render the Dial's camera images: offscreen OpenGL is not "
+                                       f"available ({' '.join(str(err).split())[:200]}). {_gl_hint()}") from None
+        self._camera = model.camera(CAMERA).id
+
+    def render(self, data):
+        self._renderer.update_scene(data, self._camera)
+        return self._renderer.render()                                # (size, size, 3) uint8, a new array
+
+    def close(self):
+        self._renderer.close()
+
+
+class DialImageTask(DialTask):
+    """A DialTask on the standard layout whose observations are camera images (H, W, 3) uint8;
+    the expert and failure_detail keep reading the joint state (``self.env``)."""
+
+    def __init__(self, layout="standard", size=PAPER.size):
+        super().__init__(layout)
+        self.size = int(size)
+        self.camera = Camera(self.env.model, self.size)
+        self.state_shape = (self.size, self.size, 3)
+
+    def image(self):
+        """The camera's picture of the current state, (H, W, 3) uint8."""
+        return self.camera.render(self.env.data)
+
+    def reset(self, sketch, seed=None):
+        """Start dialling sketch from a home pose drawn from seed; returns the first image."""
+        super().reset(sketch, seed)
+        return self.image()
+
+    def step(self, action):
+        """One control step with torques (A,); returns the new image (H, W, 3)."""
+        super().step(action)
+        return self.image()
+
+    @property
+    def obs(self):
+        return self.image()
+
+
+def task_env(config=PAPER):
+    """A DialImageTask of config's image size: the task environment evaluation runs in."""
+    return DialImageTask(layout="standard", size=config.size)
+
+
+def _demo(task, sketch, seed, dart_sigma):
+    """One DART demonstration on the standard layout: (frames (T, H, W, 3) uint8, actions (T, A),
+    labels (T,), final image (H, W, 3), discarded attempts). Actions are the clean expert
+    torques of the joint state at each frame, executed with noise N(0, (level TORQUE_LIMITS)^2),
+    level ~ U(0, dart_sigma) per demonstration, as in the joint-state Dial."""
+    rng = np.random.default_rng(seed)
+    L = len(sketch)
+    for attempt in range(MAX_ATTEMPTS):
+        image = task.reset(sketch, seed=int(rng.integers(2 ** 31)))
+        scale = rng.uniform(0.0, dart_sigma) * TORQUE_LIMITS                       # (A,)
+        frames, actions, labels = [], [], []
+        while not task.done and not task.failed and task.t < budget(L):
+            clean = expert_torque_from_obs(task.env.obs, task.target)
+            frames.append(image)
+            actions.append(clean)
+            labels.append(task.progress)
+            image = task.step(clean + scale * rng.standard_normal(ACTION_DIM))
+        if task.done:
+            return np.array(frames), np.array(actions), np.array(labels), image, attempt
+    raise ValueError(f"dart_sigma: a demonstration failed {MAX_ATTEMPTS} times in a row at "
+                     f"dart_sigma = {dart_sigma}; lower it")
+
+
+def _chunk(job):
+    """A chunk of demonstrations in one process (a fresh task and renderer each time: a worker
+    process must not share an OpenGL context with its parent). With a directory, its frames go
+    to frame chunk `index` there and are not returned."""
+    config, index, sketches, seeds, dart_sigma, directory = job
+    task = DialImageTask(size=config.size)
+    try:
+        demos = [_demo(task, sketch, seed, dart_sigma) for sketch, seed in zip(sketches, seeds)]
+    finally:
+        task.camera.close()
+    record = None
+    if directory is not None:
+        record = data_mod.write_frame_chunk(directory, index, [d[0] for d in demos], config.image_shape)
+        demos = [(None,) + d[1:] for d in demos]
+    return index, demos, record
+
+
+def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=None, workers=1,
+            out=None, config=PAPER):
+    """n expert demonstrations of the image Dial (config: the scale) with DART noise, as a
+    validated Demos whose states are images (N, T, H, W, 3) uint8 (meta["domain"] = config.name).
+
+    The contract of taco_sim.dial.collect (sketches, labels, seeds per demonstration, equal for
+    any workers, progress per chunk), on the standard layout. With out (a directory), the
+    images are written there chunk by chunk as workers finish them (a frame directory,
+    spec/data.md §10) and the returned set reads them lazily; otherwise they are held in memory.
+    workers > 1 uses a pool of worker processes, each with its own OpenGL context (forked while
+    this process has rendered nothing, spawned afterwards: `_pool_context`).
+    """
+    check_collect_args(n, sketch_len, workers)
+    check_dart_sigma(dart_sigma)
+    rng = np.random.default_rng(seed)
+    if sketches is None:
+        sketches = sample_sketches(n, sketch_len, rng)
+    sketches = _check_sketches(sketches, sketch_len)
+    if len(sketches) != n:
+        raise ValueError(f"sketches: expected {n} rows (n), got {len(sketches)}")
+    seeds = np.random.SeedSequence(rng.integers(2 ** 63)).spawn(n)
+    writer = None if out is None else data_mod.FrameWriter(out, config.image_shape)
+    directory = None if writer is None else writer.directory
+    jobs = [(config, i // CHUNK, sketches[i:i + CHUNK], seeds[i:i + CHUNK], float(dart_sigma), directory)
+            for i in range(0, n, CHUNK)]
+    results = [None] * len(jobs)
+    done = 0
+
+    def keep(out_chunk):
+        nonlocal done
+        index, demos, record = out_chunk
+        results[index] = demos
+        if writer is not None:
+            writer.add(index, record)
+        done += len(demos)
+        if progress is not None:
+            progress(done, n)
+
+    if workers > 1:
+        poses()                                              # solve IK before forking
+        with _pool_context().Pool(workers) as pool:
+            for out_chunk in pool.imap(_chunk, jobs):
+                keep(out_chunk)
+    else:
+        for job in jobs:
+            keep(_chunk(job))
+    demos = [d for chunk in results for d in chunk]
+    traj_len = np.array([len(d[1]) for d in demos], dtype=np.int64)
+    T = int(traj_len.max())
+    actions = np.zeros((n, T, ACTION_DIM))
+    labels = np.full((n, T), -1, dtype=np.int64)
+    for i, d in enumerate(demos):
+        actions[i, :traj_len[i]], labels[i, :traj_len[i]] = d[1], d[2]
+    final = np.array([d[3] for d in demos])                                        # (N, H, W, 3)
+    meta = {"domain": config.name, "action_type": "continuous", "sketch_len": int(sketch_len),
+            "dart_sigma": float(dart_sigma), "seed": int(seed) if isinstance(seed, (int, np.integer)) else None,
+            "discarded": int(sum(d[4] for d in demos)), "subsample": SUBSAMPLE, "physics_dt": PHYSICS_DT,
+            "camera": CAMERA, "image_size": config.size, "layout": "standard"}
+    if writer is None:
+        states = np.zeros((n, T) + config.image_shape, np.uint8)
+        for i, d in enumerate(demos):
+            states[i, :traj_len[i]] = d[0]
+    else:                 # the index needs the small arrays only: the chunks hold the images
+        states = np.zeros((n, T, 1, 1, 3), np.uint8)
+    small = Demos(states, actions, traj_len, sketches, np.full(n, sketch_len, dtype=np.int64), labels,
+                  final if writer is None else np.zeros((n, 1, 1, 3), np.uint8), VOCAB, meta)
+    if writer is None:
+        return small.validate()
+    return writer.finish(small, final)
