@@ -49,25 +49,33 @@ def annotate(model, demos, decoder=DEFAULT_DECODER):
     evaluate.check_compatible); demos: a taco_ref.data.Demos (its labels are not read);
     decoder: one of DECODERS. Returns an Annotation.
     """
-    if decoder not in DECODERS:
-        raise ValueError(f"decoder must be one of {list(DECODERS)}, got {decoder!r}")
     check_model(model)
     evaluate.check_compatible(model, demos)
-    lattice = evaluate.scores(model, demos)                                  # 3 x (B, T, L)
-    lengths = (demos.traj_len, demos.sketch_len)
+    return annotate_lattice(*evaluate.scores(model, demos), demos.traj_len, demos.sketch_len, decoder)
+
+
+def annotate_lattice(log_act, log_stop, log_go, traj_len, sketch_len, decoder=DEFAULT_DECODER):
+    """annotate on given lattice inputs (as align.taco_forward_backward takes them, (B, T, L)
+    each): posterior gamma (spec/align.md eq. (12)), the STOP posterior of spec/interop.md
+    eq. (2), the decoder's positions and the confidence of eq. (3). Every row must have an
+    alignment (L_b <= T_b and finite scores); ValueError naming the first that has none."""
+    if decoder not in DECODERS:
+        raise ValueError(f"decoder must be one of {list(DECODERS)}, got {decoder!r}")
+    lattice, lengths = (log_act, log_stop, log_go), (traj_len, sketch_len)
     fb = align.taco_forward_backward(*lattice, *lengths)
-    positions = align.DECODERS[decoder](*lattice, *lengths)                  # (B, T)
-    B, T, L = fb.posterior.shape
     if not np.isfinite(fb.loglik).all():
         b = int(np.nonzero(~np.isfinite(fb.loglik))[0][0])
         raise ValueError(f"demonstration {b}: the model gives its sketch no alignment "
                          f"(log-likelihood {fb.loglik[b]}); is the sketch right for it?")
+    positions = align.DECODERS[decoder](*lattice, *lengths)                  # (B, T)
+    B, T, L = fb.posterior.shape
+    traj_len = np.asarray(traj_len)
     stop = fb.d_stop.sum(axis=2)                                             # (B, T), eq. (2)
-    valid = np.arange(T)[None, :] < demos.traj_len[:, None]                  # (B, T)
+    valid = np.arange(T)[None, :] < traj_len[:, None]                        # (B, T)
     picked = np.take_along_axis(fb.posterior, np.maximum(positions, 0)[:, :, None], axis=2)[:, :, 0]
-    confidence = np.where(valid, picked, 0.0).sum(axis=1) / demos.traj_len   # (B,), eq. (3)
+    confidence = np.where(valid, picked, 0.0).sum(axis=1) / traj_len         # (B,), eq. (3)
     return Annotation(positions, fb.posterior, stop, confidence, fb.loglik,
-                      is_alignment(positions, demos.traj_len, demos.sketch_len))
+                      is_alignment(positions, traj_len, np.asarray(sketch_len)))
 
 
 def is_alignment(positions, traj_len, sketch_len):

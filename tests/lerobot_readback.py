@@ -8,7 +8,7 @@ For every frame, LeRobotDataset's item gives its language_persistent rows and ti
 lerobot's active_at(t, style="subtask") resolves the active sub-task row; the frame's sketch
 position is that row's rank among the episode's subtask rows in time order. Writes
 {"frames": [[episode, frame, sub-task name, position, subtask_index, subtask.position], ...],
- "features": {...}, "subtasks": [...], "posterior_shape": [...] or null,
+ "features": {...}, "subtasks": [names by subtask_index], "posterior_shape": [...] or null,
  "confidence": {episode: value} or null}.
 """
 import json
@@ -41,13 +41,15 @@ def main(root, out):
                        int(item["subtask_index"]), int(item["subtask.position"])])
         if "subtask.posterior" in item and shape is None:
             shape = list(item["subtask.posterior"].shape)
-    subtasks = getattr(ds.meta, "subtasks", None)
+    # lerobot 0.6 no longer reads meta/subtasks.parquet (0.4.4-0.5 did, with pandas, as here)
+    import pandas as pd
+    subtasks = pd.read_parquet(os.path.join(root, "meta", "subtasks.parquet"))
     episodes = ds.meta.episodes
     confidence = None
     if "subtask/confidence" in episodes.column_names:
         confidence = {str(e): c for e, c in zip(episodes["episode_index"], episodes["subtask/confidence"])}
     result = {"frames": frames, "features": {k: v["dtype"] for k, v in ds.meta.features.items()},
-              "subtasks": None if subtasks is None else list(subtasks.index), "posterior_shape": shape,
+              "subtasks": list(subtasks.index), "posterior_shape": shape,
               "confidence": confidence, "episodes": ds.meta.total_episodes, "fps": ds.meta.fps,
               "tasks": list(ds.meta.tasks.index)}
     with open(out, "w") as f:
