@@ -500,6 +500,8 @@ def test_bad_paths_and_options_end_in_one_error_line(work, tmp_path, capsys):
          "exists"),
         (["annotate", str(work / _name("lerobot")), "--model", model, "--out", str(tmp_path / "o"),
           "--in-place"], "not both"),
+        (["annotate", str(work / _name("lerobot")), "--model", model, "--out",
+          str(work / _name("lerobot") / "labelled")], "is inside DATASET"),
         (["annotate", str(work / _name("robomimic")), "--model", model, "--out", str(tmp_path / "o.hdf5"),
           "--state-key", "state", "--state-key", "state"], "states have 16 dimensions"),
         (["export", str(work / "nav.npz"), "--format", "lerobot", "--out", str(work / _name("lerobot"))],

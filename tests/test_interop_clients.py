@@ -13,6 +13,10 @@ shipped Dial model. The results are then read
 - through h5py in robomimic's layout, with MimicGen's termination signals parsed as MimicGen's
   parse_source_dataset parses them (test_interop.plain_mimicgen_parse);
 
+and, for Nav-World, the same model also annotates a dataset that lerobot's own recorder wrote
+(tests/lerobot_write.py: its schema metadata, row groups, statistics and episode table), read
+back the same way;
+
 and compared frame by frame with the true labels: at least 99 % of Nav-World's frames and 97 %
 of the Dial's must agree.
 
@@ -47,6 +51,8 @@ LEROBOT_VERSION = "0.6.1"
 HERE = os.path.dirname(os.path.abspath(__file__))
 THRESHOLD = {"navworld": 0.99, "dial": 0.97}
 SETUP = {"navworld": dict(n=400, sketch_len=3, seed=11), "dial": dict(n=60, sketch_len=4, seed=12)}
+RECORDED = 100
+"""Nav-World episodes also written by lerobot's own recorder (tests/lerobot_write.py)."""
 
 
 def python312():
@@ -139,6 +145,32 @@ def _truth(demos):
     return out
 
 
+def _lerobot_env(tmp_path):
+    return dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"), PYTHONWARNINGS="ignore")
+
+
+def _read_with_lerobot(python, root, truth, tmp_path):
+    """(readback, share of frames whose active_at position is the true one, the same by
+    sub-task name) of the labelled LeRobot dataset at root, read by lerobot_readback.py; every
+    frame's active row must be the one its subtask.position and subtask_index columns name."""
+    out = tmp_path / (root.name + ".readback.json")
+    read = subprocess.run([python, os.path.join(HERE, "lerobot_readback.py"), str(root), str(out)],
+                          capture_output=True, text=True, env=_lerobot_env(tmp_path))
+    assert read.returncode == 0, read.stderr[-3000:]
+    with open(out) as f:
+        back = json.load(f)
+    frames = back["frames"]
+    assert len(frames) == sum(len(truth[e][0]) for e in {f[0] for f in frames})
+    agree_pos = agree_name = 0
+    for episode, frame, name, position, subtask_index, written_position in frames:
+        pos, names = truth[episode]
+        assert name is not None and position == written_position          # active_at = the columns
+        assert name == back["subtasks"][subtask_index]
+        agree_pos += position == pos[frame]
+        agree_name += name == names[frame]
+    return back, agree_pos / len(frames), agree_name / len(frames)
+
+
 def _annotate(argv):
     code = cli.main(["annotate", *argv])
     assert code == 0, f"taco annotate {' '.join(argv)} exited {code}"
@@ -178,24 +210,9 @@ def test_real_lerobot_and_mimicgen_read_the_labels(domain, tmp_path, lerobot_py,
     report = capsys.readouterr().out
 
     # lerobot's own API, in its own venv
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"), PYTHONWARNINGS="ignore")
-    read = subprocess.run([lerobot_py, os.path.join(HERE, "lerobot_readback.py"), str(tmp_path / "ann"),
-                           str(tmp_path / "readback.json")], capture_output=True, text=True, env=env)
-    assert read.returncode == 0, read.stderr[-3000:]
-    with open(tmp_path / "readback.json") as f:
-        back = json.load(f)
+    back, lerobot_agreement, by_name = _read_with_lerobot(lerobot_py, tmp_path / "ann", truth, tmp_path)
     assert back["episodes"] == demos.n and back["features"]["language_persistent"] == "language"
     assert back["posterior_shape"] == [s["sketch_len"]] and len(back["confidence"]) == demos.n
-    frames = back["frames"]
-    assert len(frames) == int(demos.traj_len.sum())
-    agree_pos = agree_name = 0
-    for episode, frame, name, position, subtask_index, written_position in frames:
-        pos, names = truth[episode]
-        assert name is not None and position == written_position          # active_at = the columns
-        assert name == back["subtasks"][subtask_index]
-        agree_pos += position == pos[frame]
-        agree_name += name == names[frame]
-    lerobot_agreement = agree_pos / len(frames)
 
     # robomimic's layout through h5py, MimicGen's signals parsed as MimicGen parses them
     agree_idx = agree_mg = total = 0
@@ -215,8 +232,23 @@ def test_real_lerobot_and_mimicgen_read_the_labels(domain, tmp_path, lerobot_py,
             agree_mg += int((parsed == pos).sum())
             total += T
     robomimic_agreement, mimicgen_agreement = agree_idx / total, agree_mg / total
+    recorded = ""
+    if domain == "navworld":                 # a dataset lerobot's own recorder wrote, annotated likewise
+        n = RECORDED
+        with open(tmp_path / "recorded.yaml", "w") as f:
+            json.dump({f"task {i}": [demos.vocab[k] for k in demos.sketch[i, :demos.sketch_len[i]]]
+                       for i in range(n)}, f)
+        write = subprocess.run([lerobot_py, os.path.join(HERE, "lerobot_write.py"), str(tmp_path / "demos.npz"),
+                                "2", str(n), str(tmp_path / "recorded")], capture_output=True, text=True,
+                               env=_lerobot_env(tmp_path))
+        assert write.returncode == 0, write.stderr[-3000:]
+        _annotate([str(tmp_path / "recorded"), "--sketches", str(tmp_path / "recorded.yaml"),
+                   "--out", str(tmp_path / "recorded-ann"), "--model", str(model)])
+        _, rec_agreement, _ = _read_with_lerobot(lerobot_py, tmp_path / "recorded-ann", truth, tmp_path)
+        recorded = f", lerobot-recorded dataset ({n} episodes) {100 * rec_agreement:.2f} %"
+        assert rec_agreement >= THRESHOLD[domain]
     print(f"\n{domain}: {demos.n} episodes, {total} frames; agreement with the true labels: lerobot "
-          f"active_at {100 * lerobot_agreement:.2f} % (by name {100 * agree_name / len(frames):.2f} %), "
+          f"active_at {100 * lerobot_agreement:.2f} % (by name {100 * by_name:.2f} %){recorded}, "
           f"robomimic subtask_index {100 * robomimic_agreement:.2f} %, MimicGen parse "
           f"{100 * mimicgen_agreement:.2f} %\n{report}", file=sys.stderr)
     for value in (lerobot_agreement, robomimic_agreement, mimicgen_agreement):

@@ -244,8 +244,9 @@ def cmd_annotate(args):
         print(f"{len(report['mimicgen_unparsable'])} episodes' MimicGen signals cannot express their "
               f"labels (a sub-task twice in a row, or a first sub-task of one frame): "
               f"{report['mimicgen_unparsable'][:10]}")
-    print("review first (least confident): " + ", ".join(
-        f"{r['episode']} ({r['confidence']:.3f}{', ' + r['note'] if 'note' in r else ''})" for r in report["review"]))
+    if report["review"]:
+        print("review first (least confident): " + ", ".join(
+            f"{r['episode']} ({r['confidence']:.3f}{', ' + r['note'] if 'note' in r else ''})" for r in report["review"]))
     return EXIT_OK
 
 

@@ -214,6 +214,10 @@ def annotate_dataset(path, out=None, sketches=None, model=None, decoder=annotate
     Returns the report printed by the command line (a dict)."""
     if in_place == (out is not None):
         raise InteropError("--out: give a new dataset to write, or --in-place to rewrite DATASET (not both)")
+    if out is not None and os.path.isdir(path):
+        inside = os.path.relpath(os.path.abspath(out), os.path.abspath(path))
+        if not inside.startswith(os.pardir):
+            raise InteropError(f"--out: {out} is inside DATASET {path}; write the new dataset elsewhere")
     if not isinstance(chunk, int) or not 1 <= chunk <= MAX_CHUNK:
         raise InteropError(f"--chunk: expected an integer in [1, {MAX_CHUNK}], got {chunk!r}")
     t0 = time.time()
