@@ -28,7 +28,7 @@ h5py = pytest.importorskip("h5py")
 import taco_sim  # noqa: E402
 from taco_ref import data, train  # noqa: E402
 from taco_ref.app import cli, interop  # noqa: E402
-from taco_ref.app.interop import labels as lab, lerobot, robomimic  # noqa: E402
+from taco_ref.app.interop import labels as lab, lerobot  # noqa: E402
 from taco_ref.train import TrainConfig  # noqa: E402
 
 FORMATS = ("lerobot", "robomimic")
@@ -446,8 +446,8 @@ BAD = {
         ["--state-key", "observation.images.top"], "a video feature"),
     "nan state": ("lerobot", lambda p: _rewrite_parquet(p / "data/chunk-000/file-000.parquet", _nan_state), [],
                   "observation.state holds nan"),
-    "frames out of order": ("lerobot", lambda p: _rewrite_parquet(p / "data/chunk-000/file-000.parquet",
-                                                                   _swap_frames), [], "frame_index"),
+    "frames out of order": ("lerobot", lambda p: _rewrite_parquet(
+        p / "data/chunk-000/file-000.parquet", _swap_frames), [], "frame_index"),
     "total frames": ("lerobot", lambda p: _set_info(p, lambda i: i.update(total_frames=3)), [], "total_frames 3"),
     "ragged": ("robomimic", lambda p: _h5(p, _ragged), [], "ragged demonstration"),
     "nan action": ("robomimic", lambda p: _h5(p, _nan_action), [], "actions holds nan"),
@@ -455,7 +455,8 @@ BAD = {
     "long sketch": ("robomimic", "sketch:" + json.dumps(["black"] * 500), [], "its sketch has 500 sub-tasks"),
     "unknown task": ("lerobot", "sketch-other", [], "is not in the sketches file"),
     "bad yaml": ("lerobot", "yaml:t: [a\n", [], "not valid YAML"),
-    "unknown sub-task": ("robomimic", "sketch:" + json.dumps(["black", "purple"]), [], "'purple' is not one the model knows"),
+    "unknown sub-task": ("robomimic", "sketch:" + json.dumps(["black", "purple"]), [],
+                         "'purple' is not one the model knows"),
 }
 
 

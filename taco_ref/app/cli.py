@@ -246,7 +246,8 @@ def cmd_annotate(args):
               f"{report['mimicgen_unparsable'][:10]}")
     if report["review"]:
         print("review first (least confident): " + ", ".join(
-            f"{r['episode']} ({r['confidence']:.3f}{', ' + r['note'] if 'note' in r else ''})" for r in report["review"]))
+            f"{r['episode']} ({r['confidence']:.3f}{', ' + r['note'] if 'note' in r else ''})"
+            for r in report["review"]))
     return EXIT_OK
 
 
