@@ -23,7 +23,7 @@ of the Dial's must agree.
 The venv is cached outside the repository, keyed by the lerobot and Python versions
 ($TACO_LEROBOT_VENV, else ~/.cache/taco_ref/lerobot-0.6.1-py3.12): the first run builds it
 (about 5.6 GB with torch's CUDA wheels, 1.5 min here), later runs reuse it. Python 3.12 is
-looked up as $TACO_PYTHON312, python3.12 on PATH, then pyenv's versions.
+looked up as $TACO_PYTHON312, pyenv's versions, then python3.12 on PATH.
 """
 import glob
 import json
@@ -56,13 +56,18 @@ RECORDED = 100
 
 
 def python312():
-    """A Python 3.12 interpreter, or the test fails saying how to provide one."""
-    candidates = [os.environ.get("TACO_PYTHON312"), shutil.which("python3.12")]
+    """A Python 3.12 interpreter that runs (pyenv's shim for python3.12 is on PATH but exits 127
+    where 3.12 is not pyenv's selected version), or the test fails saying how to provide one."""
+    candidates = [os.environ.get("TACO_PYTHON312")]
     candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")))
+    candidates += [shutil.which("python3.12")]
     for c in candidates:
         if c and os.path.exists(c):
-            return c
-    pytest.fail("lerobot >= 0.5 needs Python 3.12: put python3.12 on PATH or set TACO_PYTHON312")
+            probe = subprocess.run([c, "-c", "import sys; print(sys.version_info[:2] == (3, 12))"],
+                                   capture_output=True, text=True)
+            if probe.returncode == 0 and probe.stdout.strip() == "True":
+                return c
+    pytest.fail("lerobot >= 0.5 needs Python 3.12: set TACO_PYTHON312 or put a working python3.12 on PATH")
 
 
 def _ready(python):
