@@ -36,6 +36,8 @@ STOP = "subtask_stop"
 CONFIDENCE_ATTR = "subtask_confidence"
 SIGNALS = "datagen_info/subtask_term_signals"
 SUMMARY_ATTR = "subtask_annotation"
+REOPEN_EVERY = 256
+"""Demonstrations read per opening of the file in the first pass (Dataset._file)."""
 
 
 def is_dataset(path):
@@ -73,21 +75,26 @@ class Dataset:
     def __init__(self, path, state_keys=None, action_key=None):
         self.path = os.fspath(path)
         files.regular_file(self.path, float("inf"), InteropError)
+        h5 = self._file()
         try:
-            self.h5 = h5py.File(self.path, "r")
+            h5 = self._open(h5, state_keys, action_key)
+        finally:
+            h5.close()
+
+    def _file(self, mode="r", path=None):
+        """The file opened anew. HDF5 keeps per-file caches that grow with every object read
+        (measured: 14 MiB per 1000 demonstrations) until the file is closed, so each pass opens
+        it for at most REOPEN_EVERY demonstrations or one chunk."""
+        try:
+            return h5py.File(path or self.path, mode)
         except OSError as err:
-            raise InteropError(f"{self.path}: not a readable HDF5 file ({err})") from None
-        try:
-            self._open(state_keys, action_key)
-        except BaseException:
-            self.h5.close()
-            raise
+            raise InteropError(f"{path or self.path}: not a readable HDF5 file ({err})") from None
 
     def close(self):
-        self.h5.close()
+        """Nothing to release: the file is opened per pass and chunk (_file)."""
 
-    def _open(self, state_keys, action_key):
-        data = self.h5.get("data")
+    def _open(self, h5, state_keys, action_key):
+        data = h5.get("data")
         if not isinstance(data, h5py.Group):
             raise InteropError(f"{self.path}: no group 'data'; is this a robomimic dataset?")
         self.names = sorted((k for k in data if isinstance(data[k], h5py.Group)), key=_demo_order)
@@ -111,7 +118,11 @@ class Dataset:
         env_args = _json_attr(data.attrs, "env_args", f"{self.path}: data")
         self.env_name = env_args.get("env_name") if isinstance(env_args, dict) else None
         self.infos, widths, kinds = [], set(), set()
-        for name in self.names:
+        for i, name in enumerate(self.names):
+            if i and i % REOPEN_EVERY == 0:                   # bound HDF5's caches (_file)
+                h5.close()
+                h5 = self._file()
+                data = h5["data"]
             g = data[name]
             what = f"{self.path}: {name}"
             act = g.get(self.action_key)
@@ -154,6 +165,7 @@ class Dataset:
             raise InteropError(f"{self.path}: {self.action_key} differs in kind or width between demonstrations")
         self.discrete = kinds.pop()
         self.action_dim = None if self.discrete else widths.pop()
+        return h5
 
     def _resolve(self, group, key):
         for candidate in (f"obs/{key}", key):
@@ -170,8 +182,8 @@ class Dataset:
     def describe(self):
         return list(self.infos)
 
-    def _episode(self, info):
-        g = self.h5["data"][info.key]
+    def _episode(self, h5, info):
+        g = h5["data"][info.key]
         what = f"{self.path}: {info.key}"
         T = info.length
         states = np.concatenate([np.asarray(g[k][()], dtype=np.float64).reshape(T, -1)
@@ -198,7 +210,9 @@ class Dataset:
     def episodes(self, chunk=64):
         """Yield lists of at most chunk Episodes, in demonstration order."""
         for i in range(0, len(self.infos), chunk):
-            yield [self._episode(info) for info in self.infos[i:i + chunk]]
+            with self._file() as h5:
+                part = [self._episode(h5, info) for info in self.infos[i:i + chunk]]
+            yield part
 
     def write_labelled(self, out, label_fn, vocab=(), posterior_width=None, summary_fn=None, chunk=64,
                        in_place=False):
@@ -218,8 +232,7 @@ class Dataset:
         os.close(fd)
         try:
             shutil.copyfile(self.path, tmp)
-            with h5py.File(tmp, "r+") as dst:
-                result = self._write_into(dst, label_fn, chunk, summary_fn)
+            result = self._write_into(tmp, label_fn, chunk, summary_fn)
             _fsync(tmp)
             os.replace(tmp, target)
         except BaseException:
@@ -228,15 +241,18 @@ class Dataset:
             raise
         return result
 
-    def _write_into(self, dst, label_fn, chunk, summary_fn):
+    def _write_into(self, tmp, label_fn, chunk, summary_fn):
         unparsable = []
         for episodes in self.episodes(chunk):
-            for ep, lab in zip(episodes, label_fn(episodes)):
-                if write_labels(dst["data"][ep.key], lab):
-                    unparsable.append(ep.key)
+            labels = label_fn(episodes)
+            with self._file("r+", tmp) as dst:               # one chunk per opening (_file)
+                for ep, lab in zip(episodes, labels):
+                    if write_labels(dst["data"][ep.key], lab):
+                        unparsable.append(ep.key)
         summary = summary_fn() if summary_fn else None
         if summary is not None:
-            dst["data"].attrs[SUMMARY_ATTR] = json.dumps(summary, sort_keys=True)
+            with self._file("r+", tmp) as dst:
+                dst["data"].attrs[SUMMARY_ATTR] = json.dumps(summary, sort_keys=True)
         return unparsable
 
 
