@@ -1,8 +1,9 @@
 """Speed and memory of `taco annotate` on Dial-length episodes, on one core.
 
 Collects --n Dial demonstrations (PINs of length 4, mean T about 184 control steps, as the
-paper's T ~ 200; cached in --data, collection is not timed), exports them and subsets of them
-with `taco export` to LeRobot v3 and robomimic, and annotates each with the shipped Dial model
+paper's T ~ 200; cached in --data, collection is not timed), exports them, a quarter of them and
+all of them repeated --replicate times with `taco export` to LeRobot v3 and robomimic, and
+annotates each with the shipped Dial model
 (sim/taco_sim/dial/models/dial, decoder viterbi). Each `taco annotate` runs as its own child
 process pinned to one CPU (sched_setaffinity) with one BLAS thread, and is measured by its own
 wall time, CPU time and peak resident set size (os.wait4's ru_maxrss for that child; forked
@@ -13,7 +14,7 @@ with the true ones is read from each report.
 
 Usage::
 
-    python bench/bench_annotate.py                       # 1000 episodes (and 250), chunks 16/64/256
+    python bench/bench_annotate.py                       # 1000 episodes (and 250, 4000), chunks 16/64/256
     python bench/bench_annotate.py --n 100 --quick       # a smoke run
 """
 import argparse
@@ -23,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(ROOT, "sim", "taco_sim", "dial", "models", "dial")
@@ -59,6 +62,9 @@ def main():
                     help="cache of the collected demonstrations")
     ap.add_argument("--cpu", type=int, default=0, help="the CPU the measured commands run on")
     ap.add_argument("--quick", action="store_true", help="one chunk size, no subset")
+    ap.add_argument("--replicate", type=int, default=4,
+                    help="also a set of the --n episodes repeated this many times (chunk 64 only): "
+                         "a dataset that many times larger, at the same chunk")
     args = ap.parse_args()
     from taco_ref import data
     import taco_sim
@@ -73,13 +79,15 @@ def main():
     tmp = tempfile.mkdtemp(prefix="bench-annotate-")
     taco = [sys.executable, "-m", "taco_ref.app.cli"]
     sizes = [args.n] if args.quick else sorted({max(1, args.n // 4), args.n})
+    if not args.quick and args.replicate > 1:
+        sizes.append(args.n * args.replicate)
     chunks = [64] if args.quick else [16, 64, 256]
     code, _, floor, _, _ = run(taco + ["--help"], args.cpu)
     print(f"taco --help (the floor): peak RSS {floor:.0f} MiB")
     print(f"{'format':<10} {'episodes':>8} {'frames':>8} {'MB of states+actions':>20} {'chunk':>5} "
           f"{'wall s':>7} {'CPU s':>7} {'ms/episode':>10} {'frames/s':>9} {'peak MiB':>8} {'agree %':>7}")
     for n in sizes:
-        sub = demos.subset(range(n))
+        sub = demos.subset(np.arange(n) % demos.n)                  # beyond demos.n: repeated
         path = os.path.join(tmp, f"dial-{n}.npz")
         data.save(sub, path)
         frames = int(sub.traj_len.sum())
@@ -89,7 +97,7 @@ def main():
             t0 = time.time()
             subprocess.run(taco + ["export", path, "--format", fmt, "--out", out], check=True, capture_output=True)
             export_s = time.time() - t0
-            for chunk in (chunks if n == max(sizes) else [64]):
+            for chunk in (chunks if n == args.n else [64]):
                 dest = os.path.join(tmp, f"ann-{n}-{fmt}-{chunk}" + (".hdf5" if fmt == "robomimic" else ""))
                 sk = (out[:-5] if fmt == "robomimic" else out) + ".sketches.yaml"
                 code, stdout, rss, cpu_s, wall = run(taco + ["annotate", out, "--sketches", sk, "--model", MODEL,
