@@ -305,6 +305,23 @@ def test_annotate_trains_taco_when_no_model_is_given(work, capsys):
     assert "--model" in capsys.readouterr().err
 
 
+def test_labels_that_are_not_an_alignment_path_do_not_stop_a_new_annotation(work, tmp_path, capsys):
+    """A robomimic file whose subtask_index skips back (as an argmax decoder's labels may) is
+    annotated again from its own sketches: those labels are compared, not trusted."""
+    src = _copy(work, "robomimic", tmp_path)
+    with h5py.File(src, "r+") as f:
+        index = f["data/demo_0/subtask_index"][()]
+        assert index[0] == 0 and index[1] == 0 and index[2] == 0
+        index[1] = 1                                                # 0, 1, 0, ...: no path
+        f["data/demo_0/subtask_index"][...] = index
+    out = tmp_path / "again.hdf5"
+    assert cli.main(["annotate", str(src), "--model", str(work / "run" / "model"), "--out", str(out)]) == 0
+    assert "agreement with the labels already in the dataset" in capsys.readouterr().out
+    with h5py.File(out, "r") as f:
+        written = f["data/demo_0/subtask_index"][()]
+    assert written[0] == 0 and np.all(np.diff(written) >= 0) and np.all(np.diff(written) <= 1)
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_annotate_in_place_rewrites_the_dataset(work, fmt, tmp_path):
     src = tmp_path / _name(fmt)

@@ -109,8 +109,9 @@ def vocabulary(plan):
 
 def to_demos(episodes, plan, vocab, discrete, n_actions=None, meta=None):
     """A validated Demos of episodes with their planned sketches (ids into vocab). labels: the
-    annotation already in the dataset where its sketch is the planned one, else the even split
-    (spec/objectives.md eq. (8); TACO never reads labels)."""
+    annotation already in the dataset where its sketch is the planned one and its labels an
+    alignment path (an argmax decoder's may not be), else the even split (spec/objectives.md
+    eq. (8); TACO never reads labels)."""
     B = len(episodes)
     T = max(ep.length for ep in episodes)
     D = episodes[0].states.shape[1]
@@ -127,7 +128,8 @@ def to_demos(episodes, plan, vocab, discrete, n_actions=None, meta=None):
         states[b, :ep.length] = ep.states
         actions[b, :ep.length] = ep.actions
         sketch[b, :sketch_len[b]] = [index[n] for n in plan[ep.key]]
-        if ep.labels is not None and ep.sketch == plan[ep.key]:
+        if ep.labels is not None and ep.sketch == plan[ep.key] and annotate_mod.is_alignment(
+                ep.labels[None], traj_len[b:b + 1], sketch_len[b:b + 1])[0]:
             labels[b, :ep.length] = ep.labels
     meta = dict(meta or {})
     if discrete:
