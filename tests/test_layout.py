@@ -76,6 +76,14 @@ def test_the_applications_import_nothing_unexpected(path):
     assert third_party(imports(path)) <= allowed, path
 
 
+@pytest.mark.parametrize("path", DOMAINS)
+def test_domains_use_only_the_data_container_of_taco_ref(path):
+    names = imports(path)
+    assert third_party(names) <= {"numpy", "scipy", "mujoco", "yaml"}, path
+    of_taco_ref = {n for n in names if n.split(".")[0] == "taco_ref"}
+    assert of_taco_ref <= {"taco_ref.data", "taco_ref.data.Demos"}, path
+
+
 def test_the_dataset_formats_are_imported_only_on_demand():
     """`taco` and its commands load without the interop extra: importing the command line, the
     interop package and its numpy-only modules imports neither pyarrow nor h5py (the format
