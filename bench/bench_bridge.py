@@ -12,16 +12,25 @@ of its own) and measures from this third process:
   second against the target `rate` (25 Hz), and the spread of the intervals between commands
   (median, 99th percentile, max; the target interval is 40 ms).
 
+- with --frozen N: N trials of a frozen simulator: while a sketch runs, the sim node is stopped
+  (SIGSTOP) at a random moment; the time from the last joint state this process received to the
+  first zero command after it (the policy node's watchdog), and any non-zero command after that
+  zero; then SIGCONT, "stop", and the next trial. Both times are taken in this process, so the
+  transport of the joint state and of the command enter alike.
+
 Model: a random model with the Dial architecture (act and STOP nets [300, 200, 100], the cost of
 one decision of the shipped model) whose STOP nets never fire, so that a run lasts as long as
 the measurement; --model takes a model directory instead (whose sub-policies may stop early).
 
-Usage::
+Usage (the workspace built and sourced: the policy node needs the action's interface package)::
 
+    taco-bridge-build && source ros2_ws/install/setup.bash
     python bench/bench_bridge.py            # 60 s rate run, 50 latency trials
     python bench/bench_bridge.py --quick    # 10 s, 20 trials
+    python bench/bench_bridge.py --quick --frozen 100   # and 100 frozen-simulator trials
 """
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -52,6 +61,7 @@ def main():
     ap.add_argument("--duration", type=float, default=None, help="rate run, s")
     ap.add_argument("--trials", type=int, default=None, help="latency trials")
     ap.add_argument("--rate", type=float, default=25.0)
+    ap.add_argument("--frozen", type=int, default=0, help="frozen-simulator trials")
     args = ap.parse_args()
     duration = args.duration or (10.0 if args.quick else 60.0)
     trials = args.trials or (20 if args.quick else 50)
@@ -60,11 +70,12 @@ def main():
 
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
+    from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray, String
 
     tmp = tempfile.mkdtemp(prefix="bench_bridge_")
     model = args.model or random_dial_model(os.path.join(tmp, "model"))
-    common = ["--ros-args", "-p", f"max_subtask_time:={10 * duration + 60.0!r}"]
+    common = ["--ros-args", "-p", f"max_subtask_time:={10 * duration + 60.0!r}", "-p", "autostart:=true"]
     procs = [subprocess.Popen([sys.executable, "-m", "taco_bridge.sim_node", "--ros-args"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
              subprocess.Popen([sys.executable, "-m", "taco_bridge.policy_node"] + common +
@@ -77,6 +88,10 @@ def main():
     commands = []                                                         # (t, nonzero)
     node.create_subscription(Float64MultiArray, "/effort_controller/commands",
                              lambda m: commands.append((time.monotonic(), any(m.data))), 1000)
+    joint_times, statuses = [], []
+    node.create_subscription(JointState, "/joint_states", lambda m: joint_times.append(time.monotonic()), 1000)
+    node.create_subscription(String, "/taco/status",
+                             lambda m: statuses.append((time.monotonic(), json.loads(m.data))), 1000)
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     spin = threading.Thread(target=executor.spin, daemon=True)
@@ -121,6 +136,52 @@ def main():
         ts = np.array([t for t, _ in list(commands) if start <= t < stop])
         gaps = np.diff(ts) * 1e3                                          # ms
         rate = (len(ts) - 1) / (ts[-1] - ts[0]) if len(ts) > 1 else 0.0
+
+        def fresh_after(t0):
+            """A status sent after t0 with a joint state younger than 0.1 s, and one received here."""
+            return (any(t > t0 and s.get("joint_state_age") is not None and s["joint_state_age"] < 0.1
+                        for t, s in list(statuses)) and any(t > t0 for t in list(joint_times)))
+
+        def restart_sim(seed):
+            """A fresh sim (the random model drives the arm anywhere, and a pose past the joint
+            ranges would end the next run at once); True once the policy node has matched it."""
+            procs[0].send_signal(signal.SIGINT)
+            try:
+                procs[0].wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                procs[0].kill()
+            procs[0] = subprocess.Popen([sys.executable, "-m", "taco_bridge.sim_node", "--ros-args",
+                                         "-p", f"seed:={seed}"],
+                                        stdout=sim_log, stderr=subprocess.STDOUT)
+            t_start = time.monotonic()
+            while time.monotonic() < t_start + 120 and procs[0].poll() is None:
+                if fresh_after(t_start + 0.5):           # the old sim's states are 0.5 s old by then
+                    return True
+                time.sleep(0.05)
+            return False
+
+        frozen, late, missing, skipped = [], 0, 0, 0
+        rng = np.random.default_rng(0)
+        sim_log = open(os.path.join(tmp, "sim.log"), "w")
+        for i in range(args.frozen):
+            if not any(restart_sim(i) for _ in range(3)):
+                skipped += 1
+                continue
+            pub.publish(String(data="0 5 1 6"))
+            time.sleep(rng.uniform(0.3, 1.0))
+            procs[0].send_signal(signal.SIGSTOP)
+            t_stop = time.monotonic()
+            time.sleep(1.0)
+            procs[0].send_signal(signal.SIGCONT)
+            last = max(t for t in list(joint_times) if t <= t_stop + 0.05)
+            after = [(t, nz) for t, nz in list(commands) if t > last]
+            zero = next((t for t, nz in after if not nz), None)
+            pub.publish(String(data="stop"))
+            if zero is None:
+                missing += 1
+                continue
+            frozen.append(zero - last)
+            late += any(nz for t, nz in after if t > zero and t < t_stop + 1.0)
     finally:
         executor.shutdown()
         node.destroy_node()
@@ -142,6 +203,15 @@ def main():
           f"{args.rate:g} Hz ({100 * rate / args.rate:.1f} %); {len(ts)} commands; interval median "
           f"{np.median(gaps):.2f} ms, p99 {np.percentile(gaps, 99):.2f} ms, max {gaps.max():.2f} ms "
           f"(target {1e3 / args.rate:.1f} ms)")
+    if args.frozen and frozen:
+        fz = np.array(frozen) * 1e3                                       # ms
+        timeout = 250.0                                                   # joint_state_timeout
+        print(f"frozen simulator: {args.frozen - skipped} trials ({skipped} skipped: the sim did not come "
+              f"up); a zero command within joint_state_timeout ({timeout:.0f} ms) of the last joint state "
+              f"in {int(np.sum(fz <= timeout))} (none at all in {missing}); after it: median "
+              f"{np.median(fz):.0f} ms, p95 "
+              f"{np.percentile(fz, 95):.0f} ms, max {fz.max():.0f} ms; a non-zero command after the "
+              f"zero in {late}")
 
 
 if __name__ == "__main__":

@@ -281,6 +281,29 @@ def protocol(model, domain, n_tasks, seed=0, sketch_len=None, lengths=(), progre
     return out
 
 
+VALIDATION_SKETCH_SEED = 50_000
+"""The validation sketches of training seed s (select "rollouts") come from default_rng(50_000 + s)."""
+VALIDATION_EPISODE_SEED = 60_000
+"""Their episodes' seeds from task_accuracy(..., seed=60_000 + s)."""
+
+
+def validation_rollouts(domain, n_tasks, seed, sketch_len=None):
+    """validate(model) -> the share of n_tasks validation sketches the model completes, for
+    choosing a training epoch by rollouts (TrainConfig.select "rollouts", spec/training.md
+    eq. (13)). The sketches have the training length (domain.sample_sketches; a domain of mixed
+    lengths: domain.test_sketches) and run in domain.validation_env (the Dial: random layouts,
+    the training data's distribution; else task_env), from seeds of their own (50_000 + seed,
+    60_000 + seed): never the test sketches, the test layout or their episodes."""
+    rng = np.random.default_rng(VALIDATION_SKETCH_SEED + seed)
+    sketches = (domain.test_sketches(n_tasks, rng) if sketch_len is None
+                else domain.sample_sketches(n_tasks, sketch_len, rng))
+    make_env = domain.validation_env or domain.task_env
+
+    def validate(model):
+        return task_accuracy(model, make_env, sketches, seed=VALIDATION_EPISODE_SEED + seed)["task_accuracy"]
+    return validate
+
+
 def scores(model, demos):
     """The model's lattice inputs on demos: log_act, log_stop, log_go (B, T, L). Scoring only:
     no backward cache is kept, so the memory held is one sub-task's activations at a time."""

@@ -300,9 +300,14 @@ def act(params, cfg, subtask, state, stop_threshold=0.5, rng=None):
 
 def stops(params, cfg, subtask, state, stop_threshold=0.5):
     """True when sub-policy `subtask` emits STOP in `state` (D,): pi_k(STOP | s) > stop_threshold."""
+    return stop_probability(params, cfg, subtask, state) > stop_threshold
+
+
+def stop_probability(params, cfg, subtask, state):
+    """pi_k(STOP | s) of sub-policy k = `subtask` in `state` (D,), a float; spec/policy.md eq. (8)."""
     x = normalise(params, np.asarray(state, dtype=np.float64))[None]         # (1, D)
     logit, _ = nn.mlp_forward(_layers(params, "stop", subtask, cfg), x, cfg.activation)
-    return bool(nn.sigmoid(logit[0, 0]) > stop_threshold)
+    return float(nn.sigmoid(logit[0, 0]))
 
 
 def action(params, cfg, subtask, state, rng=None):

@@ -69,6 +69,30 @@ def parse_sketch(text, vocab, max_len=MAX_SKETCH_LEN):
         raise ValueError("empty sketch: give sub-tasks separated by spaces or commas")
     if len(tokens) > max_len:
         raise ValueError(f"sketch of {len(tokens)} sub-tasks, at most {max_len}")
+    return _subtask_ids(tokens, vocab)
+
+
+def parse_sketch_items(items, vocab, max_len=MAX_SKETCH_LEN):
+    """Sub-task ids (list of int, length L) of a sketch given as a list of strings, one sub-task
+    name or id per item (the ROS action's `string[] sketch`): ["0", "5", "1", "6"].
+
+    The same tokens as parse_sketch, without the splitting: an item with a separator in it is
+    not a sub-task. Raises ValueError naming the first problem: not a list of strings, empty,
+    longer than max_len, an item too long, an unknown sub-task (with the vocabulary).
+    """
+    if not isinstance(items, (list, tuple)) or not all(isinstance(t, str) for t in items):
+        raise ValueError(f"a sketch is a list of sub-task names, got {_show(items)}")
+    if not items:
+        raise ValueError("empty sketch: give at least one sub-task")
+    if len(items) > max_len:
+        raise ValueError(f"sketch of {len(items)} sub-tasks, at most {max_len}")
+    if sum(len(t) for t in items) > MAX_TEXT_LEN:
+        raise ValueError(f"sketch of {sum(len(t) for t in items)} characters, at most {MAX_TEXT_LEN}")
+    return _subtask_ids(items, vocab)
+
+
+def _subtask_ids(tokens, vocab):
+    """Ids of tokens, each a name of vocab (exact match) or a decimal id 0 <= id < K."""
     index = {name: k for k, name in enumerate(vocab)}
     ids = []
     for i, token in enumerate(tokens):

@@ -9,6 +9,7 @@ parameters against one objective with its own Adam and early stopping:
 Losses are negative log-likelihoods per valid time step: the batch sum divided by the number
 of valid steps in the batch, so the learning rate means the same for any batch and length.
 """
+import contextlib
 import ctypes
 import json
 import math
@@ -66,6 +67,22 @@ class TrainConfig:
     """Early stopping: stop a stage after this many epochs without a better held-out loss."""
     holdout_fraction: float = 0.1
     """Share of the demonstrations held out for early stopping."""
+    ema: float = 0.0
+    """Decay beta of an exponential moving average of the policy stage's sub-policy parameters,
+    updated after every optimiser step (spec/training.md eq. (14)); the held-out loss, the
+    rollouts and the kept parameters are the average's. 0 = off (the last parameters)."""
+    select: str = "held_out_loss"
+    """How the policy stage's kept epoch is chosen (spec/training.md §5): "held_out_loss" (the
+    lowest held-out loss, eq. (5)) or "rollouts" (the most validation sketches completed by the
+    sub-policies in the domain's validation environment, eq. (13): the Dial's random layouts,
+    never the test condition; no labels are read). "rollouts" needs a domain to roll out in
+    (`taco train` on a domain's data, `taco experiment`)."""
+    select_tasks: int = 50
+    """With select "rollouts": validation sketches per scored epoch (of the training sketches'
+    length, from a fixed seed: every epoch and every algorithm of a seed sees the same ones)."""
+    select_from: int = 1
+    """With select "rollouts": the first policy epoch (counted from 1) whose rollouts are scored;
+    earlier epochs are not candidates."""
     seed: int = 0
     """Seeds the split, the initialisation, the minibatch order and dropout."""
     stop_dropout: float = 0.0
@@ -179,6 +196,13 @@ class TrainConfig:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.lr_decay not in LR_DECAYS:
             raise ValueError(f"lr_decay must be one of {LR_DECAYS}, got {self.lr_decay!r}")
+        if not 0.0 <= self.ema < 1.0:
+            raise ValueError(f"ema must lie in [0, 1) (0: off), got {self.ema!r}")
+        if self.select not in SELECTIONS:
+            raise ValueError(f"select must be one of {SELECTIONS}, got {self.select!r}")
+        for name in ("select_tasks", "select_from"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         if self.ctc_weighting not in ("argmax", "alpha"):
             raise ValueError(f"ctc_weighting must be 'argmax' or 'alpha', got {self.ctc_weighting!r}")
         if self.ctc_decoder not in ("forward_argmax", "posterior_argmax", "viterbi"):
@@ -316,6 +340,7 @@ def passes_per_epoch(epoch_size, n_train):
 
 
 LR_DECAYS = ("none", "cosine")
+SELECTIONS = ("held_out_loss", "rollouts")
 
 
 def lr_factor(cfg, stage, epoch):
@@ -371,11 +396,12 @@ def mean_loss(job, stage, demos, batch_size=64):
 CHECKPOINT_META = "checkpoint.json"
 
 
-def _save_checkpoint(out_dir, job, state, adam, best):
+def _save_checkpoint(out_dir, job, state, adam, best, average=None):
     """Arrays go to one of two files in turn, then the JSON (the commit point) names that file
     and its SHA-256: a crash at any moment leaves the previous checkpoint intact and usable."""
     arrays = {f"param.{k}": v for k, v in job.params.items()}
     arrays.update({f"best.{k}": v for k, v in best.items()})
+    arrays.update({f"ema.{k}": v for k, v in (average or {}).items()})
     adam_arrays, adam_meta = adam.state()
     arrays.update(adam_arrays)
     blob, sha256 = files.npz_blob(arrays)
@@ -408,6 +434,8 @@ def _check_progress(meta, path, job):
         bad("saves", "a positive integer")
     if meta.get("best_loss") is not None and not _number(meta.get("best_loss")):
         bad("best_loss", "null or a finite number")
+    if meta.get("best_score") is not None and not (_number(meta["best_score"]) and 0 <= meta["best_score"] <= 1):
+        bad("best_score", "null or a share in [0, 1]")
     if meta["bad_epochs"] > meta["epoch"]:
         bad("bad_epochs", f"at most the epochs run in the stage ({meta['epoch']})")
     for entry in meta["history"]:
@@ -542,8 +570,12 @@ def keep_freed_memory():
 
 
 def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True, stop_after=None,
-          overwrite=False):
-    """Train on demos (a validated Demos); return the Model (best held-out parameters).
+          overwrite=False, validate=None):
+    """Train on demos (a validated Demos); return the Model (the kept epoch's parameters: best
+    held-out loss, or with cfg.select "rollouts" the best validate(model) score).
+
+    validate(model) -> share of validation sketches completed (a float in [0, 1]): needed with
+    cfg.select "rollouts" (taco_ref.app.experiment.rollout_validator builds it from a domain).
 
     With out_dir, a checkpoint is written atomically at the start and after every epoch and the
     final model is saved to out_dir/model; resume=True continues from the checkpoint found there
@@ -556,11 +588,14 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
     out_dir/restart-r) and keeps the one with the highest training log-likelihood per step;
     spec/training.md §7. The returned model's info lists every run's figures.
     """
+    if cfg.select == "rollouts" and validate is None:
+        raise ValueError("select: 'rollouts' needs a domain to roll out in (taco train on a domain's "
+                         "data, or taco experiment); this run has none")
     prepare_out_dir(out_dir, resume, overwrite)
     keep_freed_memory()
     runs = cfg.restarts if cfg.algo == "taco" else 1
     if runs == 1:
-        model, _ = _train_run(demos, cfg, 0, out_dir, resume, log, progress, stop_after)
+        model, _ = _train_run(demos, cfg, 0, out_dir, resume, log, progress, stop_after, validate)
     else:
         if resume and not os.path.exists(os.path.join(out_dir or "", "restart-0", CHECKPOINT_META)):
             raise FileNotFoundError(f"--resume: no checkpoint in {out_dir}/restart-0")
@@ -570,7 +605,7 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
             if sub is not None:
                 os.makedirs(sub, exist_ok=True)
             again = resume and os.path.exists(os.path.join(sub, CHECKPOINT_META))
-            model, used = _train_run(demos, cfg, r, sub, again, log, progress, budget)
+            model, used = _train_run(demos, cfg, r, sub, again, log, progress, budget, validate)
             if model is None:
                 return None
             budget = None if budget is None else budget - used
@@ -603,14 +638,14 @@ def run_seed(seed, restart):
     return seed if restart == 0 else [seed, restart]
 
 
-def _train_run(demos, cfg, restart, out_dir, resume, log, progress, stop_after):
+def _train_run(demos, cfg, restart, out_dir, resume, log, progress, stop_after, validate=None):
     """One training run; returns (Model or None if stopped by stop_after, epochs run here).
 
     Stages run in order (job.stages); each runs epochs until its epoch budget or patience is
     spent, then hands its best parameters to the next; a checkpoint follows every epoch and
     every change of stage.
     """
-    run = _Run(demos, cfg, restart, out_dir)
+    run = _Run(demos, cfg, restart, out_dir, validate)
     if resume:
         run.resume()
     else:
@@ -638,8 +673,9 @@ class _Run:
     """The state of one training run: the job, the optimiser, the generator, the stage, epoch,
     early-stopping counters, history and best parameters; everything a checkpoint holds."""
 
-    def __init__(self, demos, cfg, restart, out_dir):
+    def __init__(self, demos, cfg, restart, out_dir, validate=None):
         self.cfg, self.restart, self.out_dir, self.demos = cfg, restart, out_dir, demos
+        self.validate = validate
         self.rng = np.random.default_rng(cfg.seed)
         self.train_set, self.held_out = data_mod.split(demos, cfg.holdout_fraction, self.rng)
         if self.held_out.n == 0:
@@ -647,10 +683,11 @@ class _Run:
         if restart:
             self.rng = np.random.default_rng(run_seed(cfg.seed, restart))
         self.job = _Job(cfg, self.train_set, self.rng)
-        self.state = {"stage": 0, "epoch": 0, "best_loss": None, "bad_epochs": 0, "history": [],
-                      "saves": 0}
+        self.state = {"stage": 0, "epoch": 0, "best_loss": None, "best_score": None, "bad_epochs": 0,
+                      "history": [], "saves": 0}
         self.best = {k: v.copy() for k, v in self.job.params.items()}
         self.adam = self.job.optimiser(self.job.stages[0])
+        self.average = None                       # the policy stage's EMA of the trainable arrays
         self.fingerprint = demos.fingerprint() if out_dir is not None else None
         self.sets = {}                            # stage -> (training set, held-out set)
         self.t0 = time.time()
@@ -667,11 +704,19 @@ class _Run:
         if self.out_dir is None or not os.path.exists(os.path.join(self.out_dir, CHECKPOINT_META)):
             raise FileNotFoundError(f"--resume: no checkpoint in {self.out_dir}")
         meta, arrays, self.best = _load_checkpoint(self.out_dir, self.job, self.fingerprint)
-        self.state = {k: meta[k] for k in self.state}
+        self.state = {k: meta.get(k) for k in self.state}
         if self.stage_index < len(self.job.stages):   # else the run had finished
             self.adam = self.job.optimiser(self.stage)
             self.adam.load_state(arrays, meta["adam"])
         self.rng.bit_generator.state = meta["rng"]
+        saved = {k[len("ema."):]: v for k, v in arrays.items() if k.startswith("ema.")}
+        if saved:
+            names = policy.trainable(self.job.params)
+            if set(saved) != set(names) or any(saved[k].shape != self.job.params[k].shape
+                                               or saved[k].dtype != np.float64 for k in names):
+                raise ValueError(f"cannot resume: {self.out_dir}: its ema.* arrays are not the "
+                                 "float64 averages of this run's parameters")
+            self.average = saved
 
     def stage_done(self):
         return (self.state["epoch"] >= self.job.max_epochs(self.stage)
@@ -724,29 +769,81 @@ class _Run:
             if stage != "ctc":                    # the sub-policies' nets, not CTC's classifier
                 optim.add_l2(grads, job.params, {"act": self.cfg.act_l2, "stop": self.cfg.stop_l2})
             self.adam.step(job.params, grads)
+            self._average_step()
             total, steps = total + loss, steps + n
-        return total, steps, mean_loss(job, stage, stage_held)
+        with self._averaged():
+            return total, steps, mean_loss(job, stage, stage_held)
+
+    def _averaging(self):
+        return self.cfg.ema > 0 and self.stage == "policy"
+
+    def _average_step(self):
+        """spec/training.md eq. (14): avg <- beta avg + (1 - beta) theta after a step of the policy
+        stage (avg = theta at the stage's first step), in float64."""
+        if not self._averaging():
+            return
+        names = policy.trainable(self.job.params)
+        if self.average is None:
+            self.average = {k: self.job.params[k].astype(np.float64) for k in names}
+            return
+        beta = self.cfg.ema
+        for k in names:
+            avg = self.average[k]
+            avg *= beta
+            avg += (1.0 - beta) * self.job.params[k]
+
+    @contextlib.contextmanager
+    def _averaged(self):
+        """Inside the block the job holds the averaged parameters (in the nets' dtype), when
+        averaging; then its own again."""
+        if not self._averaging() or self.average is None:
+            yield
+            return
+        own = {k: self.job.params[k] for k in self.average}
+        self.job.params.update({k: v.astype(own[k].dtype) for k, v in self.average.items()})
+        try:
+            yield
+        finally:
+            self.job.params.update(own)
 
     def _early_stopping(self, total, steps, held):
         job, state, stage = self.job, self.state, self.stage
         state["epoch"] += 1
+        record = {"stage": stage, "epoch": state["epoch"], "train_loss": total / steps,
+                  "held_out_loss": held}
         if not job.tracks_best(stage, state["epoch"] - 1):
             # warm-up or tempered epoch: hand on the latest parameters, count nothing
             self.best = {k: v.copy() for k, v in job.params.items()}
+        elif stage == "policy" and self.cfg.select == "rollouts":
+            # spec/training.md eq. (13): the most validation sketches completed; ties go to the
+            # later epoch. Epochs before select_from are not candidates and count nothing.
+            if state["epoch"] >= self.cfg.select_from:
+                with self._averaged():
+                    score = record["rollout_score"] = float(self.validate(job.model({})))
+                if state["best_score"] is None or score >= state["best_score"]:
+                    state["best_score"], state["bad_epochs"] = score, 0
+                    self._keep()
+                else:
+                    state["bad_epochs"] += 1
         elif state["best_loss"] is None or held < state["best_loss"] - 1e-9:
             # early stopping, spec/training.md eq. (5)
             state["best_loss"], state["bad_epochs"] = held, 0
-            self.best = {k: v.copy() for k, v in job.params.items()}
+            self._keep()
         else:
             state["bad_epochs"] += 1
-        state["history"].append({"stage": stage, "epoch": state["epoch"],
-                                 "train_loss": total / steps, "held_out_loss": held})
+        state["history"].append(record)
+
+    def _keep(self):
+        """The best parameters <- the current ones (the average, when averaging)."""
+        with self._averaged():
+            self.best = {k: v.copy() for k, v in self.job.params.items()}
 
     def next_stage(self):
         """The stage is over: keep its best parameters and start the next one."""
         self.job.params.update({k: v.copy() for k, v in self.best.items()})
+        self.average = None
         self.state["stage"] += 1
-        self.state.update(epoch=0, best_loss=None, bad_epochs=0)
+        self.state.update(epoch=0, best_loss=None, best_score=None, bad_epochs=0)
         if self.stage_index < len(self.job.stages):
             self.adam = self.job.optimiser(self.stage)
 
@@ -755,12 +852,14 @@ class _Run:
             self.state["saves"] += 1
             _save_checkpoint(self.out_dir, self.job, dict(self.state, rng=self.rng.bit_generator.state,
                                                           data_sha256=self.fingerprint),
-                             self.adam, self.best)
+                             self.adam, self.best, self.average)
 
     def progress_line(self):
         cfg, state, last = self.cfg, self.state, self.state["history"][-1]
         label = f"{cfg.algo} r{self.restart + 1}/{cfg.restarts}" if cfg.algo == "taco" and cfg.restarts > 1 else cfg.algo
         best = "     -  " if state["best_loss"] is None else f"{state['best_loss']:8.4f}"
+        if state["best_score"] is not None:
+            best = f"rollouts {100 * last.get('rollout_score', float('nan')):5.1f} % (best {100 * state['best_score']:5.1f} %)"
         return (f"[{label} {last['stage']}] epoch {state['epoch']:3d}  train {last['train_loss']:8.4f}"
                 f"  held-out {last['held_out_loss']:8.4f}  best {best}  {time.time() - self.t0:6.1f}s")
 

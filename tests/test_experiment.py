@@ -203,9 +203,9 @@ def test_cell_keys_of_committed_results_survive_the_dtype_field():
 
 
 def test_the_report_gives_intervals_paired_differences_and_failure_kinds():
-    """taco report: every cell's task accuracy with its Wilson interval (spec/evaluation.md
-    eq. (5)); TACO - GT-BC per seed on the same tasks with the paired interval (eq. (6)) and the
-    mean over seeds with a t interval; the failure kinds summed over seeds (eq. (4))."""
+    """taco report: every cell's task accuracy with its Wilson interval; TACO - GT-BC per seed
+    on the same tasks with the paired interval, and the mean over seeds with a t interval; the
+    failure kinds summed over seeds (the report of the statistics in spec/evaluation.md §2)."""
     taco0, gtbc0 = "1" * 60 + "0" * 40, "1" * 50 + "0" * 50
     taco1, gtbc1 = "1" * 40 + "0" * 60, "1" * 45 + "0" * 55
     fails = {"stopped late": 30, "stopped early": 10}

@@ -1,7 +1,8 @@
 """The package boundaries of README's Layout section, checked on the source (no imports run).
 
 core (taco_ref/*.py)      imports the standard library, numpy and core modules only;
-app  (taco_ref/app/)      anything below plus yaml, and matplotlib/PIL (optional, `plot` extra)
+app  (taco_ref/app/)      anything below plus yaml, scipy (the report's t quantiles), and
+                          matplotlib/PIL (optional, `plot` extra)
                           and Dask's distributed (optional, `dist` extra); its interop/ package
                           also pyarrow and h5py (optional, `interop` extra), and only it;
 domains (sim/taco_sim/)   the standard library, numpy, scipy, mujoco, yaml, taco_sim and, of
@@ -70,7 +71,7 @@ INTEROP = os.path.join("taco_ref", "app", "interop")
 
 @pytest.mark.parametrize("path", APP)
 def test_the_applications_import_nothing_unexpected(path):
-    allowed = {"numpy", "yaml", "matplotlib", "PIL", "distributed"}
+    allowed = {"numpy", "scipy", "yaml", "matplotlib", "PIL", "distributed"}
     if path.startswith(INTEROP + os.sep):
         allowed |= {"pyarrow", "h5py"}                     # the `interop` extra, in its own package
     assert third_party(imports(path)) <= allowed, path

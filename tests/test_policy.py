@@ -385,6 +385,7 @@ def test_act_types_action_and_stop_decision(discrete):
             out, _ = policy.evaluate(params, cfg, policy.Inputs(states, probe_actions, np.array([[k]])), mask)
             p_stop = float(np.exp(out["log_stop"][0, 0, 0]))
             assert stop == (p_stop > 0.5)
+            assert policy.stop_probability(params, cfg, k, state) == pytest.approx(p_stop, rel=1e-6)
             assert policy.act(params, cfg, k, state, stop_threshold=p_stop * (1 - 1e-9))[0] is True
             assert policy.act(params, cfg, k, state, stop_threshold=p_stop * (1 + 1e-9))[0] is False
             if discrete:

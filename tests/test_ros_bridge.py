@@ -1,8 +1,10 @@
 """Tests for the ROS 2 bridge (ros2_ws/src/taco_bridge) with real rclpy and DDS.
 
-The workspace is built with colcon into a temporary directory; every node runs as a separate
-process started from that install (its setup.bash sourced), and this test process is the third
-party that publishes sketches and listens. DDS traffic stays on this machine and in this test's
+The workspace (taco_bridge and the action's interface package taco_bridge_msgs) is built with
+colcon into a temporary directory by taco_bridge.workspace.build, which works from the PyPI wheels
+alone; every node runs as a separate process started from that install (its setup.bash sourced),
+and this test process is the third party that sends goals and sketches and listens (it loads the
+built interface package itself: `msgs`). DDS traffic stays on this machine and in this test's
 own domain: ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST and a ROS_DOMAIN_ID derived from the pid.
 Every process is killed in teardown.
 
@@ -26,7 +28,13 @@ Every process is killed in teardown.
 (g) issue 12, the velocity interface: command_interface velocity publishes six clipped joint
     velocities on velocity_controller/commands in command_joints order, a model of the other
     interface or an unknown interface gives one `cannot start:` line, the shipped velocity model
-    dials PINs through the node's control step offline and through both nodes end to end.
+    dials PINs through both nodes end to end (offline: tests/test_bridge_control.py);
+(h) the ExecuteSketch action (accept with feedback and result, reject with the reason, cancel
+    mid-PIN with an immediate zero command, preempt, time limit, "stop" on the topic),
+    taco-bridge-send on it, the lifecycle transitions (configure, activate, deactivate mid-run,
+    cleanup, shutdown; a model that does not load), /diagnostics, every parameter in a
+    parameter dump, nodes that stop when the process that started them dies, and a frozen
+    simulator over DDS.
 
 Tests that start ROS processes or colcon builds carry the `slow` marker.
 
@@ -48,6 +56,7 @@ from hypothesis import strategies as st
 rclpy = pytest.importorskip("rclpy", reason='rclpy not importable: pip install -e ".[ros]"')
 from rclpy.duration import Duration  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float64MultiArray, String  # noqa: E402
 
@@ -91,22 +100,46 @@ def ros_env():
 
 @pytest.fixture(scope="module")
 def install(tmp_path_factory):
-    """colcon build of ros2_ws into temporary build and install bases; returns the install dir."""
+    """colcon build of ros2_ws into temporary build and install bases (taco_bridge.workspace.build:
+    with the PyPI wheels' prefix and the fix of their CMake include paths); the install dir."""
+    from taco_bridge import workspace
     base = tmp_path_factory.mktemp("colcon")
-    colcon = os.path.join(os.path.dirname(sys.executable), "colcon")
-    assert os.path.exists(colcon), f"colcon not installed next to {sys.executable}: pip install -e \".[ros]\""
-    out = subprocess.run(
-        [colcon, "--log-base", str(base / "log"), "build", "--base-paths", os.path.join(WORKSPACE, "src"),
-         "--build-base", str(base / "build"), "--install-base", str(base / "install")],
-        cwd=base, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, f"colcon build failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    try:
+        install = workspace.build(WORKSPACE, str(base), timeout=900)
+    except RuntimeError as err:
+        pytest.fail(str(err))
     install = base / "install"
     for path in ("setup.bash", "taco_bridge/lib/taco_bridge/policy_node",
                  "taco_bridge/lib/taco_bridge/sim_node", "taco_bridge/share/taco_bridge/package.xml",
                  "taco_bridge/share/taco_bridge/launch/dial.launch.py",
-                 "taco_bridge/share/taco_bridge/config/dial.yaml"):
+                 "taco_bridge/share/taco_bridge/config/dial.yaml",
+                 "taco_bridge/share/taco_bridge/systemd/taco-bridge.service",
+                 "taco_bridge_msgs/share/taco_bridge_msgs/action/ExecuteSketch.action"):
         assert (install / path).exists(), f"colcon install lacks {path}"
     return install
+
+
+@pytest.fixture(scope="module")
+def msgs(install):
+    """The built taco_bridge_msgs, imported into this (already running) interpreter: its
+    libraries loaded by path (the dynamic loader read LD_LIBRARY_PATH at start-up, before the
+    build), its Python package put on sys.path. Returns the ExecuteSketch action type."""
+    import ctypes
+    import glob
+    lib = install / "taco_bridge_msgs" / "lib"
+    pending = sorted(glob.glob(str(lib / "lib*.so")))
+    while pending:                                       # dependencies first, in any order
+        left = []
+        for path in pending:
+            try:
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                left.append(path)
+        assert len(left) < len(pending), f"cannot load {left}"
+        pending = left
+    sys.path.insert(0, glob.glob(str(lib / "python3*" / "site-packages"))[0])
+    from taco_bridge_msgs.action import ExecuteSketch
+    return ExecuteSketch
 
 
 def ros_value(value):
@@ -127,6 +160,10 @@ class Nodes:
         self.install, self.tmp_path, self.procs = install, tmp_path, []
 
     def start(self, executable, ros_args=(), **params):
+        """Start a node; the policy node configures and activates itself (autostart) unless the
+        caller says autostart=False."""
+        if executable == "policy_node":
+            params.setdefault("autostart", True)
         args = " ".join([f"-p '{name}:={ros_value(v)}'" for name, v in params.items()]
                         + [f"'{a}'" for a in ros_args])
         log = open(self.tmp_path / f"{executable}-{len(self.procs)}.log", "w")
@@ -185,6 +222,11 @@ class Listener:
         self.velocities = []
         self.node.create_subscription(Float64MultiArray, "/velocity_controller/commands",
                                       lambda m: self.velocities.append((time.monotonic(), list(m.data))), 100)
+        self.joint_times, self.diagnostics = [], []
+        self.node.create_subscription(JointState, "/joint_states",
+                                      lambda m: self.joint_times.append(time.monotonic()), 100)
+        self.node.create_subscription(DiagnosticArray, "/diagnostics",
+                                      lambda m: self.diagnostics.append((time.monotonic(), m)), 100)
         self.fake_q = None                 # (names, positions) published at 100 Hz while set
         self.node.create_timer(0.01, self._publish_joints)
         self.executor = SingleThreadedExecutor()
@@ -211,12 +253,12 @@ class Listener:
         pytest.fail(f"timed out after {timeout} s waiting for {what}; last statuses "
                     f"{[s for _, s in self.statuses[-3:]]}\n{proc_logs}")
 
-    def wait_subscribed(self, timeout=20.0):
+    def wait_subscribed(self, timeout=60.0):
         """Until the policy node subscribes to /taco/sketch and has sent a status."""
         self.wait_for(lambda: self.sketch_pub.get_subscription_count() > 0 and self.statuses,
                       timeout, "the policy node")
 
-    def wait_joint_states(self, timeout=30.0):
+    def wait_joint_states(self, timeout=60.0):
         """Until the policy node reports a joint state (joint_state_age in its 1 Hz status), so
         that a sketch sent next starts at once instead of waiting on the watchdog's grace."""
         self.wait_for(lambda: any(s.get("joint_state_age") is not None for _, s in list(self.statuses)),
@@ -254,8 +296,18 @@ def saved_model(path, act_bias=0.0, stop_bias=0.0, seed=0, action_dim=dial.ACTIO
 # (a) end to end with the shipped model
 # ----------------------------------------------------------------------------------------------
 
+def send_command(install, *args):
+    """taco-bridge-send (the ROS package's `send` executable) with args, as bash runs it."""
+    quoted = " ".join(f"'{a}'" for a in args)
+    return ["bash", "-c", f"source '{install}/setup.bash' && exec '{install}/taco_bridge/lib/taco_bridge/send' "
+                          f"{quoted}"]
+
+
 @pytest.mark.slow
-def test_dial_sketch_end_to_end(nodes, listener):
+def test_dial_sketch_end_to_end(nodes, listener, install):
+    """The sim node and the policy node with the shipped Dial model; taco-bridge-send sends the
+    goal "0 5 1 6" through the action, prints feedback and a SUCCEEDED result and exits 0; the
+    keypad registered the PIN in order."""
     if not os.path.exists(os.path.join(SHIPPED_MODEL, "model.json")):
         pytest.fail(f"the shipped Dial model is missing: {SHIPPED_MODEL}/model.json does not exist "
                     "(the policy node's default model; train it and commit it there)")
@@ -267,16 +319,16 @@ def test_dial_sketch_end_to_end(nodes, listener):
     # the sim's first press comes ~1.5 s after the sketch: its publisher must be matched by then
     listener.wait_for(lambda: listener.pressed_sub.get_publisher_count() > 0, 30,
                       "/dial/pressed matched with the sim node")
-    t0 = listener.send(" ".join(sketch))
-    budget = dial.budget(len(sketch)) * dial.CONTROL_DT * 1.5 + 5.0          # s
-    end = listener.wait_for(
-        lambda: listener.status_after(t0, lambda s: s["state"] in ("done", "error")), budget,
-        "status done", nodes.log(policy) + nodes.log(sim))
+    t0 = time.monotonic()
+    budget = dial.budget(len(sketch)) * dial.CONTROL_DT * 1.5 + 30.0          # s
+    out = subprocess.run(send_command(install, " ".join(sketch), "--timeout", str(budget)),
+                         capture_output=True, text=True, timeout=budget + 30)
+    text = out.stdout + out.stderr
     presses = [d for t, d in listener.presses if t >= t0]
-    sim_log = nodes.log(sim)
-    assert end["state"] == "done", f"status {end}, presses {presses}\n{sim_log}"
-    assert end["sketch"] == sketch and len(end["stop_times"]) == len(sketch)
-    assert presses[:len(sketch)] == sketch, f"pressed {presses}, sketch {sketch}\n{sim_log}"
+    assert out.returncode == 0, f"{text}\n{nodes.log(policy)}\n{nodes.log(sim)}"
+    assert "accepted: goal" in text and "feedback: active 0 (0)" in text, text
+    assert "result: SUCCEEDED done: dialled 0 5 1 6" in text and "pressed 0 5 1 6;" in text, text
+    assert presses[:len(sketch)] == sketch, f"pressed {presses}, sketch {sketch}"
     assert policy.poll() is None and sim.poll() is None
 
 
@@ -397,13 +449,6 @@ def test_clipping_joint_order_and_watchdog(nodes, listener, tmp_path):
     assert policy.poll() is None
 
 
-@pytest.mark.slow
-def test_policy_node_refuses_a_missing_model(nodes, tmp_path):
-    proc = nodes.start("policy_node", model=str(tmp_path / "nowhere"))
-    assert proc.wait(timeout=30) == 1
-    assert "does not exist" in nodes.log(proc)
-
-
 # ----------------------------------------------------------------------------------------------
 # (d) the package
 # ----------------------------------------------------------------------------------------------
@@ -434,8 +479,21 @@ def test_launch_file():
     ld = module.generate_launch_description()
     assert isinstance(ld, launch.LaunchDescription)
     assert [a.name for a in ld.get_launch_arguments()] == ["use_sim", "params_file", "model", "rate",
-                                                            "namespace", "command_interface"]
+                                                            "namespace", "command_interface", "autostart"]
     assert [type(e).__name__ for e in ld.entities][-1] == "OpaqueFunction"
+    # a node that exits with an error ends the launch with exit code 1 (an exception), else a
+    # plain shutdown; autostart: configure, then activate on reaching inactive, failures fatal
+    from types import SimpleNamespace
+    with pytest.raises(module.NodeFailed, match="taco_policy exited with code 1"):
+        module.on_node_exit("taco_policy")(SimpleNamespace(returncode=1), None)
+    running, stopping = SimpleNamespace(is_shutdown=False), SimpleNamespace(is_shutdown=True)
+    assert [type(a).__name__ for a in module.on_node_exit("taco_sim")(SimpleNamespace(returncode=0), running)] \
+        == ["Shutdown"]
+    assert module.on_node_exit("taco_sim")(SimpleNamespace(returncode=0), stopping) is None
+    from launch_ros.actions import LifecycleNode
+    steps = module.lifecycle_steps(LifecycleNode(package="taco_bridge", executable="policy_node",
+                                                 name="taco_policy", namespace=""))
+    assert [type(a).__name__ for a in steps] == ["RegisterEventHandler"] * 3 + ["EmitEvent"]
     # both nodes (an OpaqueFunction): the file's values unless an argument is given
     assert module.policy_parameters("f.yaml", "", "") == ["f.yaml"]
     assert module.policy_parameters("f.yaml", "/m", "10") == ["f.yaml", {"model": "/m", "rate": 10.0}]
@@ -446,12 +504,13 @@ def test_launch_file():
 
 
 @pytest.mark.slow
-def test_console_script_starts_both_nodes(listener, tmp_path):
+def test_console_script_starts_both_nodes(listener, install, tmp_path):
     model = saved_model(tmp_path / "m")
     script = os.path.join(os.path.dirname(sys.executable), "taco-bridge-dial")
-    cmd = [script] if os.path.exists(script) else [sys.executable, "-m", "taco_bridge.dial"]
+    cmd = f"'{script}'" if os.path.exists(script) else f"'{sys.executable}' -m taco_bridge.dial"
     log = open(tmp_path / "dial.log", "w")
-    proc = subprocess.Popen(cmd + ["--model", model], stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(["bash", "-c", f"source '{install}/setup.bash' && exec {cmd} --model '{model}'"],
+                            stdout=log, stderr=subprocess.STDOUT)
     try:
         listener.wait_subscribed(30)
         # /dial/pressed: only the sim node publishes it (this listener publishes /joint_states)
@@ -485,42 +544,6 @@ def test_keypad_check_presses():
     assert keypad.check_presses(["7", "7", "2", "2"], ["7", "7", "2"]) is not None
 
 
-@pytest.mark.parametrize("sketch", [[7, 7, 2], [5, 5, 1], [0, 0, 0], [3, 8, 2, 7, 4, 1, 5]])
-def test_repeated_digits_offline(sketch):
-    """The policy node's control step (release step + press rule) on taco_sim's DialEnv, without
-    DDS: every digit is pressed, repeats included; with the plain runner (no keypad rules) the
-    second of two equal digits is not pressed."""
-    policy_node = bridge_module("policy_node")
-    node = policy_node.PolicyNode()
-    try:
-        for seed in (0, 1):
-            env = dial.DialEnv()
-            env.reset(seed=seed, layout="standard")
-            node.runner.start(sketch, 0.0)
-            node.press_rule = bridge_module("keypad").PressRule()
-            t = 0
-            while node.runner.state == "running" and t < dial.budget(len(sketch)):
-                node.qpos, node.qpos_time = env.qpos, t * dial.CONTROL_DT
-                action = node.control_step(t * dial.CONTROL_DT)
-                if action is None:
-                    break
-                env.step(action)
-                t += 1
-            assert node.runner.state == "done" and env.presses == sketch, (seed, env.presses)
-        if sketch[0] == sketch[1]:            # the plain runner, for contrast
-            env = dial.DialEnv()
-            env.reset(seed=0, layout="standard")
-            node.runner.start(sketch, 0.0)
-            for t in range(dial.budget(len(sketch))):
-                action = node.runner.step(env.obs, t * dial.CONTROL_DT)
-                if action is None:
-                    break
-                env.step(action)
-            assert env.presses[:2] != sketch[:2], "the plain runner dialled a repeat: test is moot"
-    finally:
-        node.destroy_node()
-
-
 def parameter_client(listener, node_name):
     from rclpy.parameter_client import AsyncParameterClient
     client = AsyncParameterClient(listener.node, node_name)
@@ -549,7 +572,8 @@ def test_params_file_applies_and_parameters_are_read_only(nodes, listener, tmp_p
     got = wait_future(client.get_parameters(["rate", "stop_threshold"]))
     assert [v.double_value for v in got.values] == [10.0, 0.7]
     result = wait_future(client.set_parameters([Parameter("rate", value=50.0)]))
-    assert not result.results[0].successful and "read-only" in result.results[0].reason
+    assert not result.results[0].successful
+    assert "Trying to set a read-only parameter" in result.results[0].reason, result.results[0].reason
     got = wait_future(client.get_parameters(["rate"]))
     assert got.values[0].double_value == 10.0
     # the command rate follows the file: 10 Hz while a run goes on
@@ -572,7 +596,10 @@ def test_namespace_moves_every_topic(nodes, listener):
     nodes.start("policy_node", ros_args=["-r", "__ns:=/arm1"])
     nodes.start("sim_node", ros_args=["-r", "__ns:=/arm1"])
     want = {"/arm1/taco/sketch", "/arm1/taco/status", "/arm1/joint_states",
-            "/arm1/effort_controller/commands", "/arm1/dial/pressed"}
+            "/arm1/effort_controller/commands", "/arm1/dial/pressed",
+            "/arm1/taco/execute_sketch/_action/feedback", "/arm1/taco/execute_sketch/_action/status",
+            "/arm1/taco_policy/transition_event",       # the lifecycle's
+            "/diagnostics"}                               # absolute, as aggregators expect
 
     def node_topics():
         """Topics the two nodes in /arm1 publish or subscribe (this listener's own are not)."""
@@ -585,9 +612,13 @@ def test_namespace_moves_every_topic(nodes, listener):
         except Exception:                     # a node not discovered yet
             return set()
 
-    topics = listener.wait_for(lambda: node_topics() if want <= node_topics() else None, 30,
+    topics = listener.wait_for(lambda: node_topics() if want <= node_topics() else None, 60,
                                f"topics {want}")
     assert topics == want, topics
+    from rclpy.action import get_action_names_and_types
+    actions = listener.wait_for(lambda: dict(get_action_names_and_types(listener.node)).get(
+        "/arm1/taco/execute_sketch"), 30, "the action under /arm1")
+    assert actions == ["taco_bridge_msgs/action/ExecuteSketch"]
 
 
 def dial_to_the_end(nodes, listener, sketch, **params):
@@ -695,7 +726,7 @@ BAD_PARAMETERS = [
 def test_bad_parameters_give_one_line(install, tmp_path, name, value):
     cmd = (f"source '{install}/setup.bash' && exec '{install}/taco_bridge/lib/taco_bridge/policy_node' "
            f"--ros-args -p \"{name}:={value}\"")
-    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300)
     text = out.stdout + out.stderr
     assert out.returncode == 1, text
     assert "Traceback" not in text, text
@@ -759,8 +790,8 @@ def test_velocity_interface_publishes_clipped_velocities(nodes, listener, tmp_pa
 def test_a_model_of_the_other_interface_is_refused(install, tmp_path, interface, action_dim):
     model = saved_model(tmp_path / "m", action_dim=action_dim)
     cmd = (f"source '{install}/setup.bash' && exec '{install}/taco_bridge/lib/taco_bridge/policy_node' "
-           f"--ros-args -p command_interface:={interface} -p model:={model}")
-    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
+           f"--ros-args -p command_interface:={interface} -p model:={model} -p autostart:=true")
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300)
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == 1 and len(lines) == 1, out.stdout + out.stderr
     assert lines[0].startswith("taco_policy: cannot start:") and f"command_interface {interface}" in lines[0]
@@ -770,38 +801,10 @@ def test_a_model_of_the_other_interface_is_refused(install, tmp_path, interface,
 def test_sim_node_refuses_an_unknown_interface(install):
     cmd = (f"source '{install}/setup.bash' && exec '{install}/taco_bridge/lib/taco_bridge/sim_node' "
            f"--ros-args -p command_interface:=position")
-    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300)
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == 1 and len(lines) == 1, out.stdout + out.stderr
     assert lines[0].startswith("taco_sim: cannot start: parameter command_interface"), lines
-
-
-def test_velocity_interface_dials_offline():
-    """The policy node's control step with command_interface velocity and the shipped velocity
-    model, on taco_sim's DialEnv executing the commands with its velocity loop, without DDS:
-    the commands are 6 velocities within the limits and the keypad registers the PIN (a repeated
-    digit included, through the release step)."""
-    from rclpy.parameter import Parameter
-    policy_node = bridge_module("policy_node")
-    node = policy_node.PolicyNode(parameter_overrides=[Parameter("command_interface", value="velocity")])
-    try:
-        assert node.model_path == SHIPPED_VELOCITY_MODEL and node.interface == "velocity"
-        assert node.command_pub.topic_name == "/velocity_controller/commands"
-        for sketch, seed in (([0, 5, 1, 6], 0), ([7, 7, 2], 1)):
-            env = dial.DialEnv()
-            env.reset(seed=seed, layout="standard")
-            node.runner.start(sketch, 0.0)
-            node.press_rule = bridge_module("keypad").PressRule()
-            for t in range(dial.budget(len(sketch))):
-                node.qpos, node.qpos_time = env.qpos, t * dial.CONTROL_DT
-                action = node.control_step(t * dial.CONTROL_DT)
-                if action is None:
-                    break
-                assert action.shape == (6,) and (np.abs(action) <= dial.VELOCITY_LIMITS + 1e-12).all()
-                env.velocity_step(action)
-            assert node.runner.state == "done" and env.presses == sketch, (sketch, env.presses)
-    finally:
-        node.destroy_node()
 
 
 @pytest.mark.slow
@@ -812,3 +815,372 @@ def test_velocity_interface_dials_end_to_end(nodes, listener):
     end, presses, t0 = dial_to_the_end(nodes, listener, sketch, command_interface="velocity")
     assert end["state"] == "done" and end["pressed"] == sketch and presses == sketch, (end, presses)
     assert any(len(c) == 6 for t, c in listener.velocities if t >= t0) and not listener.commands
+
+
+# ----------------------------------------------------------------------------------------------
+# (h) the action, taco-bridge-send, the lifecycle, diagnostics, parameter dump, parent exit,
+#     a frozen simulator
+# ----------------------------------------------------------------------------------------------
+
+class Goals:
+    """An action client of /taco/execute_sketch on the listener's node (spun by its thread)."""
+
+    def __init__(self, listener, action_type, name="/taco/execute_sketch"):
+        from rclpy.action import ActionClient
+        self.type = action_type
+        self.client = ActionClient(listener.node, action_type, name)
+
+    def send(self, sketch, time_limit=0.0, timeout=10.0):
+        """(goal handle, its feedback [(t, Feedback)]) once the server answered."""
+        feedback = []
+        future = self.client.send_goal_async(
+            self.type.Goal(sketch=list(sketch), time_limit=float(time_limit)),
+            feedback_callback=lambda m: feedback.append((time.monotonic(), m.feedback)))
+        return wait_future(future, timeout), feedback
+
+    def result(self, handle, timeout=10.0):
+        """(status, Result)."""
+        response = wait_future(handle.get_result_async(), timeout)
+        return response.status, response.result
+
+
+def lifecycle_clients(listener, node="/taco_policy"):
+    """(change(label) -> success, state() -> label) through the node's lifecycle services."""
+    from lifecycle_msgs.srv import ChangeState, GetState
+    change_client = listener.node.create_client(ChangeState, f"{node}/change_state")
+    get_client = listener.node.create_client(GetState, f"{node}/get_state")
+    assert change_client.wait_for_service(timeout_sec=60.0), "no lifecycle services"
+
+    def change(label):
+        request = ChangeState.Request()
+        request.transition.label = label
+        return wait_future(change_client.call_async(request), 30.0).success
+
+    def state():
+        return wait_future(get_client.call_async(GetState.Request()), 10.0).current_state.label
+    return change, state
+
+
+def fake_arm(nodes, listener, tmp_path, **params):
+    """A policy node with a random model that never stops (and pushes every action to its
+    limit), a fake arm in this process publishing joint states; returns the node's process."""
+    params.setdefault("max_subtask_time", 100.0)
+    policy = nodes.start("policy_node", model=saved_model(tmp_path / "m", act_bias=1e3, stop_bias=-50.0),
+                         **params)
+    listener.fake_q = (list(dial.JOINTS), PLAUSIBLE_Q)
+    return policy
+
+
+def from_goal_status():
+    from action_msgs.msg import GoalStatus
+    return GoalStatus
+
+
+@pytest.mark.slow
+def test_action_cancel_mid_pin(nodes, listener, msgs):
+    """The shipped model dials "0 5 1 6" on the sim; after the first key the goal is canceled:
+    a zero command follows at once (the cancel callback publishes it), no torque after it, and
+    the result is CANCELED with what was done (the first sub-task, the key registered)."""
+    GoalStatus = from_goal_status()
+    sim = nodes.start("sim_node")
+    policy = nodes.start("policy_node")
+    goals = Goals(listener, msgs)
+    assert goals.client.wait_for_server(timeout_sec=60.0)
+    listener.wait_joint_states()
+    listener.wait_for(lambda: listener.pressed_sub.get_publisher_count() > 0, 30, "the sim node")
+    handle, feedback = goals.send(["0", "5", "1", "6"])
+    assert handle.accepted
+    listener.wait_for(lambda: any(f.completed for _, f in feedback), 30, "the first sub-task's STOP",
+                      nodes.log(policy) + nodes.log(sim))
+    t_cancel = time.monotonic()
+    cancel = wait_future(handle.cancel_goal_async())
+    assert len(cancel.goals_canceling) == 1
+    status, result = goals.result(handle)
+    assert status == GoalStatus.STATUS_CANCELED and result.state == "canceled" and not result.success
+    assert list(result.completed) == ["0"] and result.message.startswith("canceled after 1 of 4 sub-tasks (0)")
+    assert list(result.pressed) == ["0"] and result.keypad
+    zero_t = listener.wait_for(lambda: next((t for t, c in list(listener.commands)
+                                             if t >= t_cancel and not any(c)), None), 2.0, "a zero command")
+    print(f"\ncancel -> zero command: {1e3 * (zero_t - t_cancel):.1f} ms")
+    assert zero_t - t_cancel < 0.5
+    time.sleep(0.3)
+    assert all(not any(c) for t, c in list(listener.commands) if t >= zero_t), "torque after the cancel"
+    # feedback: positions, names, P(STOP) and time as they went
+    first = [f for _, f in feedback if f.active == 0]
+    assert first and first[0].subtask == "0" and all(0.0 <= f.stop_probability <= 1.0 for f in first)
+    elapsed = [f.elapsed for _, f in feedback]
+    assert elapsed == sorted(elapsed) and any(f.active == 1 and f.subtask == "5" for _, f in feedback)
+    assert policy.poll() is None and sim.poll() is None
+
+
+@pytest.mark.slow
+def test_action_accept_reject_preempt_time_limit(nodes, listener, msgs, tmp_path):
+    """Accepted goals run; a goal that does not parse, or asks for a bad time limit, is rejected
+    with the reason on taco/status and the run in progress goes on; a new goal preempts the one
+    running (ABORTED, state preempted); the time limit aborts a run; "stop" on the topic ends a
+    goal as halted."""
+    GoalStatus = from_goal_status()
+    policy = fake_arm(nodes, listener, tmp_path)
+    goals = Goals(listener, msgs)
+    assert goals.client.wait_for_server(timeout_sec=60.0)
+    listener.wait_joint_states()
+    first, first_feedback = goals.send(["3", "1"])
+    assert first.accepted
+    listener.wait_for(lambda: len(first_feedback) >= 2, 5.0, "feedback", nodes.log(policy))
+    for sketch, limit, reason in ((["3", "x"], 0.0, "unknown sub-task 'x' at position 1"),
+                                  ([], 0.0, "empty sketch"), (["3 1"], 0.0, "unknown sub-task '3 1'"),
+                                  (["2"], -1.0, "time_limit: expected"),
+                                  (["2"], float("nan"), "time_limit: expected")):
+        t0 = time.monotonic()
+        handle, _ = goals.send(sketch, limit)
+        assert not handle.accepted, sketch
+        status = listener.wait_for(lambda: listener.status_after(t0, lambda s: s.get("rejected")), 5.0,
+                                   "the rejection on taco/status")
+        assert reason in status["rejected"]["reason"], status
+        assert status["state"] == "running" and status["sketch"] == ["3", "1"], status   # not disturbed
+    second, _ = goals.send(["2"])
+    assert second.accepted
+    status, result = goals.result(first)
+    assert status == GoalStatus.STATUS_ABORTED and result.state == "preempted"
+    assert result.message.startswith("preempted by a newer goal after 0 of 2 sub-tasks") and result.steps > 0
+    t_stop = listener.send("stop")
+    status, result = goals.result(second)
+    assert status == GoalStatus.STATUS_ABORTED and result.state == "halted", result
+    listener.wait_for(lambda: any(t >= t_stop and not any(c) for t, c in list(listener.commands)), 2.0, "zeros")
+    limited, _ = goals.send(["4"], time_limit=0.5)
+    status, result = goals.result(limited, timeout=5.0)
+    assert status == GoalStatus.STATUS_ABORTED and result.state == "error"
+    assert "time limit of 0.5 s reached" in result.message and 0.5 <= result.elapsed < 3.0
+    assert policy.poll() is None
+
+
+@pytest.mark.slow
+def test_send_reports_a_rejection_and_stops(nodes, listener, install, tmp_path):
+    """taco-bridge-send: a sketch the node refuses exits 1 with the node's reason; `stop` cancels
+    a running goal and confirms the halt."""
+    policy = fake_arm(nodes, listener, tmp_path)
+    listener.wait_subscribed()
+    listener.wait_joint_states()
+    out = subprocess.run(send_command(install, "3 x", "--timeout", "60"), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 1 and "rejected: goal rejected: unknown sub-task 'x' at position 1" in out.stdout, \
+        out.stdout + out.stderr
+    running = subprocess.Popen(send_command(install, "3 1", "--timeout", "60"), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    try:
+        listener.wait_for(lambda: listener.status_after(0, lambda s: s["state"] == "running" and s["goal"]),
+                          60.0, "the goal running")
+        out = subprocess.run(send_command(install, "stop", "--timeout", "60"), capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0 and "canceled 1 goal(s)" in out.stdout and "halted" in out.stdout, out.stdout
+        text, _ = running.communicate(timeout=60)
+        assert running.returncode == 1 and "result: CANCELED canceled: canceled after 0 of 2" in text, text
+    finally:
+        if running.poll() is None:
+            running.kill()
+    assert policy.poll() is None
+
+
+@pytest.mark.slow
+def test_lifecycle_transitions(nodes, listener, msgs, tmp_path):
+    """unconfigured (no action server) -> configure -> inactive (goals rejected, no commands) ->
+    activate -> a goal runs -> deactivate mid-run (the goal ends deactivated, one zero command,
+    then silence) -> cleanup -> unconfigured -> configure, activate again -> shutdown."""
+    GoalStatus = from_goal_status()
+    policy = fake_arm(nodes, listener, tmp_path, autostart=False)
+    change, state = lifecycle_clients(listener)
+    goals = Goals(listener, msgs)
+    assert state() == "unconfigured"
+    assert not goals.client.wait_for_server(timeout_sec=1.0)
+    assert listener.wait_for(lambda: listener.status_after(0, lambda s: s["lifecycle"] == "unconfigured"),
+                             10.0, "the status of an unconfigured node")
+    assert change("configure") and state() == "inactive"
+    assert goals.client.wait_for_server(timeout_sec=60.0)
+    handle, _ = goals.send(["3"])
+    assert not handle.accepted
+    assert "taco_policy is inactive, not active" in listener.wait_for(
+        lambda: listener.status_after(0, lambda s: s.get("rejected")), 5.0, "the rejection")["rejected"]["reason"]
+    assert change("activate") and state() == "active"
+    listener.wait_joint_states()
+    handle, _ = goals.send(["3", "1"])
+    assert handle.accepted
+    listener.wait_for(lambda: sum(1 for t, c in list(listener.commands) if any(c)) >= 5, 5.0, "commands",
+                      nodes.log(policy))
+    t_off = time.monotonic()
+    assert change("deactivate") and state() == "inactive"
+    status, result = goals.result(handle)
+    assert status == GoalStatus.STATUS_ABORTED and result.state == "deactivated", result
+    zero_t = listener.wait_for(lambda: next((t for t, c in list(listener.commands)
+                                             if t >= t_off and not any(c)), None), 2.0, "the zero command")
+    time.sleep(0.5)
+    assert [c for t, c in list(listener.commands) if t > zero_t] == [], "commands while inactive"
+    assert change("cleanup") and state() == "unconfigured"
+    assert listener.wait_for(lambda: not goals.client.server_is_ready() or None, 10.0, "the action server gone")
+    assert change("configure") and change("activate") and state() == "active"
+    handle, _ = goals.send(["2"])
+    assert handle.accepted
+    assert change("shutdown") and state() == "finalized"
+    assert goals.result(handle)[1].state == "deactivated"
+    assert policy.poll() is None            # finalized, but the process lives until it is stopped
+
+
+@pytest.mark.slow
+def test_a_model_that_does_not_load_fails_configure(nodes, listener, tmp_path):
+    """Without autostart the node comes up unconfigured; configure with a missing model fails,
+    says why on taco/status and /diagnostics (ERROR), and the node stays unconfigured. With
+    autostart it exits 1 with one `cannot start:` line."""
+    policy = nodes.start("policy_node", model=str(tmp_path / "nowhere"), autostart=False)
+    change, state = lifecycle_clients(listener)
+    assert not change("configure") and state() == "unconfigured"
+    status = listener.wait_for(lambda: listener.status_after(0, lambda s: s["error"]), 10.0, "the error")
+    assert "does not exist" in status["error"] and status["lifecycle"] == "unconfigured"
+    diag = listener.wait_for(lambda: next((m for _, m in reversed(listener.diagnostics)
+                                           if m.status[0].level == DiagnosticStatus.ERROR), None),
+                             10.0, "an ERROR diagnostic")
+    assert "does not exist" in diag.status[0].message
+    assert policy.poll() is None
+    proc = nodes.start("policy_node", model=str(tmp_path / "nowhere"))
+    assert proc.wait(timeout=300) == 1                   # start-up (imports) is slow on a loaded machine
+    log = nodes.log(proc)
+    assert "taco_policy: cannot start:" in log and "does not exist" in log and "Traceback" not in log
+    assert len([line for line in log.splitlines() if line.strip()]) == 1, log
+
+
+@pytest.mark.slow
+def test_diagnostics(nodes, listener, tmp_path):
+    """/diagnostics: one status "/taco_policy: control loop" a second with the control rate
+    achieved, overruns, stale joint states, watchdog trips and rejected sketches; WARN after a
+    rejected sketch, ERROR after a watchdog trip."""
+    policy = fake_arm(nodes, listener, tmp_path)
+    listener.wait_subscribed()
+    listener.wait_joint_states()
+    t0 = listener.send("3 1")
+    time.sleep(3.2)
+
+    def latest(after):
+        return listener.wait_for(lambda: next((m.status[0] for t, m in reversed(listener.diagnostics)
+                                               if t > after), None), 5.0, "a diagnostics message")
+    status = latest(t0 + 2.0)
+    values = {kv.key: kv.value for kv in status.values}
+    assert status.name == "/taco_policy: control loop" and status.level == DiagnosticStatus.OK, (status, values)
+    for key in ("rate achieved (Hz)", "target rate (Hz)", "overruns", "stale joint states",
+                "watchdog trips", "rejected sketches", "longest tick (ms)", "lifecycle"):
+        assert key in values, key
+    assert 20.0 <= float(values["rate achieved (Hz)"]) <= 27.0 and values["lifecycle"] == "active", values
+    t1 = listener.send("3 x")
+    status = latest(t1 + 0.05)
+    values = {kv.key: kv.value for kv in status.values}
+    assert status.level == DiagnosticStatus.WARN and values["rejected sketches"] == "1", (status, values)
+    assert "unknown sub-task 'x'" in values["last rejection"]
+    listener.send("2")
+    time.sleep(0.3)
+    listener.fake_q = None                                # the arm stops reporting
+    t2 = time.monotonic()
+    status = listener.wait_for(lambda: next((m.status[0] for t, m in reversed(listener.diagnostics)
+                                             if t > t2 and m.status[0].level == DiagnosticStatus.ERROR), None),
+                               5.0, "an ERROR diagnostic")
+    assert {kv.key: kv.value for kv in status.values}["watchdog trips"] == "1"
+    assert policy.poll() is None
+
+
+@pytest.mark.slow
+def test_parameter_dump_lists_every_parameter(nodes, listener):
+    """`ros2 param dump /taco_policy` printed `ros__parameters: {}`: command_joints and
+    key_positions were declared without a value, and the node then answered get_parameters with
+    nothing. Every parameter has a value now (those two: the ones in use)."""
+    policy_node = bridge_module("policy_node")
+    nodes.start("policy_node", command_interface="velocity")
+    listener.wait_subscribed()
+    client = parameter_client(listener, "taco_policy")
+    names = wait_future(client.list_parameters([], 0)).result.names
+    assert set(policy_node.PARAMETERS) <= set(names)
+    got = wait_future(client.get_parameters(names))
+    assert len(got.values) == len(names) and all(v.type != 0 for v in got.values)     # 0: NOT_SET
+    values = dict(zip(names, got.values))
+    assert list(values["command_joints"].string_array_value) == list(dial.JOINTS[:6])
+    np.testing.assert_allclose(values["key_positions"].double_array_value,
+                               dial.key_positions(np.asarray(dial.STANDARD_LAYOUT)).ravel())
+
+
+def running_with_parent(install, tmp_path, model):
+    """A parent process (standing in for `ros2 launch`) that starts a policy node and waits; the
+    node's output goes to a log. Returns (parent, the node's pid)."""
+    node_cmd = (f"source '{install}/setup.bash' && exec '{install}/taco_bridge/lib/taco_bridge/policy_node' "
+                f"--ros-args -p autostart:=true -p model:={model} -p max_subtask_time:=100.0")
+    code = ("import subprocess, sys, time; "
+            f"p = subprocess.Popen(['bash', '-c', {node_cmd!r}], stdout=open({str(tmp_path / 'node.log')!r}, 'w'), "
+            "stderr=subprocess.STDOUT); print(p.pid, flush=True); time.sleep(3600)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    return parent, int(parent.stdout.readline())
+
+
+def gone(pid):
+    """True when pid has exited (reaped, or a zombie nobody reaps)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.slow
+def test_a_node_stops_when_its_parent_dies(install, listener, tmp_path):
+    """SIGTERM kills `ros2 launch` at once (no handler) and left the nodes running; the policy
+    node now notices that the process that started it has gone: it halts (a zero command) and
+    exits."""
+    parent, pid = running_with_parent(install, tmp_path, saved_model(tmp_path / "m", act_bias=1e3,
+                                                                     stop_bias=-50.0))
+    try:
+        listener.fake_q = (list(dial.JOINTS), PLAUSIBLE_Q)
+        listener.wait_subscribed(60)
+        listener.wait_joint_states()
+        t0 = listener.send("3 1")
+        listener.wait_for(lambda: sum(1 for t, c in list(listener.commands) if t > t0 and any(c)) >= 5, 10.0,
+                          "commands")
+        t_kill = time.monotonic()
+        parent.kill()                                      # as SIGTERM does to ros2 launch
+        parent.wait()
+        zero_t = listener.wait_for(lambda: next((t for t, c in list(listener.commands)
+                                                 if t > t_kill and not any(c)), None), 5.0, "a zero command",
+                                   (tmp_path / "node.log").read_text())
+        listener.wait_for(lambda: gone(pid), 10.0, "the node's exit")
+        print(f"\nparent killed -> zero command {1e3 * (zero_t - t_kill):.0f} ms, node gone")
+        log = (tmp_path / "node.log").read_text()
+        assert "exited: shutting down" in log, log
+        assert all(not any(c) for t, c in list(listener.commands) if t > zero_t)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        if not gone(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_frozen_simulator_over_dds(nodes, listener):
+    """The sim node frozen (SIGSTOP) while the shipped model dials: a zero command follows the
+    last joint state within joint_state_timeout (plus transport and scheduling on a loaded
+    machine: 0.1 s), and nothing but zeros after it. tests/test_bridge_control.py checks the
+    exact bound over 100 trials with a clock of its own; bench/bench_bridge.py --frozen measures it."""
+    sim = nodes.start("sim_node")
+    policy = nodes.start("policy_node")
+    listener.wait_subscribed()
+    listener.wait_joint_states()
+    timeout = 0.25
+    for trial in range(3):
+        t0 = listener.send("0 5 1 6 2 8")
+        time.sleep(0.5 + 0.2 * trial)
+        sim.send_signal(signal.SIGSTOP)
+        t_stop = time.monotonic()
+        time.sleep(1.0)
+        last = max(t for t in list(listener.joint_times) if t <= t_stop + 0.05)
+        zeros = [t for t, c in list(listener.commands) if t > last and not any(c)]
+        sim.send_signal(signal.SIGCONT)
+        assert zeros, f"no zero command after the last joint state\n{nodes.log(policy)}"
+        late = [t - zeros[0] for t, c in list(listener.commands) if t > zeros[0] and any(c) and t < t_stop + 1.0]
+        print(f"\nfrozen sim, trial {trial}: zero command {1e3 * (zeros[0] - last):.0f} ms after the last "
+              "joint state")
+        assert zeros[0] - last <= timeout + 0.1 and not late, (zeros[0] - last, late)
+        assert listener.status_after(t0, lambda s: s["state"] == "error" and "no fresh joint state" in s["error"])
+        listener.send("stop")
+        time.sleep(1.0)                                    # the sim catches up
+    assert policy.poll() is None and sim.poll() is None

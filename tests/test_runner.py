@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from taco_ref import evaluate, runner
 from taco_ref.model import Model
 from taco_ref.policy import PolicyConfig, init_params
-from taco_ref.runner import MAX_SKETCH_LEN, MAX_TEXT_LEN, SketchRunner, parse_sketch
+from taco_ref.runner import MAX_SKETCH_LEN, MAX_TEXT_LEN, SketchRunner, parse_sketch, parse_sketch_items
 from taco_sim import navworld
 
 DIAL_VOCAB = tuple(str(d) for d in range(10))
@@ -171,6 +171,26 @@ def test_parse_names_and_ids():
 def test_parse_errors_name_the_problem(text, words):
     with pytest.raises(ValueError, match=words):
         parse_sketch(text, DIAL_VOCAB)
+
+
+@pytest.mark.parametrize("items,words", [
+    ([], "empty sketch"), ("0 5", "a list of sub-task names"), ([0, 5], "a list of sub-task names"),
+    (["0", "x"], "unknown sub-task 'x' at position 1"), (["0 5"], "unknown sub-task '0 5' at position 0"),
+    ([""], "unknown sub-task '' at position 0"), (["0"] * (MAX_SKETCH_LEN + 1), f"at most {MAX_SKETCH_LEN}"),
+    (["0" * (MAX_TEXT_LEN + 1)], f"at most {MAX_TEXT_LEN}"),
+])
+def test_parse_items_errors_name_the_problem(items, words):
+    """A sketch as a list of names (the ROS action's goal): each item exactly one sub-task."""
+    with pytest.raises(ValueError, match=words):
+        parse_sketch_items(items, DIAL_VOCAB)
+
+
+@given(ids=st.lists(st.integers(0, 9), min_size=1, max_size=MAX_SKETCH_LEN), data=st.data())
+def test_parse_items_agrees_with_parse_sketch(ids, data):
+    """Items given as names or ids parse to the ids that the same tokens in one text give."""
+    items = [data.draw(st.sampled_from([DIAL_VOCAB[k], str(k)])) for k in ids]
+    assert parse_sketch_items(items, DIAL_VOCAB) == parse_sketch(" ".join(items), DIAL_VOCAB) == ids
+    assert parse_sketch_items(["black", "red"], navworld.VOCAB) == [0, 3]
 
 
 @given(text=st.text(max_size=200) | st.binary(max_size=50).map(lambda b: b.decode("latin-1")))

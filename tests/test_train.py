@@ -916,3 +916,114 @@ def test_float32_adam_state_holds_no_subnormal():
     still = p["w"].copy()
     adam.step(p, {"w": np.zeros(4, np.float32)})
     np.testing.assert_array_equal(p["w"], still)
+
+
+def test_select_by_rollouts_keeps_the_epoch_that_completes_most_validation_sketches(nav_small, tmp_path):
+    """spec/training.md eq. (13): scores 0.2, 0.5, 0.5, 0.3, 0.1 from epoch 2 on (select_from 2)
+    with patience 2: epoch 1 is no candidate, epoch 4 ties the best and wins (the later epoch),
+    epochs 5 and 6 do not improve and end the stage; the model holds epoch 4's parameters, each
+    scored epoch records its score, and a run stopped after 3 epochs resumes to the same end."""
+    def scripted():
+        scores, seen = iter([0.2, 0.5, 0.5, 0.3, 0.1, 0.9]), []
+
+        def validate(model):
+            seen.append({k: v.copy() for k, v in model.params.items()})
+            return next(scores)
+        return validate, seen
+
+    cfg = config(epochs=10, patience=2, warmup_epochs=0, select="rollouts", select_from=2)
+    validate, seen = scripted()
+    model = train.train(nav_small, cfg, progress=False, validate=validate)
+    history = model.info["history"]
+    assert [h.get("rollout_score") for h in history] == [None, 0.2, 0.5, 0.5, 0.3, 0.1]
+    for name in policy.trainable(model.params):
+        np.testing.assert_array_equal(model.params[name], seen[2][name], err_msg=name)
+    validate, _ = scripted()
+    assert train.train(nav_small, cfg, out_dir=tmp_path, progress=False, validate=validate,
+                       stop_after=3) is None
+    resumed = train.train(nav_small, cfg, out_dir=tmp_path, resume=True, progress=False,
+                          validate=lambda m, s=iter([0.5, 0.3, 0.1]): next(s))
+    assert_same_params(resumed.params, model.params)
+    with pytest.raises(ValueError, match="select: 'rollouts' needs a domain"):
+        train.train(nav_small, cfg, progress=False)
+
+
+def test_validation_rollouts_run_training_length_sketches_in_the_validation_env():
+    """spec/training.md eq. (13): the validator executes select_tasks sketches of the training
+    length from their own seed in the domain's validation environment (the Dial: random
+    layouts, never the test layout) and returns the share completed."""
+    made = []
+
+    class Env:
+        subtask_budget = None
+
+        def __init__(self):
+            made.append(self)
+
+        def reset(self, sketch, seed=None):
+            self.sketch, self.progress, self.failed = list(sketch), len(sketch), False
+            return np.zeros(1)
+
+        def budget(self, L):
+            return 5
+
+        done = property(lambda self: True)
+
+    import types
+    domain = types.SimpleNamespace(
+        validation_env=Env, task_env=None, test_sketches=None,
+        sample_sketches=lambda n, L, rng: np.tile(np.arange(L), (n, 1)))
+    model = types.SimpleNamespace(params=None, policy=types.SimpleNamespace(discrete=False, n_subtasks=3),
+                                  vocab=("a", "b", "c"))
+    validate = evaluate.validation_rollouts(domain, 7, seed=0, sketch_len=2)
+    assert validate(model) == 1.0 and len(made) == 7 and all(e.sketch == [0, 1] for e in made)
+    dial_env = taco_sim.get("dial").validation_env()
+    layouts = {tuple(dial_env.reset([1, 2], seed=s) is not None and dial_env.env.layout) for s in range(5)}
+    assert len(layouts) > 1 and tuple(taco_sim.dial.STANDARD_LAYOUT) not in layouts
+
+
+def test_averaged_parameters_follow_their_rule_and_are_what_is_scored_and_kept(nav_small, monkeypatch, tmp_path):
+    """spec/training.md eq. (14): with ema = 0.6 the trainer keeps avg = theta at the policy
+    stage's first step, then avg <- 0.6 avg + 0.4 theta after every step; the held-out loss is
+    computed on the average (in the nets' dtype), the kept parameters are the average of the
+    kept epoch, and a run stopped after one epoch resumes to the same end."""
+    steps, scored = [], []
+    step = optim.Adam.step
+
+    def recording_step(self, params, grads):
+        step(self, params, grads)
+        steps.append({k: params[k].copy() for k in self.m})
+
+    held = iter([5.0, 4.0, 3.0] + [9.0] * 10)
+
+    def mean_loss(job, stage, demos, batch_size=64):
+        scored.append({k: v.copy() for k, v in job.params.items()})
+        return next(held)
+
+    monkeypatch.setattr(optim.Adam, "step", recording_step)
+    monkeypatch.setattr(train, "mean_loss", mean_loss)
+    cfg = config(epochs=4, patience=10, warmup_epochs=0, ema=0.6)
+    model = train.train(nav_small, cfg, progress=False)
+    n_per_epoch = len(steps) // 4
+    avg = {k: v.astype(np.float64) for k, v in steps[0].items()}
+    averages = []
+    for i, p in enumerate(steps[1:], start=2):
+        for k in avg:
+            avg[k] = 0.6 * avg[k] + 0.4 * p[k]
+        if i % n_per_epoch == 0:
+            averages.append({k: v.copy() for k, v in avg.items()})
+    for epoch in range(4):
+        for k in averages[epoch]:
+            np.testing.assert_allclose(scored[epoch][k], averages[epoch][k], rtol=1e-12, atol=1e-14, err_msg=k)
+    for k in averages[2]:                                 # epoch 3 had the best held-out loss
+        np.testing.assert_allclose(model.params[k], averages[2][k], rtol=1e-12, atol=1e-14, err_msg=k)
+        assert not np.allclose(model.params[k], steps[-1][k]), k
+    monkeypatch.undo()
+    plain = train.train(nav_small, config(epochs=3, warmup_epochs=0, ema=0.9), progress=False)
+    assert train.train(nav_small, config(epochs=3, warmup_epochs=0, ema=0.9), out_dir=tmp_path,
+                       progress=False, stop_after=1) is None
+    resumed = train.train(nav_small, config(epochs=3, warmup_epochs=0, ema=0.9), out_dir=tmp_path,
+                          resume=True, progress=False)
+    assert_same_params(resumed.params, plain.params)
+    with pytest.raises(ValueError, match="ema must lie in"):
+        config(ema=1.0)

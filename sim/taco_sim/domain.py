@@ -62,6 +62,8 @@ class Domain:
                        | the CLI refuses --workers > 1 for a domain without it
     control_dt         | seconds between two recorded states (one action each): the frame period
                        | of an exported dataset (`taco export`); None for a domain without time
+    validation_env     | () -> a task environment on the training data's distribution (the
+                       | Dial: random layouts), for choosing an epoch by rollouts; None: task_env
     """
 
     name: str
@@ -80,6 +82,7 @@ class Domain:
     renders: bool = False
     parallel_collect: bool = False
     control_dt: Optional[float] = None
+    validation_env: Optional[Callable] = None
 
     def __post_init__(self):
         if not self.name or not self.name.replace("-", "_").isidentifier():

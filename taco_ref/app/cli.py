@@ -72,8 +72,15 @@ def cmd_train(args):
     domain = demos.meta.get("domain")
     cfg = config_mod.load(domain if domain in taco_sim.names() else None, args.config, args.set,
                           algo=args.algo, seed=args.seed)
+    validate = None
+    if cfg.select == "rollouts":
+        if domain not in taco_sim.names():
+            raise ValueError(f"--set select=rollouts: the data's domain {domain!r} is not one taco_sim "
+                             "can roll out in")
+        validate = evaluate.validation_rollouts(taco_sim.get(domain), cfg.select_tasks, cfg.seed,
+                                                demos.meta.get("sketch_len"))
     model = train.train(demos, cfg, out_dir=args.out, resume=args.resume, stop_after=args.stop_after,
-                        overwrite=args.overwrite, log=sys.stderr)
+                        overwrite=args.overwrite, log=sys.stderr, validate=validate)
     if model is None:
         print(f"stopped after {args.stop_after} epochs; continue with --resume --out {args.out}")
         return 0
@@ -86,13 +93,15 @@ def cmd_train(args):
 def cmd_evaluate(args):
     model = model_mod.load(args.model)
     dom = taco_sim.get(args.domain)
+    demos = data.load(args.data) if args.data else None       # bad data fails before the rollouts
+    if demos is not None:
+        evaluate.check_compatible(model, demos)
     result = evaluate.protocol(model, dom, args.n_tasks, args.seed, sketch_len=args.sketch_len,
                                lengths=args.lengths, progress=_progress)
     done = result["outcomes"].count("1")
     result["task_accuracy_ci95"] = list(evaluate.wilson_interval(done, result["n_tasks"]))
     print("\n".join(evaluate.failure_table(result)), file=sys.stderr)
-    if args.data:
-        demos = data.load(args.data)
+    if demos is not None:
         both = evaluate.alignment_accuracies(model, demos)
         result.update({f"align_{k}": v for k, v in both["position"].items()})
         result.update({f"align_subtask_{k}": v for k, v in both["subtask"].items()})

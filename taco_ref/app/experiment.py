@@ -66,7 +66,9 @@ def run(cell, demos=None, test_demos=None):
     demos = collect(train_spec) if demos is None else demos
     test_demos = collect(test_spec) if test_demos is None else test_demos
     cfg = train.TrainConfig.from_dict(dict(cell["config"], algo=cell["algo"], seed=cell["seed"]))
-    model = train.train(demos, cfg, progress=False)
+    validate = (evaluate.validation_rollouts(dom, cfg.select_tasks, cell["seed"], cell["train_sketch_len"])
+                if cfg.select == "rollouts" else None)
+    model = train.train(demos, cfg, progress=False, validate=validate)
     acc = evaluate.protocol(model, dom, cell["n_tasks"], cell["seed"], lengths=cell.get("test_lengths") or ())
     both = evaluate.alignment_accuracies(model, test_demos)
     align_acc, by_subtask = both["position"], both["subtask"]
@@ -91,11 +93,14 @@ def cell_key(cell):
     fields["config"] = full_config(cell)
     # each field at the value it trained with before the field existed (dtype's default is now
     # float32; float64 is what every older cell ran): keys from before the field stay valid
-    for name, before in (("dtype", "float64"), ("act_l2", 0.0), ("stop_l2", 0.0), ("lr_decay", "none")):
+    for name, before in (("dtype", "float64"), ("act_l2", 0.0), ("stop_l2", 0.0), ("lr_decay", "none"),
+                         ("select", "held_out_loss"), ("ema", 0.0)):
         if fields["config"][name] == before:
             del fields["config"][name]
     if fields["config"]["sigma"] != "learned":    # sigma_init is read only with a learned sigma
         del fields["config"]["sigma_init"]
+    if fields["config"].get("select") != "rollouts":   # read only when epochs are chosen by rollouts
+        del fields["config"]["select_tasks"], fields["config"]["select_from"]
     n_train = cell["size"] - data_mod.holdout_count(cell["size"], fields["config"]["holdout_fraction"])
     if train.passes_per_epoch(fields["config"]["epoch_size"], n_train) == 1:
         del fields["config"]["epoch_size"]        # one pass per epoch: the same run as before the field

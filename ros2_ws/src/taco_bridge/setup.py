@@ -13,12 +13,14 @@ setup(
         ('share/' + package_name, ['package.xml', 'README.md']),
         ('share/' + package_name + '/launch', glob('launch/*.launch.py')),
         ('share/' + package_name + '/config', glob('config/*.yaml')),
+        ('share/' + package_name + '/systemd', glob('systemd/*.service')),
     ],
     install_requires=['setuptools'],
     zip_safe=True,
     maintainer='taco_ref maintainers',
     maintainer_email='taco_ref@example.invalid',
-    description='TACO sub-policies on a JACO2 arm: policy node, MuJoCo sim node, launch file.',
+    description='TACO sub-policies on a JACO2 arm: managed policy node with the ExecuteSketch action, '
+                'MuJoCo sim node, launch file.',
     license='Apache-2.0',
     extras_require={'test': ['pytest']},
     entry_points={

@@ -11,14 +11,14 @@ from taco_sim.dial.env import (ACTION_DIM, CONTROL_DT, DIGIT_SLOTS, HOME, JOINTS
                                key_positions, observation_from_joints, observe, sample_layout)
 from taco_sim.dial.expert import (DART_SIGMA, TEST_SKETCH_LEN, TRAIN_SKETCH_LEN, DialTask, budget,
                                   collect, expert_torque, expert_torque_from_obs, sample_sketches,
-                                  task_env, zero_shot_sketches)
+                                  task_env, validation_env, zero_shot_sketches)
 
 __all__ = ["ACTION_DIM", "CONTROL_DT", "DART_SIGMA", "DIGIT_SLOTS", "HOME", "JOINTS", "K", "MODEL_PATH",
            "PHYSICS_DT", "SLOT_LABELS", "SLOTS", "STANDARD_LAYOUT", "STATE_DIM", "SUBSAMPLE",
            "TEST_SKETCH_LEN", "TORQUE_LIMITS", "TRAIN_SKETCH_LEN", "VELOCITY_KV", "VELOCITY_LIMITS",
            "VOCAB", "DialEnv", "DialTask", "budget", "collect", "expert_torque",
            "expert_torque_from_obs", "key_positions", "observation_from_joints", "observe",
-           "sample_layout", "sample_sketches", "task_env", "zero_shot_sketches"]
+           "sample_layout", "sample_sketches", "task_env", "validation_env", "zero_shot_sketches"]
 
 from taco_sim.domain import Domain, package_file, register  # noqa: E402
 
@@ -26,7 +26,7 @@ DOMAIN = register(Domain(
     name="dial", vocab=VOCAB, state_dim=STATE_DIM, action_dim=ACTION_DIM, discrete=False,
     train_sketch_len=TRAIN_SKETCH_LEN, test_sketch_len=TEST_SKETCH_LEN, collect=collect,
     task_env=task_env, sample_sketches=sample_sketches, test_sketches=zero_shot_sketches,
-    config=package_file("configs", "dial.yaml"),
+    validation_env=validation_env, config=package_file("configs", "dial.yaml"),
     models={"default": package_file("dial", "models", "dial")}, renders=True,
     parallel_collect=True, control_dt=CONTROL_DT))
 """The Dial (joint-state variant) on the domain contract; its shipped model is the ROS 2
@@ -38,7 +38,8 @@ VELOCITY_DOMAIN = register(Domain(
     name="dial-velocity", vocab=VOCAB, state_dim=STATE_DIM, action_dim=velocity.ACTION_DIM,
     discrete=False, train_sketch_len=TRAIN_SKETCH_LEN, test_sketch_len=TEST_SKETCH_LEN,
     collect=velocity.collect, task_env=velocity.task_env, sample_sketches=sample_sketches,
-    test_sketches=zero_shot_sketches, config=package_file("configs", "dial-velocity.yaml"),
+    test_sketches=zero_shot_sketches, validation_env=velocity.validation_env,
+    config=package_file("configs", "dial-velocity.yaml"),
     models={"default": package_file("dial", "models", "dial-velocity")}, renders=True,
     parallel_collect=True, control_dt=CONTROL_DT))
 """The Dial's velocity variant (taco_sim.dial.velocity): six arm joint velocity targets per

@@ -116,6 +116,13 @@ def task_env():
     return DialTask(layout="standard")
 
 
+def validation_env():
+    """A DialTask on a random layout per episode (drawn from its seed, never the standard one):
+    the training data's distribution, for choosing a training epoch by rollouts without
+    touching the test condition (spec/training.md §5)."""
+    return DialTask(layout="random")
+
+
 def budget(sketch_len):
     """Control-step budget for a PIN of length sketch_len (see STEPS_PER_DIGIT)."""
     return STEPS_PER_DIGIT * int(sketch_len)
@@ -192,6 +199,9 @@ def zero_shot_sketches(n, rng):
 class DialTask(SketchProgress):
     """One PIN-dialling episode on a DialEnv; the duck type of taco_sim.navworld.NavWorld.
 
+    layout: "standard", an array (spec/dial.md §4), or "random": a layout drawn from each
+    episode's seed (DialEnv.reset), as in the training data.
+
     Attribute | Shape | Meaning
     env       |       | the DialEnv
     sketch    | (L,)  | the PIN's digits
@@ -208,7 +218,7 @@ class DialTask(SketchProgress):
     """No forced STOP: the budget of the whole PIN bounds a run."""
 
     def __init__(self, layout="standard"):
-        self.layout = check_layout(layout)
+        self.layout = None if isinstance(layout, str) and layout == "random" else check_layout(layout)
         self.env = DialEnv()
         self.sketch = None
         self.progress = 0
@@ -263,7 +273,7 @@ class DialTask(SketchProgress):
         """Record what failure_detail reads: the fingertip after the step, whether the action
         asked a motor for its limit or more, whether an arm joint sits at its range's end."""
         record, env = self._record, self.env
-        lower, upper = kinematics().arm_bounds                                         # (6,) each
+        lower, upper = _arm_bounds()                                                   # (6,) each
         q = env.qpos[:6]
         record["tip"].append(env.fingertip)
         record["saturated"].append(bool((np.abs(np.asarray(action)) >= self.action_limits).any()))
@@ -315,6 +325,17 @@ class DialTask(SketchProgress):
     def stop(self):
         """The active sub-policy emitted STOP: nothing happens. The keypad judges presses, not
         STOP decisions (a real PIN pad sees only keys), so progress and failed change in step."""
+
+
+_ARM_BOUNDS = None
+
+
+def _arm_bounds():
+    """(lower (6,), upper (6,)) arm joint limits, read once per process."""
+    global _ARM_BOUNDS
+    if _ARM_BOUNDS is None:
+        _ARM_BOUNDS = kinematics().arm_bounds
+    return _ARM_BOUNDS
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,11 @@ def task_env():
     return DialVelocityTask(layout="standard")
 
 
+def validation_env():
+    """A DialVelocityTask on a random layout per episode (expert.validation_env's counterpart)."""
+    return DialVelocityTask(layout="random")
+
+
 VELOCITY = Variant("dial-velocity", DialVelocityTask, expert_velocity_from_obs, VELOCITY_LIMITS)
 """The velocity variant for expert.collect_variant."""
 

@@ -1,32 +1,53 @@
-"""Dial demo: the TACO policy node, and the simulated JACO2 + dial pad unless use_sim:=false.
+"""Dial demo: the TACO policy node (managed), and the simulated JACO2 + dial pad unless use_sim:=false.
 
     ros2 launch taco_bridge dial.launch.py                       # simulation, shipped Dial model
     ros2 launch taco_bridge dial.launch.py use_sim:=false params_file:=/path/to/jaco2.yaml
-    ros2 launch taco_bridge dial.launch.py namespace:=arm1       # topics under /arm1
+    ros2 launch taco_bridge dial.launch.py namespace:=arm1       # topics and action under /arm1
     ros2 launch taco_bridge dial.launch.py command_interface:=velocity   # joint velocity commands
-    ros2 topic pub --once /taco/sketch std_msgs/msg/String "{data: '0 5 1 6'}"
+    ros2 launch taco_bridge dial.launch.py autostart:=false      # then: ros2 lifecycle set ...
+    ros2 action send_goal --feedback /taco/execute_sketch taco_bridge_msgs/action/ExecuteSketch \
+        "{sketch: ['0', '5', '1', '6']}"
 
 Launch arguments:
   use_sim      true: start the sim node (taco_sim.dial's MuJoCo arm) as well
   params_file  ROS parameter file for both nodes (default: this package's config/dial.yaml)
   model        taco_ref model directory; given: overrides params_file's `model`
   rate         policy control rate in Hz; given: overrides params_file's `rate`
-  namespace    ROS namespace of both nodes and so of all their (relative) topics
+  namespace    ROS namespace of both nodes and so of all their (relative) topics and the action
   command_interface  effort or velocity; given: overrides params_file's `command_interface` of
                both nodes (and so their default command topic and the policy's default model)
+  autostart    true (default): this launch configures the policy node, then activates it;
+               false: it stays unconfigured until `ros2 lifecycle set /taco_policy configure`
+               and `... activate`
 
 `model`, `rate` and `command_interface` override the parameter file only when given on the
 command line: left out, the file's values apply (and the nodes' defaults where the file is
-silent). When either node
-exits, for whatever reason, the launch shuts down: a policy node that died must not leave the
-simulated arm running on alone, nor a sim that died a policy node commanding nothing.
+silent).
+
+Ending. When either node exits the launch shuts down: a policy node that died must not leave
+the simulated arm running on alone, nor a sim that died a policy node commanding nothing. A node
+that exits with an error (a bad parameter: `cannot start: ...`), or a policy node that cannot be
+configured (a model it cannot load) or activated, makes the launch exit with code 1 ("Caught
+exception in launch ... taco_policy ..."), so a supervisor sees the failure. Stop the launch with
+SIGINT (Ctrl-C; systemd: KillSignal=SIGINT): `ros2 launch` has no handler for SIGTERM and dies
+at once on it; the nodes then notice that their parent has gone and stop by themselves (zero
+command, exit), see the package README.
 """
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction, Shutdown
+from launch.actions import (DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler,
+                            Shutdown)
 from launch.conditions import IfCondition
+from launch.events import matches_action
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
-from launch_ros.actions import Node
+from launch_ros.actions import LifecycleNode, Node
+from launch_ros.event_handlers import OnStateTransition
+from launch_ros.events.lifecycle import ChangeState
 from launch_ros.substitutions import FindPackageShare
+from lifecycle_msgs.msg import Transition
+
+
+class NodeFailed(RuntimeError):
+    """Raised inside the launch to end it with exit code 1 (launch has no other way to set it)."""
 
 
 def policy_parameters(params_file, model, rate, command_interface=''):
@@ -46,19 +67,60 @@ def sim_parameters(params_file, command_interface=''):
     return [params_file] + ([{'command_interface': command_interface}] if command_interface else [])
 
 
+def on_node_exit(name):
+    """A node's on_exit: shut the launch down; with exit code 1 if the node failed. Nothing more
+    when the launch is shutting down already (a second Shutdown event makes launch_ros's ROS
+    adapter, which the lifecycle events use, fail to shut down twice: exit code 1 after Ctrl-C)."""
+    def handler(event, context):
+        if event.returncode not in (0, None):
+            raise NodeFailed(f'{name} exited with code {event.returncode}')
+        if context is not None and context.is_shutdown:
+            return None
+        return [Shutdown(reason=f'{name} exited')]
+    return handler
+
+
+def fail(message):
+    """An action that ends the launch with exit code 1 and message."""
+    def raise_it(context):
+        raise NodeFailed(message)
+    return OpaqueFunction(function=raise_it)
+
+
+def lifecycle_steps(policy):
+    """Configure the policy node, then activate it once it is inactive; a failed transition
+    ends the launch with exit code 1."""
+    def change(transition):
+        return EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(policy),
+                                           transition_id=transition))
+    return [
+        RegisterEventHandler(OnStateTransition(
+            target_lifecycle_node=policy, start_state='configuring', goal_state='inactive',
+            entities=[change(Transition.TRANSITION_ACTIVATE)])),
+        RegisterEventHandler(OnStateTransition(
+            target_lifecycle_node=policy, start_state='configuring', goal_state='unconfigured',
+            entities=[fail('taco_policy could not be configured (its log says why)')])),
+        RegisterEventHandler(OnStateTransition(
+            target_lifecycle_node=policy, start_state='activating', goal_state='inactive',
+            entities=[fail('taco_policy could not be activated (its log says why)')])),
+        change(Transition.TRANSITION_CONFIGURE),
+    ]
+
+
 def nodes(context):
-    params_file, model, rate, interface = (
+    params_file, model, rate, interface, namespace, autostart = (
         LaunchConfiguration(name).perform(context)
-        for name in ('params_file', 'model', 'rate', 'command_interface'))
-    namespace = LaunchConfiguration('namespace')
-    return [Node(package='taco_bridge', executable='sim_node', name='taco_sim', output='screen',
-                 namespace=namespace, parameters=sim_parameters(params_file, interface),
-                 condition=IfCondition(LaunchConfiguration('use_sim')),
-                 on_exit=Shutdown(reason='taco_sim exited')),
-            Node(package='taco_bridge', executable='policy_node', name='taco_policy',
-                 namespace=namespace, output='screen',
-                 parameters=policy_parameters(params_file, model, rate, interface),
-                 on_exit=Shutdown(reason='taco_policy exited'))]
+        for name in ('params_file', 'model', 'rate', 'command_interface', 'namespace', 'autostart'))
+    sim = Node(package='taco_bridge', executable='sim_node', name='taco_sim', output='screen',
+               namespace=namespace, parameters=sim_parameters(params_file, interface),
+               condition=IfCondition(LaunchConfiguration('use_sim')),
+               on_exit=on_node_exit('taco_sim'))
+    policy = LifecycleNode(package='taco_bridge', executable='policy_node', name='taco_policy',
+                           namespace=namespace, output='screen',
+                           parameters=policy_parameters(params_file, model, rate, interface),
+                           on_exit=on_node_exit('taco_policy'))
+    steps = lifecycle_steps(policy) if autostart.lower() in ('true', '1', 'yes') else []
+    return [sim, policy] + steps
 
 
 def generate_launch_description():
@@ -77,5 +139,8 @@ def generate_launch_description():
                               description='namespace of both nodes and their topics'),
         DeclareLaunchArgument('command_interface', default_value='',
                               description='effort or velocity; empty: params_file\'s'),
+        DeclareLaunchArgument('autostart', default_value='true',
+                              description='configure and activate the policy node (a managed '
+                                          'node); false: ros2 lifecycle set drives it'),
         OpaqueFunction(function=nodes),
     ])

@@ -1,10 +1,11 @@
 """taco-bridge-dial: the dial demo without a ROS 2 installation (what dial.launch.py starts).
 
     pip install -e ".[ros]"
+    taco-bridge-build && source ros2_ws/install/setup.bash   # the action's interface package
     taco-bridge-dial                       # sim node + policy node, shipped Dial model
     taco-bridge-dial --command-interface velocity   # joint velocity commands, its shipped model
     # in another shell of the same environment:
-    python -m taco_bridge.send "0 5 1 6"   # or, with a ROS install: ros2 topic pub --once ...
+    taco-bridge-send "0 5 1 6"             # or, with a ROS install: ros2 action send_goal ...
 
 The two nodes run as two child processes (`python -m taco_bridge.sim_node` and
 `python -m taco_bridge.policy_node`), as the launch file runs them: each gets its own
@@ -31,7 +32,10 @@ def node_commands(args):
     rate = args.rate
     if rate is None and args.real_time_factor is not None:
         rate = args.real_time_factor / dial.CONTROL_DT
-    policy = [sys.executable, '-m', 'taco_bridge.policy_node'] + common + ['-r', '__node:=taco_policy']
+    # the policy node is a managed node: without a launch file to drive its transitions it
+    # configures and activates itself
+    policy = ([sys.executable, '-m', 'taco_bridge.policy_node'] + common
+              + ['-r', '__node:=taco_policy', '-p', 'autostart:=true'])
     if rate is not None:
         policy += ['-p', f'rate:={float(rate)!r}']
     if args.model:

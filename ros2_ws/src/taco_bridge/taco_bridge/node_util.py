@@ -1,6 +1,7 @@
 """Small helpers shared by the nodes: parameter tables and their checks, topic names, shutdown
-on SIGINT / SIGTERM."""
+on SIGINT / SIGTERM / SIGHUP and when the parent process exits."""
 import math
+import os
 import signal
 import sys
 
@@ -9,30 +10,33 @@ from rclpy.signals import SignalHandlerOptions
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.exceptions import (NameValidationException, ParameterException,
                               ParameterUninitializedException)
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.validate_topic_name import validate_topic_name
 
+RCLError = _rclpy.RCLError
+"""rcl's error type (the implementation's; rclpy exports no public name for it)."""
 READ_ONLY = 'read at start-up; read-only: restart the node to change it'
 
 
-def declare(node, parameters, optional_types):
+def declare(node, parameters, derive=None):
     """Declare every parameter of a {name: (default, description)} table up front, read-only.
 
     The nodes read their parameters once, at start-up (a control rate, a topic or a safety
     limit changed under a running sketch would be half applied), so every parameter is declared
-    read_only: `ros2 param set` is refused with "parameter is read-only" instead of being
-    accepted and ignored. A default of None declares an optional parameter of type
-    optional_types[name], unset until a parameter file or the command line sets it. Numbers
-    accept ints and floats alike (`-p rate:=25` works for a rate of 25.0).
+    read_only: `ros2 param set` is refused ("Trying to set a read-only parameter") instead of
+    being accepted and ignored. A default of None is derived from the parameters declared before
+    it, `derive(name, {name: value})`, so that every parameter has a value and `ros2 param dump`
+    shows them all. Numbers accept ints and floats alike (`-p rate:=25` works for a rate of 25.0).
     """
+    values = {}
     for name, (default, description) in parameters.items():
         text = f'{description} ({READ_ONLY})'
         if default is None:
-            node.declare_parameter(name, optional_types[name],
-                                   ParameterDescriptor(description=text, read_only=True))
-        else:
-            dynamic = isinstance(default, (int, float)) and not isinstance(default, bool)
-            node.declare_parameter(name, default, ParameterDescriptor(
-                description=text, dynamic_typing=dynamic, read_only=True))
+            default = derive(name, values)
+        dynamic = isinstance(default, (int, float)) and not isinstance(default, bool)
+        node.declare_parameter(name, default, ParameterDescriptor(
+            description=text, dynamic_typing=dynamic, read_only=True))
+        values[name] = value(node, name)
 
 
 def number(params, name, low, high, low_open=True, high_open=False):
@@ -67,38 +71,61 @@ def value(node, name):
 
 
 def stop_on_signals():
-    """Install SIGINT and SIGTERM handlers that only record the signal; returns the record (a list).
+    """Install SIGINT, SIGTERM and SIGHUP handlers that only record the signal; returns the
+    record (a list).
 
     The nodes call rclpy.init with SignalHandlerOptions.NO, call this first thing, and spin with
     spin_until. A handler that raised KeyboardInterrupt could fire inside rclpy while it converts
     a message (seen as a RuntimeError from take_message and a non-zero exit); recording the
     signal and checking it between callbacks cannot, and leaves the context valid so that a node
-    can still publish on its way out (zero torque).
+    can still publish on its way out (zero torque). SIGHUP: the terminal it ran in was closed.
     """
     received = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda signum, frame: received.append(signum))
     return received
 
 
 def spin_until(node, received, period=0.1):
-    """Spin node until stop_on_signals' record is non-empty (checked at least every period s)."""
+    """Spin node until stop_on_signals' record is non-empty or the process that started this one
+    has exited (checked at least every period s).
+
+    The parent's exit counts as a stop signal: `ros2 launch` has no handler for SIGTERM (what
+    systemd and `docker stop` send), so SIGTERM kills it at once and leaves its children running
+    (launch's own log says "using SIGTERM can result in orphaned processes"); a node that drives
+    an arm must not run on unsupervised. The test is a change of os.getppid(): a node whose
+    parent exits is re-parented (to init or a subreaper).
+    """
+    parent = os.getppid()
     while not received and rclpy.ok():
         rclpy.spin_once(node, timeout_sec=period)
+        if os.getppid() != parent:
+            node.get_logger().warning(f'the process that started this node (pid {parent}) exited: '
+                                      'shutting down')
+            received.append('parent exited')
 
 
-def run(make_node, label, args=None, on_exit=None):
-    """A node's main(): rclpy up (without rclpy's signal handlers), make_node(), spin until
-    SIGINT / SIGTERM, then on_exit(node) (e.g. a last zero-torque command) while the context is
-    still valid, and shut down. Returns the exit code: 1 when the node cannot be made (the
-    error is printed on one line after label: a bad parameter value, type or name, or a model
-    that cannot be loaded), else 0."""
+def run(make_node, label, args=None, start=None, on_exit=None):
+    """A node's main(): rclpy up (without rclpy's signal handlers), make_node(), start(node),
+    spin until SIGINT / SIGTERM / SIGHUP or the parent's exit, then on_exit(node) (e.g. a last
+    zero-torque command) while the context is still valid, and shut down. Returns the exit code:
+    1 when the node cannot be made or started (the error is printed on one line after label: a
+    bad parameter value, type or name, or a model that cannot be loaded), else 0."""
     received = stop_on_signals()
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    try:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    except RCLError as err:                    # e.g. a --ros-args argument rcl cannot parse
+        print(f'{label}: cannot start: {" ".join(str(err).split())}', file=sys.stderr)
+        return 1
+    node = None
     try:
         node = make_node()
+        if start is not None:
+            start(node)
     except (ValueError, OSError, ParameterException, NameValidationException) as err:
         print(f'{label}: cannot start: {" ".join(str(err).split())}', file=sys.stderr)
+        if node is not None:
+            node.destroy_node()
         rclpy.try_shutdown()
         return 1
     try:

@@ -1,51 +1,81 @@
 """The TACO policy node: executes a sketch on a JACO arm with a taco_ref model's sub-policies.
 
-Topic names are relative, so that `-r __ns:=/arm1` moves all of them (/arm1/taco/sketch, ...);
-without a namespace they resolve to the names below.
+A managed (lifecycle) node, `taco_policy`. Its transitions (`ros2 lifecycle set /taco_policy
+<transition>`; the launch file drives the first two itself):
 
+  configure   load and check the model; create the topics and the action server
+  activate    start commanding: the control timer runs, sketches and goals are accepted
+  deactivate  halt whatever runs (its goal ends `deactivated`), one zero command, stop the timer
+  cleanup     free the model, the topics and the action server (back to unconfigured)
+  shutdown    from any state: as deactivate and cleanup together
+
+Every parameter is checked when the node is made, before any transition (a bad one: `cannot
+start: ...`, exit 1). With the parameter `autostart` the node configures and activates itself
+(`taco-bridge-dial` and the tests use it); a model it cannot load then also ends it with one
+`cannot start:` line and exit code 1. On SIGINT, SIGTERM or SIGHUP, and when the process that
+started it exits (`ros2 launch` killed), it deactivates (zeros) and shuts down.
+
+Topic and action names are relative, so that `-r __ns:=/arm1` moves all of them
+(/arm1/taco/sketch, ...); without a namespace they resolve to the names below.
+
+Action server
+  taco/execute_sketch taco_bridge_msgs/action/ExecuteSketch: goal = sketch (names or ids, one
+                      per item) and an optional time limit; rejected (with the reason in the
+                      log, on taco/status and in the diagnostics) when the node is not active or
+                      the goal does not parse; feedback (5 Hz, and on every change of the active
+                      sub-task, the completed ones or the keys pressed) = active position and
+                      sub-task, its P(STOP), elapsed time, completed sub-tasks, keys pressed;
+                      result = success, how it ended (taco_bridge.control.OUTCOMES), completed
+                      sub-tasks, stop times, keys pressed, a message. Cancel halts the arm at once
+                      (one zero command in the cancel callback). One goal at a time: a newly
+                      accepted goal, or a sketch on taco/sketch, preempts the one running, which
+                      ends ABORTED with state `preempted`. A rejected goal leaves the run in
+                      progress alone.
 Subscribes
-  taco/sketch         std_msgs/String       "0 5 1 6" or "0,5,1,6" (names or ids of the model's
-                                            vocabulary); "" or "stop" halts
+  taco/sketch         std_msgs/String       the convenience topic, on the same code path: "0 5 1
+                      6" or "0,5,1,6"; "" or "stop" halts whatever runs (a goal ends `halted`);
+                      a sketch that does not parse halts it too (fire and forget has no other
+                      way to say "not that")
   joint_states        sensor_msgs/JointState joints matched by name; implausible ones rejected
   dial/pressed        std_msgs/String       the keys a keypad registered (the sim node), if any
 Publishes
-  <command_topic>     std_msgs/Float64MultiArray  the command of command_interface in
-                      command_joints order: effort, one torque (N m) per joint (9), default
-                      topic effort_controller/commands (a ros2_control effort controller);
-                      velocity, one velocity (rad/s) per arm joint (6), default topic
-                      velocity_controller/commands (a JointGroupVelocityController). Only on
-                      the control timer (at most `rate` messages per second): the policy's
-                      action at every tick while a sketch runs; one message of zeros at the
-                      first tick after a run ends (done, error, watchdog, "stop", a rejected
-                      sketch), and one on shutdown. Nothing while idle: a forward command
-                      controller holds the last command it got, which is then zeros (zero
-                      torque on top of gravity compensation, or standing still).
-  taco/status         std_msgs/String       JSON of taco_ref.runner.SketchRunner.status() plus
-                      "joint_state_age" (s, or null) and "pressed" (the keys the keypad
-                      registered in this run, or null without a keypad); on every change and
-                      at status_rate
+  <command_topic>     std_msgs/Float64MultiArray  (a lifecycle publisher: only while active) the
+                      command of command_interface in command_joints order: effort, one torque
+                      (N m) per joint (9), default topic effort_controller/commands (a
+                      ros2_control effort controller); velocity, one velocity (rad/s) per arm
+                      joint (6), default topic velocity_controller/commands (a
+                      JointGroupVelocityController). On the control timer, at most one per tick:
+                      the policy's action at every tick while a sketch runs; one message of zeros
+                      at the first tick after a run ends (done, error, watchdog, "stop", a
+                      rejected sketch); at once on cancel and on deactivation. Nothing while
+                      idle: a forward command controller holds the last command it got, which is
+                      then zeros (zero torque on top of gravity compensation, or standing still).
+  taco/status         std_msgs/String       JSON: taco_bridge.control.Controller.status() plus
+                      "lifecycle", "joint_state_age" (s, or null), "goal" (the action goal's id,
+                      null for a sketch from the topic) and "rejected" (the latest rejected
+                      sketch or goal and why, or null); on every change and at status_rate
+  /diagnostics        diagnostic_msgs/DiagnosticArray  once a second, one status named
+                      "<node's full name>: control loop": control rate achieved against the
+                      target, largest tick interval and tick duration, overruns, stale and
+                      rejected joint states, watchdog trips, rejected sketches, runs
 
-Everything that decides an action is in taco_ref.runner (parse_sketch, SketchRunner),
+Everything that decides an action is in taco_bridge.control (runs, the watchdog, keypad rules,
+feedback and result; no ROS), taco_ref.runner (parse_sketch, SketchRunner),
 taco_sim.dial.observation_from_joints (forward kinematics on the project's MJCF) and
-taco_bridge.keypad (the release step between repeated digits and the press rule: a sub-task's
-STOP counts only once its key went down). Control runs on a wall-clock timer at `rate` Hz; a
-new sketch is acted on at the next tick.
+taco_bridge.keypad. The control loop waits on nothing but its timer (control.py: a joint state
+is used only while it will still be younger than joint_state_timeout when the next tick's
+command arrives, so the zero command arrives within joint_state_timeout of the last joint state).
 
 `done` means: with a keypad publishing on dial/pressed (the simulation), the keypad registered
 exactly the sketch (checked within press_grace of the last STOP; a key off the sketch ends the
 run at once); without one (a real arm), the policy's own claim that its last sub-task stopped.
 
-Safety: parameters are checked at start-up (a bad one: `cannot start: ...`, exit 1); torques
-clipped to torque_limits (at most the arm's peak torques), velocities to velocity_limits (at
-most the arm's joint speed limits); joint states must name each joint
-once, be finite, lie within the MJCF's joint ranges plus joint_limit_margin and, when stamped,
-be younger than joint_state_timeout: others are rejected (an implausible one ends a run at
-once); no accepted joint state fresher than joint_state_timeout while running ends the run in
-error (zeros commanded; a sketch started before any fresh joint state gets
-joint_state_timeout from its start); a sketch that does not parse is rejected with an error
-status (the run in progress halts, the node keeps running; the warning is throttled);
-max_subtask_time bounds each sub-task; an exception inside a callback ends the run in error
-instead of killing the node.
+Safety: torques clipped to torque_limits (at most the arm's peak torques), velocities to
+velocity_limits (at most the arm's joint speed limits); joint states must name each joint once,
+be finite, lie within the MJCF's joint ranges plus joint_limit_margin and, when stamped, be
+younger than joint_state_timeout: others are rejected (an implausible one ends a run at once);
+max_subtask_time bounds each sub-task and a goal's time_limit the whole run; an exception inside
+a callback ends the run in error instead of killing the node.
 
 Symbol | Shape | Meaning
 J      |       | joints of the joint states, the model's observation order (9: six arm joints, 3 fingers)
@@ -61,21 +91,30 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from rclpy.node import Node
-from rclpy.parameter import Parameter
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
+from rclpy.task import Future
 from rclpy.time import Time
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 
 import taco_sim
 from taco_ref import model as model_mod
-from taco_ref import policy
-from taco_ref.runner import SketchRunner, parse_sketch
+from taco_ref.runner import parse_sketch, parse_sketch_items
 from taco_sim import dial
-from taco_sim.dial.env import load_model as load_arm
 
-from taco_bridge import keypad
+from taco_bridge.control import DELIVERY_MARGIN, Controller, joint_bounds, joint_positions
 from taco_bridge.node_util import declare, number, run, topic, value
+
+try:
+    from taco_bridge_msgs.action import ExecuteSketch
+except ImportError:          # the interface package is not built, or its install is not sourced
+    ExecuteSketch = None
+
+MSGS_MISSING = ('the interface package taco_bridge_msgs is not importable: build ros2_ws (colcon '
+                'build; with the PyPI wheels taco-bridge-build) and source its install/setup.bash')
 
 
 @dataclass(frozen=True)
@@ -115,22 +154,27 @@ INTERFACES = {
 DEFAULT_MODEL = INTERFACES['effort'].default_model
 """The shipped Dial (torque) model, used when the model parameter is empty (effort)."""
 HALT_WORDS = ('', 'stop')
-CONTINUOUS_RANGE = (-2 * math.pi, 4 * math.pi)
-"""rad: the range accepted for a joint the MJCF leaves unlimited (JACO2 joint 1 turns freely):
-two turns around [0, 2 pi), the range the MJCF gives the continuous wrist joints 4-6."""
 MAX_KEY_DISTANCE = 1.5
 """m: key positions farther than this from the arm's base are a typo (the JACO2 reaches 0.9 m)."""
+MAX_TIME_LIMIT = 3600.0
+"""s: the largest time limit a goal may ask for."""
 WARN_PERIOD = 5.0
 """s between two warnings of one kind (rejected sketches, rejected joint states)."""
+FEEDBACK_PERIOD = 0.2
+"""s between two feedback messages of a goal when nothing but the time and P(STOP) changed."""
+DIAGNOSTICS_PERIOD = 1.0
+"""s between two /diagnostics messages (diagnostic_updater's default)."""
+RATE_WARN = 0.9
+"""The diagnostics warn when the control rate achieved falls below this fraction of the target."""
 
 PARAMETERS = {
-    # name: (default, description); None: an optional array, unset by default
+    # name: (default, description); None: derived from the parameters above it (derive_default)
     'model': ('', 'taco_ref model directory; empty: the shipped Dial model of command_interface'),
     'command_interface': ('effort', 'effort: joint torques (N m) on top of gravity compensation; '
                                     'velocity: arm joint velocities (rad/s); the model must match'),
     'rate': (1.0 / dial.CONTROL_DT, 'control rate (Hz), (0, 500]; the policies were trained at 25 Hz'),
     'joint_names': (list(dial.JOINTS), 'robot joint names in the model action order'),
-    'command_joints': (None, 'joint order of the command; unset: joint_names (effort), its first '
+    'command_joints': (None, 'joint order of the command; default joint_names (effort), its first '
                              'six, the arm joints (velocity)'),
     'torque_limits': ([float(x) for x in dial.TORQUE_LIMITS],
                       'per-joint torque limits (N m), joint_names order, each in [0, the arm\'s peak] '
@@ -139,9 +183,11 @@ PARAMETERS = {
                         'arm joint velocity limits (rad/s), joint_names order, each in [0, the '
                         'arm\'s maximum] (velocity)'),
     'layout': ([int(x) for x in dial.STANDARD_LAYOUT],
-               'keypad slot of each digit 0..9 (taco_sim.dial); used unless key_positions is set'),
-    'key_positions': (None, 'world (x, y, z) of each digit key top, 30 numbers (m), digit order'),
-    'joint_state_timeout': (0.25, 'watchdog: seconds without a joint state before zero torque, (0, 2]'),
+               'keypad slot of each digit 0..9 (taco_sim.dial); gives key_positions\' default'),
+    'key_positions': (None, 'world (x, y, z) of each digit key top, 30 numbers (m), digit order; '
+                            'default: the simulated keypad\'s for layout'),
+    'joint_state_timeout': (0.25, 'watchdog: seconds without a joint state before zero torque, '
+                                  '(1 / rate + 0.01, 2]'),
     'joint_limit_margin': (0.25, 'rad beyond the MJCF joint ranges a joint state may report, [0, 0.5]'),
     'max_subtask_time': (20.0, 'seconds one sub-task may stay active before an error, (0, 600]'),
     'stop_threshold': (0.5, 'a sub-policy stops when P(STOP) exceeds this, (0, 1)'),
@@ -149,9 +195,24 @@ PARAMETERS = {
     'status_rate': (1.0, 'Hz of the periodic status message (also sent on every change), (0, 100]'),
     'command_topic': ('', 'topic of the command; empty: effort_controller/commands (effort) or '
                           'velocity_controller/commands (velocity)'),
+    'autostart': (False, 'configure and activate at start-up (without: ros2 lifecycle set, or the '
+                         'launch file, drives the transitions)'),
 }
-OPTIONAL_TYPES = {'command_joints': Parameter.Type.STRING_ARRAY,
-                  'key_positions': Parameter.Type.DOUBLE_ARRAY}
+
+
+def derive_default(name, p):
+    """The default of a parameter whose PARAMETERS default is None, from the values p of those
+    declared before it; `ros2 param dump` then shows the value in use."""
+    if name == 'command_joints':
+        iface = INTERFACES.get(p['command_interface'])
+        names = list(p['joint_names'])
+        return names[:iface.action_dim] if iface is not None else names
+    if name == 'key_positions':
+        try:
+            return [float(x) for x in dial.key_positions(np.asarray(p['layout'], dtype=np.int64)).ravel()]
+        except (ValueError, TypeError) as err:
+            raise ValueError(f'parameter {err}') from None
+    raise KeyError(name)
 
 
 def dial_model(path, interface='effort'):
@@ -174,37 +235,6 @@ def dial_model(path, interface='effort'):
         raise ValueError(f'{path}: a Dial model names the digits {" ".join(dial.VOCAB)}; '
                          f'this one {" ".join(model.vocab)}')
     return model, path
-
-
-def joint_bounds(margin):
-    """(low (J,), high (J,)) joint positions accepted, rad: the ranges of taco_sim.dial's MJCF of
-    the arm (CONTINUOUS_RANGE for a joint it leaves unlimited) widened by margin, JOINTS order."""
-    arm, _ = load_arm()
-    low, high = np.empty(len(dial.JOINTS)), np.empty(len(dial.JOINTS))
-    for j, name in enumerate(dial.JOINTS):
-        joint = arm.joint(name).id
-        low[j], high[j] = arm.jnt_range[joint] if arm.jnt_limited[joint] else CONTINUOUS_RANGE
-    return low - margin, high + margin
-
-
-def joint_positions(msg, names, low, high):
-    """(positions (J,) of names taken from a JointState by name, None) when the message is
-    plausible, else (None, the reason): each name once in the message, a position for each,
-    finite and within [low, high] (J,). Extra joints are ignored."""
-    seen = set()
-    for n in msg.name:
-        if n in seen:
-            return None, f'joint {n} named twice'
-        seen.add(n)
-    index = {n: i for i, n in enumerate(msg.name)}
-    missing = [n for n in names if n not in index or index[n] >= len(msg.position)]
-    if missing:
-        return None, f'no position for {" ".join(missing)}'
-    q = np.array([msg.position[index[n]] for n in names], dtype=np.float64)   # (J,)
-    for j, n in enumerate(names):
-        if not low[j] <= q[j] <= high[j]:                                  # NaN fails too
-            return None, f'joint {n} at {q[j]:g} rad, outside [{low[j]:.3f}, {high[j]:.3f}]'
-    return q, None
 
 
 def checked_parameters(p):
@@ -232,7 +262,7 @@ def checked_parameters(p):
         raise ValueError(f'parameter joint_names: expected {J} distinct names, got {names}')
     out['joint_names'] = names
     commanded = names[:A]                      # effort: all J joints; velocity: the six arm joints
-    command = list(p['command_joints'] or commanded)
+    command = list(p['command_joints'])
     if sorted(command) != sorted(commanded):
         raise ValueError(f'parameter command_joints: expected a permutation of '
                          f'{"joint_names" if A == J else f"the first {A} joint_names"} {commanded}, '
@@ -247,217 +277,339 @@ def checked_parameters(p):
                              f'{limits.tolist()}')
         if name == iface.limits:
             out['limits'] = limits
-    if p['key_positions'] is not None:
-        key_pos = np.asarray(p['key_positions'], dtype=np.float64)
-        if key_pos.shape != (3 * K,) or not np.isfinite(key_pos).all():
-            raise ValueError(f'parameter key_positions: expected {3 * K} finite numbers, '
-                             f'got {key_pos.tolist()}')
-        key_pos = key_pos.reshape(K, 3)                                         # (K, 3)
-        if np.linalg.norm(key_pos, axis=1).max() > MAX_KEY_DISTANCE:
-            raise ValueError(f'parameter key_positions: a key farther than {MAX_KEY_DISTANCE} m '
-                             f'from the arm\'s base: {key_pos.tolist()}')
-        out['key_pos'] = key_pos
-    else:
-        try:
-            out['key_pos'] = dial.key_positions(np.asarray(p['layout'], dtype=np.int64))  # (K, 3)
-        except ValueError as err:
-            raise ValueError(f'parameter {err}') from None
+    key_pos = np.asarray(p['key_positions'], dtype=np.float64)
+    if key_pos.shape != (3 * K,) or not np.isfinite(key_pos).all():
+        raise ValueError(f'parameter key_positions: expected {3 * K} finite numbers, '
+                         f'got {key_pos.tolist()}')
+    key_pos = key_pos.reshape(K, 3)                                             # (K, 3)
+    if np.linalg.norm(key_pos, axis=1).max() > MAX_KEY_DISTANCE:
+        raise ValueError(f'parameter key_positions: a key farther than {MAX_KEY_DISTANCE} m '
+                         f'from the arm\'s base: {key_pos.tolist()}')
+    out['key_pos'] = key_pos
+    least = 1.0 / out['rate'] + DELIVERY_MARGIN
+    if not out['timeout'] > least:
+        raise ValueError(f'parameter joint_state_timeout: expected more than one control period '
+                         f'and the delivery margin (1 / rate + {DELIVERY_MARGIN:g} = {least:g} s), got '
+                         f'{out["timeout"]!r}')
     return out
 
 
-class PolicyNode(Node):
-    """Sketch in, torques out; see the module docstring."""
+@dataclass
+class Goal:
+    """An accepted goal of the action: its handle, the future its execute callback awaits (set
+    to the result when the run ends) and what feedback it got last."""
 
-    def __init__(self, **kwargs):
+    handle: object
+    done: Future
+    feedback_time: float = -math.inf
+    feedback_key: tuple = None
+
+
+class PolicyNode(LifecycleNode):
+    """Sketch in (action or topic), commands out; a managed node. See the module docstring."""
+
+    def __init__(self, clock=time.monotonic, **kwargs):
         super().__init__('taco_policy', **kwargs)
-        declare(self, PARAMETERS, OPTIONAL_TYPES)
-        p = {name: value(self, name) for name in PARAMETERS}
-        c = checked_parameters(p)
-        self.interface = c['interface']
-        self.model, self.model_path = dial_model(p['model'], self.interface)
-        self.rate, self.timeout, self.press_grace = c['rate'], c['timeout'], c['press_grace']
-        self.joint_names, self.command_joints = c['joint_names'], c['command_joints']
-        self.to_command = np.array([self.joint_names.index(n) for n in self.command_joints])  # (A,)
-        self.key_pos = c['key_pos']                                             # (K, 3)
-        self.low, self.high = joint_bounds(c['margin'])                         # (J,), (J,)
-        self.stop_threshold = c['stop_threshold']
-        self.runner = SketchRunner(self.model.params, self.model.policy, self.model.vocab,
-                                   limits=c['limits'], max_subtask_time=c['max_subtask_time'],
-                                   stop_threshold=self.stop_threshold)
-        self.press_rule = keypad.PressRule()
-        self.qpos = None                  # (J,) latest accepted joint positions, model order
-        self.qpos_time = None             # time.monotonic() of their arrival
-        self.rejected = None              # why the latest joint state was rejected, or None
-        self.zeros_due = False            # a run ended outside a tick: zeros at the next tick
-        self.keypad = False               # a keypad publishes on dial/pressed in this run
-        self.presses = []                 # names the keypad registered in this run
-        self.verdict = None               # the keypad's verdict on a finished run: None, 'done', error text
-        self.done_time = None             # time.monotonic() of the run's last STOP
+        if ExecuteSketch is None:
+            raise ValueError(MSGS_MISSING)
+        declare(self, PARAMETERS, derive_default)
+        self.p = {name: value(self, name) for name in PARAMETERS}
+        self.c = checked_parameters(self.p)
+        self.clock = clock                # s, monotonic: every time the controller sees
+        self.ctl = None                   # the Controller, from configure to cleanup
+        self.lifecycle = 'unconfigured'
+        self.goals = {}                   # goal id (bytes) -> Goal
+        self.rejected = None              # {'sketch': ..., 'reason': ...} of the latest refusal
+        self.problem = None               # why the latest transition failed
+        self.starting = False             # autostart is running the first transitions
+        self.entities, self.command_pub, self.action_server, self.control_timer = [], None, None, None
+        self.tick_duration = None
         self.last_status = None
-
-        self.command_pub = self.create_publisher(Float64MultiArray, c['command_topic'], 10)
+        self.last_counters = None
         self.status_pub = self.create_publisher(String, 'taco/status', 10)
-        self.create_subscription(String, 'taco/sketch', self.on_sketch, 10)
-        self.create_subscription(JointState, 'joint_states', self.on_joint_state, 10)
-        self.pressed_sub = self.create_subscription(String, 'dial/pressed', self.on_press, 10)
-        self.create_timer(1.0 / self.rate, self.on_tick)
-        self.create_timer(1.0 / c['status_rate'], lambda: self.publish_status(force=True))
-        self.get_logger().info(
-            f'model {self.model_path} (vocabulary {" ".join(self.model.vocab)}), {self.rate:g} Hz, '
-            f'{self.interface} commands ({INTERFACES[self.interface].unit}) on '
-            f'{self.command_pub.topic_name} for {self.command_joints}')
+        self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self.create_timer(1.0 / self.c['status_rate'], lambda: self.publish_status(force=True))
+        self.create_timer(DIAGNOSTICS_PERIOD, self.publish_diagnostics)
         self.publish_status(force=True)
 
-    # ----- callbacks --------------------------------------------------------------------------
+    # ----- lifecycle --------------------------------------------------------------------------
+
+    def on_configure(self, state):
+        """Load and check the model, make the controller, the topics and the action server."""
+        c = self.c
+        try:
+            model, path = dial_model(self.p['model'], c['interface'])
+            low, high = joint_bounds(c['margin'])                               # (J,), (J,)
+            ctl = Controller(model, c['key_pos'], c['limits'], low, high, 1.0 / c['rate'],
+                             c['timeout'], c['max_subtask_time'], c['stop_threshold'],
+                             c['press_grace'], on_end=self.on_run_end)
+        except Exception as err:  # a model that does not load, for whatever reason: not configured
+            self.problem = ' '.join(f'{err}'.split()) or type(err).__name__
+            if not self.starting:                # autostart prints it once, as `cannot start:`
+                self.get_logger().error(f'configure failed: {self.problem}')
+            return TransitionCallbackReturn.FAILURE
+        self.ctl, self.model_path, self.problem = ctl, path, None
+        self.to_command = np.array([c['joint_names'].index(n) for n in c['command_joints']])  # (A,)
+        self.command_pub = self.create_lifecycle_publisher(Float64MultiArray, c['command_topic'], 10)
+        self.pressed_sub = self.create_subscription(String, 'dial/pressed', self.on_press, 10)
+        self.entities = [self.create_subscription(String, 'taco/sketch', self.on_sketch, 10),
+                         self.create_subscription(JointState, 'joint_states', self.on_joint_state, 10),
+                         self.pressed_sub]
+        self.action_server = ActionServer(
+            self, ExecuteSketch, 'taco/execute_sketch', execute_callback=self.execute_goal,
+            goal_callback=self.on_goal, handle_accepted_callback=self.on_goal_accepted,
+            cancel_callback=self.on_cancel)
+        self.lifecycle = 'inactive'
+        self.get_logger().info(
+            f'configured: model {path} (vocabulary {" ".join(model.vocab)}), {c["rate"]:g} Hz, '
+            f'{c["interface"]} commands ({INTERFACES[c["interface"]].unit}) on '
+            f'{self.command_pub.topic_name} for {c["command_joints"]}; action taco/execute_sketch')
+        self.publish_status(force=True)
+        return super().on_configure(state)
+
+    def on_activate(self, state):
+        """Start commanding: the control timer runs, sketches and goals are accepted."""
+        result = super().on_activate(state)       # enables the command publisher
+        self.control_timer = self.create_timer(1.0 / self.c['rate'], self.on_tick)
+        self.ctl.last_tick = None
+        self.lifecycle = 'active'
+        self.get_logger().info('active: accepting sketches')
+        self.publish_status(force=True)
+        return result
+
+    def on_deactivate(self, state):
+        """Halt whatever runs (its goal ends `deactivated`), one zero command, stop the timer."""
+        self.stop_commanding('deactivated')
+        self.lifecycle = 'inactive'
+        self.get_logger().info('inactive: not commanding')
+        self.publish_status(force=True)
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state):
+        """Free the model, the topics and the action server."""
+        self.free()
+        self.lifecycle = 'unconfigured'
+        self.publish_status(force=True)
+        return super().on_cleanup(state)
+
+    def on_shutdown(self, state):
+        """From any state: halt (zeros when active), free everything but the action server,
+        which still has to send the result of a goal that ended here (the process exits next)."""
+        if self.lifecycle == 'active':
+            self.stop_commanding('deactivated')
+        self.free(keep_action_server=True)
+        self.lifecycle = 'finalized'
+        self.publish_status(force=True)
+        return super().on_shutdown(state)
+
+    def on_error(self, state):
+        self.get_logger().error('a transition raised: back to unconfigured')
+        if self.control_timer is not None:
+            self.stop_commanding('deactivated')
+        self.free()
+        self.lifecycle = 'unconfigured'
+        return TransitionCallbackReturn.SUCCESS
+
+    def stop_commanding(self, outcome):
+        """Halt the run (its goal ends with outcome), publish zeros now, stop the control timer."""
+        if self.ctl is not None:
+            self.ctl.halt(self.clock(), outcome)
+            self.publish_command(self.ctl.take_zeros())
+        if self.control_timer is not None:
+            self.destroy_timer(self.control_timer)
+            self.control_timer = None
+
+    def free(self, keep_action_server=False):
+        for goal in list(self.goals.values()):       # none runs by now; finish any left
+            if not goal.done.done():
+                goal.done.set_result(None)
+        if self.action_server is not None and not keep_action_server:
+            self.action_server.destroy()
+        for entity in self.entities:
+            self.destroy_subscription(entity)
+        if self.command_pub is not None:
+            self.destroy_lifecycle_publisher(self.command_pub)
+        self.entities, self.command_pub, self.action_server, self.ctl = [], None, None, None
+
+    def autostart(self):
+        """With the parameter autostart: configure and activate now; ValueError (the reason)
+        when a transition fails."""
+        if not self.p['autostart']:
+            return
+        self.starting = True
+        try:
+            for name, trigger in (('configure', self.trigger_configure),
+                                  ('activate', self.trigger_activate)):
+                if trigger() != TransitionCallbackReturn.SUCCESS:
+                    raise ValueError(self.problem or f'the {name} transition failed')
+        finally:
+            self.starting = False
+
+    # ----- inputs -----------------------------------------------------------------------------
 
     def on_joint_state(self, msg):
-        """Accept a plausible joint state; an implausible one ends a run at once, a stale one
-        (stamped, older than joint_state_timeout or as far in the future) is left to the watchdog."""
-        q, reason = joint_positions(msg, self.joint_names, self.low, self.high)
-        stamp = msg.header.stamp
+        """Hand a joint state to the controller: an implausible one ends a run at once, a stale
+        one (stamped, older than joint_state_timeout or as far in the future) is not used."""
+        now = self.clock()
+        q, reason = joint_positions(msg, self.c['joint_names'], self.ctl.low, self.ctl.high)
+        stamp, stale = msg.header.stamp, False
         if q is not None and (stamp.sec or stamp.nanosec):
             age = (self.get_clock().now() - Time.from_msg(stamp)).nanoseconds * 1e-9
-            if abs(age) > self.timeout:
-                q, reason = None, f'stamped {age:.3f} s ago, beyond joint_state_timeout {self.timeout:g} s'
+            if abs(age) > self.c['timeout']:
+                q, reason, stale = None, (f'stamped {age:.3f} s ago, beyond joint_state_timeout '
+                                          f'{self.c["timeout"]:g} s'), True
         if q is None:
-            self.rejected = f'joint state rejected: {reason}'
-            self.get_logger().warning(self.rejected, throttle_duration_sec=WARN_PERIOD)
-            if not reason.startswith('stamped'):
-                self.end_run(self.rejected)
-            return
-        self.qpos, self.qpos_time, self.rejected = q, time.monotonic(), None
+            self.get_logger().warning(f'joint state rejected: {reason}', throttle_duration_sec=WARN_PERIOD)
+        self.ctl.joint_state(q, now, reason, stale)
+        if q is None and not stale:
+            self.publish_status()
 
     def on_sketch(self, msg):
-        text = msg.data
+        """The convenience topic: the same path as a goal, without feedback or result."""
+        now, text = self.clock(), msg.data
         if text.strip().lower() in HALT_WORDS:
-            self.runner.halt()
-            self.zeros_due = True
+            self.ctl.halt(now, 'halted')
         else:
             try:
-                sketch = parse_sketch(text, self.model.vocab)
+                if self.lifecycle != 'active':
+                    raise ValueError(self.inactive_reason())
+                sketch = parse_sketch(text, self.model_vocab())
             except ValueError as err:
-                self.runner.reject(f'sketch rejected: {err}')
-                self.zeros_due = True
-                self.get_logger().warning(self.runner.error, throttle_duration_sec=WARN_PERIOD)
+                reason = f'sketch rejected: {err}'
+                self.rejected = {'sketch': text[:200], 'reason': reason}
+                self.ctl.reject(reason, now)
+                self.get_logger().warning(reason, throttle_duration_sec=WARN_PERIOD)
             else:
-                self.runner.start(sketch, time.monotonic())
-                self.press_rule = keypad.PressRule()
-                self.keypad = self.count_publishers(self.pressed_sub.topic_name) > 0
-                self.presses, self.verdict, self.done_time = [], None, None
+                self.rejected = None
+                self.ctl.start(sketch, now, keypad_present=self.keypad_present())
         self.publish_status()
 
     def on_press(self, msg):
-        if self.runner.state not in ('running', 'done') or self.verdict is not None:
-            return
-        self.keypad = True
-        self.presses.append(msg.data)
-        self.check_keypad(time.monotonic())
-
-    def on_tick(self):
-        now = time.monotonic()
-        if self.runner.state == 'running':
-            try:
-                action = self.control_step(now)
-            except Exception as err:  # a bug or bad data must not kill the node holding the arm
-                self.runner.fail(f'control step failed: {type(err).__name__}: {err}')
-                action = None
-            if action is None and self.runner.state == 'done':
-                self.done_time = now
-            self.publish_command(action)    # None (this tick ended the run): zeros
-        elif self.zeros_due:
-            self.publish_command(None)
-        self.zeros_due = False
-        self.check_keypad(now)
+        self.ctl.press(msg.data, self.clock())
         self.publish_status()
 
-    def control_step(self, now):
-        """The (A,) action to command now (torques or velocities), or None (zeros); applies the
-        watchdog and the keypad rules (taco_bridge.keypad: release step, press rule).
+    # ----- the action -------------------------------------------------------------------------
 
-        A joint state is fresh when it is younger than joint_state_timeout. Without a fresh one
-        the run waits (zeros) until joint_state_timeout has passed since the later of the last
-        joint state and the start of the sketch, then ends in error: a sketch sent right after
-        start-up, before the first joint state has arrived, is not failed at once.
-        """
-        if self.runner.state != 'running':
-            return None
-        if self.qpos is None or now - self.qpos_time > self.timeout:
-            since = now - max(self.runner.started, self.qpos_time or self.runner.started)
-            if since > self.timeout:
-                age = 'none received' if self.qpos is None else f'last {now - self.qpos_time:.3f} s ago'
-                last = f'; {self.rejected}' if self.rejected else ''
-                self.runner.fail(f'no fresh joint state within {self.timeout:g} s ({age}{last})')
-            return None
-        obs = dial.observation_from_joints(self.qpos, self.key_pos)              # (D,)
-        active = self.runner.active
-        if self.press_rule.digit is None:
-            self.press_rule.begin(obs, self.runner.sketch[active])
-        pressed = self.press_rule.update(obs)
-        if self.press_rule.releasing:
-            return self.release_action(obs)
-        # the active sub-policy's STOP counts only once its key went down (keypad.PressRule)
-        action = self.runner.step(obs, now, may_stop=pressed)
-        if self.runner.state == 'running' and self.runner.active != active:
-            if self.press_rule.begin(obs, self.runner.sketch[self.runner.active]):
-                return self.release_action(obs)     # same key again: lift off it first
-        return action
+    def on_goal(self, request):
+        """Accept a goal only while active and only if its sketch and time limit are valid."""
+        try:
+            if self.lifecycle != 'active':
+                raise ValueError(self.inactive_reason())
+            parse_sketch_items(list(request.sketch), self.model_vocab())
+            limit = request.time_limit
+            if not (math.isfinite(limit) and 0 <= limit <= MAX_TIME_LIMIT):
+                raise ValueError(f'time_limit: expected a number of seconds in [0, {MAX_TIME_LIMIT:g}] '
+                                 f'(0: none), got {limit!r}')
+        except ValueError as err:
+            reason = f'goal rejected: {err}'
+            self.rejected = {'sketch': list(request.sketch)[:64], 'reason': reason}
+            if self.ctl is not None:
+                self.ctl.rejected_goal(reason)
+            self.get_logger().warning(reason, throttle_duration_sec=WARN_PERIOD)
+            self.publish_status(force=True)
+            return GoalResponse.REJECT
+        return GoalResponse.ACCEPT
 
-    def release_action(self, obs):
-        """(A,) action of the release step: the sub-policy of keypad.release_digit, clipped."""
-        digit = keypad.release_digit(obs, self.press_rule.digit)
-        _, action = policy.act(self.model.params, self.model.policy, digit, obs)
-        action = np.asarray(action, dtype=np.float64)                           # (A,)
-        if not np.isfinite(action).all():
-            self.runner.fail(f'the release step (sub-task {self.model.vocab[digit]}) produced a '
-                             'non-finite action')
-            return None
-        return np.clip(action, -self.runner.limits, self.runner.limits)
+    def on_goal_accepted(self, handle):
+        """Start the goal's run (preempting the one in progress) and its execute callback."""
+        goal_id = bytes(handle.goal_id.uuid)
+        self.goals[goal_id] = Goal(handle, Future())
+        if self.ctl is None or self.lifecycle != 'active':      # deactivated in between
+            self.goals[goal_id].done.set_result(None)
+        else:
+            request = handle.request
+            self.rejected = None
+            self.ctl.start(parse_sketch_items(list(request.sketch), self.model_vocab()), self.clock(),
+                           goal=goal_id, time_limit=request.time_limit,
+                           keypad_present=self.keypad_present())
+        handle.execute()
+        self.publish_status()
 
-    def end_run(self, reason):
-        """End a running sketch from outside the control tick; zeros at the next tick."""
-        if self.runner.state == 'running':
-            self.runner.fail(reason)
-            self.zeros_due = True
-            self.publish_status()
+    async def execute_goal(self, handle):
+        """Wait (without blocking the executor) for the run to end; finish the goal with its
+        result: succeeded when done, canceled when canceled, aborted otherwise."""
+        goal_id = bytes(handle.goal_id.uuid)
+        goal = self.goals[goal_id]
+        result = await goal.done
+        del self.goals[goal_id]
+        if result is None:
+            result = {'success': False, 'state': 'deactivated',
+                      'message': f'taco_policy is {self.lifecycle}: the goal did not run'}
+        if result['state'] == 'done':
+            handle.succeed()
+        elif result['state'] == 'canceled' and handle.is_cancel_requested:
+            handle.canceled()
+        else:
+            handle.abort()
+        return ExecuteSketch.Result(**result)
 
-    def check_keypad(self, now):
-        """Compare the keypad's presses with the sketch: a press off the sketch ends the run;
-        a finished run is done once the keypad has registered the whole sketch, and an error if
-        it has not press_grace after the last STOP."""
-        if not self.keypad or self.verdict is not None or self.runner.state not in ('running', 'done'):
-            return
-        sketch = [self.model.vocab[k] for k in self.runner.sketch]
-        wrong = keypad.check_presses(self.presses, sketch)
-        if wrong is not None:
-            self.end_run(wrong)
-            self.verdict = wrong
-        elif self.runner.state == 'done' and self.presses == sketch:
-            self.verdict = 'done'
-        elif self.runner.state == 'done' and now - self.done_time > self.press_grace:
-            self.verdict = (f'the policy stopped its last sub-task, but within {self.press_grace:g} s '
-                            f'the keypad registered {" ".join(self.presses) or "nothing"}, not the '
-                            f'sketch {" ".join(sketch)}: the PIN was not dialled')
-        if self.verdict is not None:
-            self.publish_status()
+    def on_cancel(self, handle):
+        """Cancel the goal in progress: halt at once with a zero command."""
+        run = None if self.ctl is None else self.ctl.run
+        if run is None or not run.in_progress or run.goal != bytes(handle.goal_id.uuid):
+            return CancelResponse.REJECT
+        self.ctl.halt(self.clock(), 'canceled')
+        self.publish_command(self.ctl.take_zeros())
+        self.publish_status()
+        return CancelResponse.ACCEPT
+
+    def on_run_end(self, run):
+        """The controller ended a run: finish its goal, if it has one."""
+        self.get_logger().info(f'run {run.outcome}: {run.message}')
+        goal = self.goals.get(run.goal) if run.goal is not None else None
+        if goal is not None and not goal.done.done():
+            self.publish_feedback(goal, self.clock(), force=True)
+            goal.done.set_result(self.ctl.result(run))
+
+    def publish_feedback(self, goal, now, force=False):
+        feedback = self.ctl.feedback(now)
+        key = (feedback['active'], len(feedback['completed']), len(feedback['pressed']))
+        if force or key != goal.feedback_key or now - goal.feedback_time >= FEEDBACK_PERIOD:
+            goal.feedback_key, goal.feedback_time = key, now
+            goal.handle.publish_feedback(ExecuteSketch.Feedback(**feedback))
+
+    # ----- the control loop -------------------------------------------------------------------
+
+    def on_tick(self):
+        """One control step: the controller decides, this publishes (at most one command)."""
+        now = self.clock()
+        command = self.ctl.tick(now, self.tick_duration)
+        if command is not None:
+            self.publish_command(command)
+        run = self.ctl.run
+        if run is not None and run.in_progress and run.goal in self.goals:
+            self.publish_feedback(self.goals[run.goal], now)
+        self.publish_status()
+        self.tick_duration = self.clock() - now
 
     # ----- output -----------------------------------------------------------------------------
 
     def publish_command(self, action):
-        """The action (A,) in model order, or None for zeros; sent in command_joints order."""
-        command = np.zeros(len(self.to_command)) if action is None else action  # (A,)
-        self.command_pub.publish(Float64MultiArray(data=[float(x) for x in command[self.to_command]]))
+        """The action (A,) in model order; sent in command_joints order."""
+        if self.command_pub is not None:
+            self.command_pub.publish(Float64MultiArray(data=[float(x) for x in action[self.to_command]]))
+
+    def model_vocab(self):
+        return self.ctl.model.vocab
+
+    def keypad_present(self):
+        return self.count_publishers(self.pressed_sub.topic_name) > 0
+
+    def inactive_reason(self):
+        return (f'taco_policy is {self.lifecycle}, not active: activate it '
+                f'(ros2 lifecycle set {self.get_fully_qualified_name()} activate)')
 
     def status(self):
-        """The runner's status with the keypad's verdict: a finished run with a keypad is
-        `running` (active null) until the keypad has registered the sketch, then `done`, or
-        `error` when it registered something else."""
-        status = self.runner.status()
-        if self.keypad and status['state'] in ('running', 'done'):
-            if self.verdict is None and status['state'] == 'done':
-                status['state'] = 'running'
-            elif self.verdict is not None and self.verdict != 'done':
-                status['state'], status['error'], status['active'] = 'error', self.verdict, None
-        status['pressed'] = list(self.presses) if self.keypad else None
+        """The status JSON's fields (without joint_state_age)."""
+        if self.ctl is None:
+            status = {'state': 'idle', 'sketch': [], 'active': None, 'stop_times': [], 'stop_steps': [],
+                      'steps': 0, 'error': self.problem, 'pressed': None}
+        else:
+            status = self.ctl.status()
+        run = None if self.ctl is None else self.ctl.run
+        status['goal'] = run.goal.hex() if run is not None and run.goal is not None else None
+        status['lifecycle'] = self.lifecycle
+        status['rejected'] = self.rejected
         return status
 
     def publish_status(self, force=False):
@@ -465,18 +617,69 @@ class PolicyNode(Node):
         text = json.dumps(status, sort_keys=True)
         if force or text != self.last_status:
             self.last_status = text
-            age = None if self.qpos_time is None else round(time.monotonic() - self.qpos_time, 4)
+            qpos_time = None if self.ctl is None else self.ctl.qpos_time
+            age = None if qpos_time is None else round(self.clock() - qpos_time, 4)
             self.status_pub.publish(String(data=json.dumps(dict(status, joint_state_age=age),
                                                            sort_keys=True)))
 
+    def publish_diagnostics(self):
+        """One DiagnosticStatus for the control loop (module docstring)."""
+        now = self.clock()
+        msg = DiagnosticArray()
+        msg.header.stamp = self.get_clock().now().to_msg()
+        status = DiagnosticStatus(name=f'{self.get_fully_qualified_name()}: control loop',
+                                  hardware_id=self.c['command_topic'])
+        values = {'lifecycle': self.lifecycle, 'target rate (Hz)': f'{self.c["rate"]:g}'}
+        if self.ctl is None:
+            status.level = DiagnosticStatus.ERROR if self.problem else DiagnosticStatus.OK
+            status.message = f'{self.lifecycle}' + (f': {self.problem}' if self.problem else '')
+        else:
+            c = self.ctl.counters
+            rate, max_interval, max_duration = c.window(now)
+            age = None if self.ctl.qpos_time is None else now - self.ctl.qpos_time
+            counts = {'overruns': c.overruns, 'stale joint states': c.stale_joint_states,
+                      'rejected joint states': c.rejected_joint_states,
+                      'watchdog trips': c.watchdog_trips, 'rejected sketches': c.rejected_sketches}
+            new = {k: v - (self.last_counters or {}).get(k, 0) for k, v in counts.items()}
+            self.last_counters = counts
+            values.update({'rate achieved (Hz)': f'{rate:.2f}' if self.lifecycle == 'active' else '0',
+                           'largest tick interval (ms)': f'{1e3 * max_interval:.1f}',
+                           'longest tick (ms)': f'{1e3 * max_duration:.2f}',
+                           'joint state age (s)': 'none' if age is None else f'{age:.3f}',
+                           'state': self.ctl.runner.state, 'runs': str(c.runs),
+                           'runs done': str(c.runs_done),
+                           'last rejection': c.last_rejection or ''})
+            values.update({k: str(v) for k, v in counts.items()})
+            problems = [f'{n} {k}' for k, n in new.items() if n]
+            active = self.lifecycle == 'active'
+            if active and rate < RATE_WARN * self.c['rate'] and c.ticks > self.c['rate']:
+                problems.append(f'control rate {rate:.1f} Hz of {self.c["rate"]:g}')
+            if active and (age is None or age > self.c['timeout']):
+                problems.append('no fresh joint state')
+            status.level = (DiagnosticStatus.ERROR if new['watchdog trips'] else
+                            DiagnosticStatus.WARN if problems else DiagnosticStatus.OK)
+            status.message = ('; '.join(problems) if problems else
+                              f'{self.lifecycle}, {self.ctl.runner.state}')
+        status.values = [KeyValue(key=k, value=v) for k, v in values.items()]
+        msg.status = [status]
+        self.diagnostics_pub.publish(msg)
 
-def _halt(node):
-    node.runner.halt()
-    node.publish_command(None)          # leave the controller holding zeros
+
+def _start(node):
+    node.autostart()
+
+
+def _stop(node):
+    """On the way out: deactivate (zeros) and shut down, then let the goals' results go out."""
+    if node.lifecycle in ('unconfigured', 'inactive', 'active'):
+        node.trigger_shutdown()
+    deadline = time.monotonic() + 0.3
+    while time.monotonic() < deadline and rclpy.ok():
+        rclpy.spin_once(node, timeout_sec=0.05)
 
 
 def main(args=None):
-    return run(PolicyNode, 'taco_policy', args, on_exit=_halt)
+    return run(PolicyNode, 'taco_policy', args, start=_start, on_exit=_stop)
 
 
 if __name__ == '__main__':

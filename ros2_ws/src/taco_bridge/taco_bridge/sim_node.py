@@ -70,7 +70,7 @@ class SimNode(Node):
 
     def __init__(self, **kwargs):
         super().__init__('taco_sim', **kwargs)
-        declare(self, PARAMETERS, {})
+        declare(self, PARAMETERS)
         p = {name: value(self, name) for name in PARAMETERS}
         self.rtf = number(p, 'real_time_factor', 0, 100)
         self.max_lag = number(p, 'max_lag', 0, 10)

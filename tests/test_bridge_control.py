@@ -1,0 +1,306 @@
+"""Tests of the ROS bridge's decisions without ROS (ros2_ws/src/taco_bridge/taco_bridge/control.py).
+
+The policy node hands its Controller every joint state, sketch, press and timer tick with the
+time it happened; here a clock of the test's own drives it, so timing properties are exact.
+
+(a) the frozen simulator: in 100 of 100 trials (random start, freeze moment, tick phase, rate
+    and joint_state_timeout) the zero command comes within one watchdog period of the last joint
+    state, and no command is in force on a joint state older than that;
+(b) runs and their outcomes: preemption, cancel, halt, a rejected sketch (whose status no longer
+    shows the presses of the run before), the time limit, feedback and result, the counters;
+(c) the control step on taco_sim's DialEnv: repeated digits are dialled through the release step
+    and the press rule, and the velocity interface's shipped model dials PINs.
+"""
+import math
+
+import numpy as np
+import pytest
+
+import taco_sim
+from taco_ref.model import Model, load
+from taco_ref.policy import PolicyConfig, init_params
+from taco_sim import dial
+
+from taco_bridge import keypad
+from taco_bridge.control import DELIVERY_MARGIN, OUTCOMES, Controller, joint_bounds
+
+PLAUSIBLE_Q = np.concatenate([dial.HOME, [1.2] * 3])      # (J,) home pose, fingers closed
+LOW, HIGH = joint_bounds(0.25)                              # (J,), (J,)
+KEY_POS = dial.key_positions(np.asarray(dial.STANDARD_LAYOUT))   # (K, 3)
+
+
+def random_model(stop_bias=-50.0, act_bias=0.0, seed=0, action_dim=dial.ACTION_DIM):
+    """A random Dial-sized model; the biases shift every STOP / action logit."""
+    cfg = PolicyConfig(state_dim=dial.STATE_DIM, n_subtasks=dial.K, action_dim=action_dim,
+                       act_hidden=[32], stop_hidden=[32])
+    params = init_params(cfg, np.random.default_rng(seed))
+    params["stop.b1"] = params["stop.b1"] + stop_bias                    # (K, 1)
+    params["act.b1"] = params["act.b1"] + act_bias                       # (K, A)
+    return Model(params, cfg, dial.VOCAB, "gtbc")
+
+
+def controller(model=None, period=0.04, timeout=0.25, ended=None, limits=None, **kw):
+    model = model or random_model(act_bias=1.0)
+    limits = dial.TORQUE_LIMITS if limits is None else limits
+    on_end = None if ended is None else ended.append
+    args = dict(max_subtask_time=20.0, stop_threshold=0.5, press_grace=0.5)
+    args.update(kw)
+    return Controller(model, KEY_POS, limits, LOW, HIGH, period, timeout, on_end=on_end, **args)
+
+
+# ----------------------------------------------------------------------------------------------
+# (a) the frozen simulator
+# ----------------------------------------------------------------------------------------------
+
+def frozen_trial(seed):
+    """One run against a simulator that freezes: joint states at 200 Hz (random latency), ticks
+    at the control rate from a random phase, the sketch sent at a random moment, the simulator
+    frozen at a random moment after it. Returns (timeout, period, last joint state time,
+    commands [(t, (A,))], the runs that ended, the arrival time of the state behind each tick)."""
+    rng = np.random.default_rng(seed)
+    rate = float(rng.choice([25.0, 50.0, 100.0]))
+    period = 1.0 / rate
+    timeout = float(rng.choice([0.1, 0.25, 0.5]))
+    ended = []
+    ctl = controller(period=period, timeout=timeout, ended=ended)
+    t0 = rng.uniform(0.0, 10.0)
+    sketch_at = t0 + rng.uniform(0.0, 0.3)
+    freeze_at = sketch_at + rng.uniform(0.05, 1.5)
+    phase = rng.uniform(0.0, period)
+    events = [(t0 + phase + k * period, "tick")
+              for k in range(int((freeze_at - t0 + 2 * timeout) / period) + 2)]
+    events += [(t0 + 0.005 * k + rng.uniform(0.0, 0.004), "joint_state")
+               for k in range(int((freeze_at - t0) / 0.005))]
+    events.append((sketch_at, "sketch"))
+    commands, state_behind = [], []
+    q = PLAUSIBLE_Q.copy()
+    for t, kind in sorted(events):
+        if kind == "joint_state":
+            q = q + rng.normal(scale=1e-3, size=q.shape)                   # (J,) the arm moves
+            ctl.joint_state(q, t)
+        elif kind == "sketch":
+            ctl.start([3, 1, 4, 1, 5], t)
+        else:
+            command = ctl.tick(t)
+            if command is not None:
+                commands.append((t, command))
+                state_behind.append(ctl.qpos_time)
+    last = max(t for t, kind in events if kind == "joint_state")
+    return timeout, period, last, commands, ended, state_behind
+
+
+def test_frozen_simulator_zero_within_one_watchdog_period():
+    """Issue: with the simulator frozen the node sent a torque after the last joint state and
+    then nothing for ~1 s. Now, in 100 of 100 trials: a zero command sent at most
+    joint_state_timeout - DELIVERY_MARGIN after the last joint state (so it arrives within one
+    watchdog period), nothing but zeros after it, every non-zero command computed from a joint
+    state that is still younger than joint_state_timeout when the next tick's command arrives,
+    and the run ends in error by the watchdog."""
+    latencies = []
+    for seed in range(100):
+        timeout, period, last, commands, ended, behind = frozen_trial(seed)
+        zero_t = next(t for t, c in commands if t > last and not np.any(c))
+        assert zero_t - last <= timeout - DELIVERY_MARGIN + 1e-12, (seed, zero_t - last, timeout)
+        assert all(not np.any(c) for t, c in commands if t >= zero_t), seed
+        for (t, c), qt in zip(commands, behind):
+            if np.any(c):
+                assert t + period + DELIVERY_MARGIN - qt <= timeout + 1e-12, (seed, t, qt)
+        assert len(ended) == 1 and ended[0].outcome == "error", seed
+        assert "no fresh joint state" in ended[0].message, ended[0].message
+        latencies.append((zero_t - last) / timeout)
+    print(f"\nfrozen simulator: zero command within one watchdog period in {len(latencies)} of 100 "
+          f"trials (at {min(latencies):.2f}-{max(latencies):.2f} of joint_state_timeout after the last "
+          "joint state)")
+
+
+def test_a_sketch_before_any_joint_state_waits_one_timeout():
+    ended = []
+    ctl = controller(ended=ended)
+    ctl.start([3], 10.0)
+    assert not np.any(ctl.tick(10.0)) and ctl.runner.state == "running"     # zeros while waiting
+    ctl.joint_state(PLAUSIBLE_Q, 10.1)
+    assert np.any(ctl.tick(10.12))                                          # acts once it has one
+    ctl2 = controller(ended=ended)
+    ctl2.start([3], 10.0)
+    for t in np.arange(10.0, 10.5, 0.04):
+        ctl2.tick(t)
+    assert ended[-1].outcome == "error" and "none received" in ended[-1].message
+
+
+def test_the_timeout_must_exceed_one_period():
+    with pytest.raises(ValueError, match="must exceed one control period"):
+        controller(period=0.04, timeout=0.045)
+
+
+# ----------------------------------------------------------------------------------------------
+# (b) runs, outcomes, feedback, result, counters
+# ----------------------------------------------------------------------------------------------
+
+def ticking(ctl, t_from, t_to, period=0.04):
+    """Fresh joint states and ticks from t_from to t_to; returns the commands [(t, (A,))]."""
+    out = []
+    for t in np.arange(t_from, t_to, period):
+        ctl.joint_state(PLAUSIBLE_Q, t)
+        command = ctl.tick(t + 0.001)
+        if command is not None:
+            out.append((t, command))
+    return out
+
+
+def test_preempt_cancel_halt_and_results():
+    ended = []
+    ctl = controller(ended=ended)
+    ticking(ctl, 0.0, 0.2)
+    first = ctl.start([1, 2], 0.2, goal=b"a")
+    ticking(ctl, 0.2, 0.6)
+    second = ctl.start([3], 0.6, goal=b"b")
+    assert ended == [first] and first.outcome == "preempted" and "newer goal" in first.message
+    result = ctl.result(first)
+    assert set(result) == {"success", "state", "completed", "stop_times", "keypad", "pressed",
+                           "steps", "elapsed", "message"}
+    assert result["success"] is False and result["steps"] == 10 and result["elapsed"] == pytest.approx(0.4)
+    ticking(ctl, 0.6, 0.8)
+    ctl.halt(0.8, "canceled")
+    assert second.outcome == "canceled" and "canceled after 0 of 1 sub-tasks" in second.message
+    assert not np.any(ctl.take_zeros()) and ctl.tick(0.84) is None          # zeros sent once, now
+    ctl.start([4], 1.0)
+    ctl.halt(1.1)
+    assert ended[-1].outcome == "halted" and ended[-1].goal is None
+    assert ctl.runner.state == "idle" and not np.any(ctl.tick(1.12))        # zeros at the next tick
+    assert {r.outcome for r in ended} <= set(OUTCOMES)
+
+
+def test_done_with_and_without_a_keypad():
+    """Without a keypad, done is the policy's claim; with one, only once the keypad registered
+    the sketch; a key off the sketch ends the run in error at once."""
+    ended = []
+    ctl = controller(model=random_model(stop_bias=50.0), ended=ended)
+    ctl.press_rule = keypad.PressRule()
+    ctl.start([3], 0.0)
+    ctl.press_rule.pressed = True                       # as if key 3 went down
+    ctl.press_rule.clear = True
+    ctl.press_rule.digit = 3
+    ctl.joint_state(PLAUSIBLE_Q, 0.0)
+    ctl.tick(0.01)
+    ctl.joint_state(PLAUSIBLE_Q, 0.04)
+    ctl.tick(0.05)
+    assert ended and ended[-1].outcome == "done" and ctl.result(ended[-1])["success"] is True
+    run = ctl.start([3, 1], 1.0, keypad_present=True)
+    ctl.press("3", 1.1)
+    assert run.in_progress and ctl.status()["pressed"] == ["3"]
+    ctl.press("7", 1.2)
+    assert run.outcome == "error" and "registered 3 7, not the sketch 3 1" in run.message
+    assert ctl.status()["state"] == "error"
+
+
+def test_a_rejected_sketch_shows_no_presses_of_the_run_before():
+    """Issue: after a rejected sketch the error status still showed the previous run's presses."""
+    ended = []
+    ctl = controller(ended=ended)
+    ctl.start([3, 1], 0.0, keypad_present=True)
+    ctl.press("3", 0.5)
+    assert ctl.status()["pressed"] == ["3"]
+    ctl.reject("sketch rejected: unknown sub-task 'x'", 0.6)
+    status = ctl.status()
+    assert status["state"] == "error" and status["error"].startswith("sketch rejected")
+    assert status["pressed"] is None and status["sketch"] == []
+    assert ended[-1].outcome == "error" and "rejected sketch" in ended[-1].message
+    assert ctl.counters.rejected_sketches == 1 and not np.any(ctl.tick(0.7))
+
+
+def test_time_limit_feedback_and_counters():
+    ended = []
+    ctl = controller(ended=ended)
+    ticking(ctl, 0.0, 0.1)
+    run = ctl.start([5, 6], 0.1, goal=b"g", time_limit=0.5)
+    ticking(ctl, 0.1, 0.3)
+    feedback = ctl.feedback(0.3)
+    assert feedback["active"] == 0 and feedback["subtask"] == "5" and feedback["completed"] == []
+    assert 0.0 <= feedback["stop_probability"] < 0.5 and feedback["elapsed"] == pytest.approx(0.2)
+    ticking(ctl, 0.3, 0.8)
+    assert run.outcome == "error" and "time limit of 0.5 s reached after 0 of 2 sub-tasks" in run.message
+    # a late tick is an overrun; the watchdog counts its trips
+    ctl.start([5], 1.0)
+    ctl.joint_state(PLAUSIBLE_Q, 1.0)
+    ctl.tick(1.0)
+    ctl.counters.window(1.0)                             # a new window of tick statistics
+    before = ctl.counters.overruns
+    ctl.tick(1.04)
+    ctl.tick(1.2)                                        # 4 periods late
+    assert ctl.counters.overruns == before + 1 and ctl.counters.watchdog_trips == 0
+    ctl.tick(1.3)
+    assert ctl.counters.watchdog_trips == 1 and ended[-1].outcome == "error"
+    rate, max_interval, _ = ctl.counters.window(1.5)
+    assert max_interval == pytest.approx(0.16) and rate == pytest.approx(3 / 0.5)
+
+
+def test_implausible_and_stale_joint_states():
+    ended = []
+    ctl = controller(ended=ended)
+    ctl.start([3], 0.0)
+    ctl.joint_state(None, 0.01, reason="stamped 3600 s ago", stale=True)
+    assert ctl.runner.state == "running" and ctl.counters.stale_joint_states == 1
+    ctl.joint_state(None, 0.02, reason="joint x named twice")
+    assert ended[-1].outcome == "error" and "named twice" in ended[-1].message
+    assert ctl.counters.rejected_joint_states == 1 and not np.any(ctl.tick(0.03))
+
+
+# ----------------------------------------------------------------------------------------------
+# (c) the control step on taco_sim's DialEnv
+# ----------------------------------------------------------------------------------------------
+
+def dial_offline(ctl, env, sketch, step):
+    """Run the controller on env until the run ends; returns the run."""
+    run = ctl.start(sketch, 0.0)
+    for t in range(dial.budget(len(sketch))):
+        now = t * dial.CONTROL_DT
+        ctl.joint_state(env.qpos, now)
+        command = ctl.tick(now)
+        if not run.in_progress:
+            break
+        step(command)
+    return run
+
+
+@pytest.mark.parametrize("sketch", [[7, 7, 2], [5, 5, 1], [0, 0, 0], [3, 8, 2, 7, 4, 1, 5]])
+def test_repeated_digits_offline(sketch):
+    """The controller's control step (release step + press rule) on taco_sim's DialEnv: every
+    digit is pressed, repeats included; with the plain runner (no keypad rules) the second of two
+    equal digits is not pressed."""
+    model = load(taco_sim.get("dial").models["default"])
+    for seed in (0, 1):
+        ctl = controller(model=model, period=dial.CONTROL_DT)
+        env = dial.DialEnv()
+        env.reset(seed=seed, layout="standard")
+        run = dial_offline(ctl, env, sketch, env.step)
+        assert run.outcome == "done" and env.presses == sketch, (seed, env.presses)
+    if sketch[0] == sketch[1]:            # the plain runner, for contrast
+        env = dial.DialEnv()
+        env.reset(seed=0, layout="standard")
+        ctl.runner.start(sketch, 0.0)
+        for t in range(dial.budget(len(sketch))):
+            action = ctl.runner.step(env.obs, t * dial.CONTROL_DT)
+            if action is None:
+                break
+            env.step(action)
+        assert env.presses[:2] != sketch[:2], "the plain runner dialled a repeat: test is moot"
+
+
+def test_velocity_interface_dials_offline():
+    """The controller with the shipped velocity model, on taco_sim's DialEnv executing the
+    commands with its velocity loop: 6 velocities within the limits and the keypad registers the
+    PIN (a repeated digit included, through the release step)."""
+    model = load(taco_sim.get("dial-velocity").models["default"])
+    for sketch, seed in (([0, 5, 1, 6], 0), ([7, 7, 2], 1)):
+        ctl = controller(model=model, period=dial.CONTROL_DT, limits=dial.VELOCITY_LIMITS)
+        env = dial.DialEnv()
+        env.reset(seed=seed, layout="standard")
+        commands = []
+
+        def step(command):
+            commands.append(command)
+            env.velocity_step(command)
+        run = dial_offline(ctl, env, sketch, step)
+        assert run.outcome == "done" and env.presses == sketch, (sketch, env.presses)
+        assert all(c.shape == (6,) and (np.abs(c) <= dial.VELOCITY_LIMITS + 1e-12).all() for c in commands)
+        assert not math.isnan(ctl.result(run)["elapsed"])
