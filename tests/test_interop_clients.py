@@ -2,8 +2,9 @@
 
 Nav-World and Dial demonstrations are exported to LeRobot v3 and robomimic with `taco export`,
 their labels stripped, and annotated again by `taco annotate` from the sketches alone:
-Nav-World by TACO trained on the exported dataset itself (the navworld config), the Dial by the
-shipped Dial model. The results are then read
+Nav-World by TACO trained on the exported dataset itself (the navworld config cut to 40 epochs:
+the alignment settles long before the 300 that sharpen STOP for execution; 99.71 % against
+99.78 % with 300, at a seventh of the training), the Dial by the shipped Dial model. The results are then read
 
 - through the real lerobot library's own API, in a separate Python 3.12 venv with
   lerobot[dataset]==0.6.1 that this test creates (lerobot 0.5 and later need Python >= 3.12;
@@ -205,7 +206,8 @@ def test_real_lerobot_and_mimicgen_read_the_labels(domain, tmp_path, lerobot_py,
     if domain == "navworld":
         model = tmp_path / "nav.taco-model" / "model"
         _annotate([str(tmp_path / "ds"), "--sketches", str(tmp_path / "lerobot.yaml"), "--out", str(tmp_path / "ann"),
-                   "--config", "navworld", "--seed", "0", "--save-model", str(tmp_path / "nav.taco-model")])
+                   "--config", "navworld", "--seed", "0", "--set", "epochs=40", "--set", "patience=40",
+                   "--save-model", str(tmp_path / "nav.taco-model")])
     else:
         model = taco_sim.get("dial").models["default"]
         _annotate([str(tmp_path / "ds"), "--sketches", str(tmp_path / "lerobot.yaml"), "--out", str(tmp_path / "ann"),
