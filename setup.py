@@ -36,9 +36,9 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    # the import name of every package is its folder's name: taco_ref/, sim/taco_sim/,
-    # ros2_ws/src/taco_bridge/taco_bridge/
-    packages=(find_packages(include=["taco_ref", "taco_ref.*"])
+    # the import name of every package is its folder's name: taco_ref/ (the core), taco_app/
+    # (the application: CLI, experiments, reports), sim/taco_sim/, ros2_ws/src/taco_bridge/taco_bridge/
+    packages=(find_packages(include=["taco_ref", "taco_ref.*", "taco_app", "taco_app.*"])
               + find_packages("sim", include=["taco_sim", "taco_sim.*"]) + ["taco_bridge"]),
     package_dir={"taco_sim": "sim/taco_sim", "taco_bridge": "ros2_ws/src/taco_bridge/taco_bridge"},
     # the domains' training configs and shipped models are package data: found after any install
@@ -72,7 +72,7 @@ setup(
                 "ros-ament-flake8", "ros-ament-pep257", "flake8", "pydocstyle"],
     },
     cmdclass={"build_py": BuildPyWithVectors},
-    entry_points={"console_scripts": ["taco=taco_ref.app.cli:main",
+    entry_points={"console_scripts": ["taco=taco_app.cli:main",
                                       "taco-bridge-dial=taco_bridge.dial:main",
                                       "taco-bridge-send=taco_bridge.send:main",
                                       "taco-bridge-build=taco_bridge.workspace:main"]},

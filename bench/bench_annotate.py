@@ -77,7 +77,7 @@ def main():
         data.save(demos, args.data)
         print(f"collected {args.n} Dial demonstrations in {time.time() - t0:.0f} s", file=sys.stderr)
     tmp = tempfile.mkdtemp(prefix="bench-annotate-")
-    taco = [sys.executable, "-m", "taco_ref.app.cli"]
+    taco = [sys.executable, "-m", "taco_app.cli"]
     sizes = [args.n] if args.quick else sorted({max(1, args.n // 4), args.n})
     if not args.quick and args.replicate > 1:
         sizes.append(args.n * args.replicate)

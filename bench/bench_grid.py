@@ -1,4 +1,4 @@
-"""Benchmark of the experiment grid's engine: what it adds to each cell (taco_ref/app/engine.py).
+"""Benchmark of the experiment grid's engine: what it adds to each cell (taco_app/engine.py).
 
 Problem: N = 8 tiny Nav-World cells (TACO and GT-BC, 20 demonstrations, seeds 0-3, 5 epochs, 4
 test sketches, 5 held-out demonstrations): cells far shorter than real ones, so that the
@@ -7,7 +7,7 @@ engine's own cost is what shows.
 What is timed (wall time, BLAS at one thread everywhere):
 
 - direct   in this process, one after the other: for each cell, experiment.collect of its two
-           data sets and experiment.run_cell, then experiment.write_cell (what a cell needs
+           data sets and experiment.run_cell, then cells.write_cell (what a cell needs
            without an engine); D seconds in all.
 - engine   engine.run_grid over the same cells into a fresh OUT with P workers: E seconds.
            Local: the default (a spawn process pool, P = --workers); Dask: a cluster of P
@@ -35,7 +35,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import numpy_blas_parts  # noqa: E402
 
-from taco_ref.app import engine, experiment  # noqa: E402
+from taco_app import cells, engine, experiment  # noqa: E402
 
 TARGET = 1.0
 CELLS = [dict(domain="navworld", algo=a, size=20, seed=s, train_sketch_len=3, n_tasks=4, n_align=5,
@@ -47,7 +47,7 @@ def direct(out):
     start = time.perf_counter()
     for cell in CELLS:
         demos, test_demos = (experiment.collect(spec) for spec in experiment.data_specs(cell))
-        experiment.write_cell(out, experiment.run_cell(cell, demos, test_demos))
+        cells.write_cell(out, experiment.run_cell(cell, demos, test_demos))
     return time.perf_counter() - start
 
 

@@ -67,7 +67,7 @@ def main():
     n_align = args.n_align or (20 if args.quick else 100)
     n_train = args.n_train or (20 if args.quick else 200)
     limit = int(args.limit_mb * 1e6)
-    taco = [sys.executable, "-m", "taco_ref.app.cli"]
+    taco = [sys.executable, "-m", "taco_app.cli"]
     tmp = tempfile.mkdtemp(prefix="bench-memory-")
     from taco_ref import data
     import taco_sim

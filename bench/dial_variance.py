@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import taco_sim  # noqa: E402
 from taco_ref import evaluate, files, model as model_mod, train  # noqa: E402
-from taco_ref.app import config as config_mod, experiment  # noqa: E402
+from taco_app import config as config_mod, experiment  # noqa: E402
 
 
 def trained(out, name, demos, cfg, validate, order=None):

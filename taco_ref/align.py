@@ -502,9 +502,13 @@ def ctc_align_viterbi(log_p, sketch, traj_len=None, sketch_len=None, return_scor
     return (path, score) if return_score else path
 
 
-DECODERS = {"forward_argmax": align_forward_argmax, "posterior_argmax": align_posterior_argmax,
-            "viterbi": align_viterbi}
-"""The three TACO decoders by name (spec/align.md §7)."""
-CTC_DECODERS = {"forward_argmax": ctc_align_forward_argmax,
-                "posterior_argmax": ctc_align_posterior_argmax, "viterbi": ctc_align_viterbi}
-"""The three CTC decoders by name."""
+DECODER_NAMES = ("forward_argmax", "posterior_argmax", "viterbi")
+"""The decoders, the one list (spec/align.md §7): the paper's argmax of the forward variables,
+the posterior argmax and Viterbi. Tables, the CTC-BC config and the conformance kit read it."""
+DECODER_LABELS = {"forward_argmax": "fwd argmax", "posterior_argmax": "posterior", "viterbi": "Viterbi"}
+"""How tables name each decoder."""
+DECODERS = dict(zip(DECODER_NAMES, (align_forward_argmax, align_posterior_argmax, align_viterbi)))
+"""The TACO lattice's decoders by name."""
+CTC_DECODERS = dict(zip(DECODER_NAMES, (ctc_align_forward_argmax, ctc_align_posterior_argmax,
+                                        ctc_align_viterbi)))
+"""The CTC lattice's decoders by name."""

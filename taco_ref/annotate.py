@@ -4,7 +4,7 @@ Implements spec/interop.md §3: a trained model's TACO lattice on each demonstra
 labels (one of the decoders of spec/align.md §7), the posterior of every sketch position, the
 posterior probability that a sub-task ends at each step, and one confidence per demonstration;
 `segments` cuts a label row into its runs, the unit the dataset formats store.
-Plain NumPy, like the rest of the core: the dataset formats live in taco_ref.app.interop.
+Plain NumPy, like the rest of the core: the dataset formats live in taco_app.interop.
 
 Symbol | Shape     | Meaning
 B      |           | demonstrations in the batch

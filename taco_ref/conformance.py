@@ -28,6 +28,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from taco_ref.align import DECODER_NAMES
+
 
 def _default_vectors():
     """The installed package's copy of the vectors, else the source checkout's spec/vectors."""
@@ -39,8 +41,8 @@ def _default_vectors():
 VECTORS = _default_vectors()
 FORMATS = ("taco_ref conformance vectors v2",)
 RTOL = ATOL = 1e-12
-INT_FIELDS = {"traj_len", "sketch_len", "sketch", "forward_argmax", "posterior_argmax", "viterbi"}
-DECODERS = ("forward_argmax", "posterior_argmax", "viterbi")
+DECODERS = DECODER_NAMES               # the vectors' decoder fields are the decoders' names
+INT_FIELDS = {"traj_len", "sketch_len", "sketch", *DECODERS}
 GRADIENTS = ("d_act", "d_stop", "d_go", "posterior", "d_log_p")   # (B, T, ...) fields
 TACO_FUNCTIONS = {"loglik": "taco_forward_backward", "loglik (taco_loglik)": "taco_loglik",
                   "forward_argmax": "align_forward_argmax",

@@ -31,6 +31,9 @@ A robot's readings and commands in any unit it reports (metres, radians, N m, ra
 values) stay far below it, while 1e300 turns a squared residual into inf and every loss after
 it into NaN; squares of 1e6 (1e12) keep the objectives finite in float32 as in float64.
 spec/data.md §5 rule 10."""
+MAX_SKETCH_LEN = 64
+"""Longest sketch a domain collects and a robot executes (taco_sim.domain and taco_ref.runner
+read it from here): a guard against requests that would keep a robot busy for hours."""
 MAX_ACTIONS = 1024
 """Most discrete actions (meta.n_actions): far above any discrete domain here (Craft's), and
 small enough for the CTC classifier's one-hot table (n_actions x n_actions float64, 8 MiB)."""
@@ -85,6 +88,34 @@ class Demos:
         """Raise DataError naming the field and what was expected; return self when valid."""
         validate(self)
         return self
+
+
+def assemble(states, actions, labels, final_states, sketches, vocab, meta):
+    """The validated Demos of N episodes of their own lengths, padded: every domain's collect
+    builds its demonstrations here (spec/data.md §1).
+
+    Argument     | Per episode i           | Padded into
+    states       | (T_i, D) floats         | states (N, T, D), zeros beyond T_i
+    actions      | (T_i, A) floats or (T_i,) ids | actions (N, T, A) or (N, T), zeros beyond T_i
+    labels       | (T_i,) sketch positions | labels (N, T), -1 beyond T_i
+    final_states | (D,)                    | final_state (N, D)
+    sketches     | (L_i,) sub-task ids     | sketch (N, L), -1 beyond L_i; sketch_len (N,)
+    """
+    n = len(states)
+    traj_len = np.array([len(a) for a in actions], dtype=np.int64)             # (N,)
+    sketch_len = np.array([len(k) for k in sketches], dtype=np.int64)           # (N,)
+    T, L = int(traj_len.max()), int(sketch_len.max())
+    first = np.asarray(actions[0])
+    padded_states = np.zeros((n, T, np.asarray(states[0]).shape[-1]))          # (N, T, D)
+    padded_actions = np.zeros((n, T) + first.shape[1:], dtype=first.dtype)      # (N, T, A) or (N, T)
+    padded_labels = np.full((n, T), -1, dtype=np.int64)                        # (N, T)
+    sketch = np.full((n, L), -1, dtype=np.int64)                                # (N, L)
+    for i in range(n):
+        t = traj_len[i]
+        padded_states[i, :t], padded_actions[i, :t], padded_labels[i, :t] = states[i][:t], actions[i], labels[i][:t]
+        sketch[i, :sketch_len[i]] = sketches[i]
+    return Demos(padded_states, padded_actions, traj_len, sketch, sketch_len, padded_labels,
+                 np.array([np.asarray(f, dtype=float) for f in final_states]), tuple(vocab), meta).validate()
 
 
 def _fail(name, expected, got):

@@ -16,10 +16,10 @@ truth, for each decoder (the paper's is the argmax of the forward variables).
 """
 import numpy as np
 
-from taco_ref import align, data, objectives, policy, runner
+from taco_ref import algorithms, align, data, objectives, policy, runner
 from taco_ref.objectives import valid_mask
 
-DECODERS = tuple(align.DECODERS)
+DECODERS = align.DECODER_NAMES
 
 
 ACTION_STREAM = 1
@@ -318,15 +318,21 @@ def ctc_log_probs(model, demos):
 
 
 def alignments(model, demos, decoders=DECODERS):
-    """{decoder: (N, T) sketch positions} for demos. TACO and GT-BC models align with the TACO
-    lattice of their sub-policies; CTC-BC models with their CTC classifier (as in the paper)."""
+    """{name: (N, T) sketch positions} for demos: one per decoder, plus the algorithm's own
+    alignments (Algorithm.extra_alignments: CompILE's boundaries). A model aligns as its
+    algorithm declares (Algorithm.align): TACO's and GT-BC's with the TACO lattice of their
+    sub-policies, CTC-BC's with its CTC classifier (as in the paper)."""
     check_compatible(model, demos)
-    lengths = (demos.traj_len, demos.sketch_len)
-    if model.ctc_kind:
-        log_p = ctc_log_probs(model, demos)
-        return {d: align.CTC_DECODERS[d](log_p, demos.sketch, *lengths) for d in decoders}
+    own = algorithms.get(model.algo).align
+    if own is not None:
+        return own(model, demos, decoders)
+    return lattice_alignments(model, demos, decoders)
+
+
+def lattice_alignments(model, demos, decoders=DECODERS):
+    """{decoder: (N, T) sketch positions} from the TACO lattice of the model's sub-policies."""
     lattice = scores(model, demos)
-    return {d: align.DECODERS[d](*lattice, *lengths) for d in decoders}
+    return {d: align.DECODERS[d](*lattice, demos.traj_len, demos.sketch_len) for d in decoders}
 
 
 ALIGNMENT_METRICS = ("position", "subtask")
@@ -355,16 +361,17 @@ def alignment_accuracy(model, demos, decoders=DECODERS, batch_size=128, by="posi
 def alignment_accuracies(model, demos, decoders=DECODERS, batch_size=128):
     """{metric: {decoder: accuracy}} for both ALIGNMENT_METRICS from one decoding pass."""
     check_compatible(model, demos)
-    hits = {m: dict.fromkeys(decoders, 0) for m in ALIGNMENT_METRICS}
+    hits = {m: {} for m in ALIGNMENT_METRICS}
     total = 0
     for batch in data.batches(demos, batch_size):
         valid = np.arange(batch.labels.shape[1])[None, :] < batch.traj_len[:, None]
         true_ids = _subtask_ids(batch.sketch, batch.labels)
         for d, path in alignments(model, batch, decoders).items():
-            hits["position"][d] += int(((path == batch.labels) & valid).sum())
-            hits["subtask"][d] += int(((_subtask_ids(batch.sketch, path) == true_ids) & valid).sum())
+            hits["position"][d] = hits["position"].get(d, 0) + int(((path == batch.labels) & valid).sum())
+            hits["subtask"][d] = hits["subtask"].get(d, 0) + int(
+                ((_subtask_ids(batch.sketch, path) == true_ids) & valid).sum())
         total += int(valid.sum())
-    return {m: {d: hits[m][d] / total for d in decoders} for m in ALIGNMENT_METRICS}
+    return {m: {d: n / total for d, n in hits[m].items()} for m in ALIGNMENT_METRICS}
 
 
 def mean_loglik_per_step(model, demos, batch_size=128):

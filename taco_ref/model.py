@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from taco_ref import files, objectives
+from taco_ref import algorithms, files
+from taco_ref.config import TrainConfig
 from taco_ref.files import npz_blob, read_npz, write_bytes
 from taco_ref.policy import PolicyConfig, param_shapes
 
@@ -95,7 +96,7 @@ def load(directory):
     """Read a model directory; ModelError (naming the file and the problem) if anything is off.
 
     Every field must have its meaning and a value training can produce: format and version;
-    algo one of train.ALGOS and ctc_kind the one it implies; the policy architecture
+    algo a registered algorithm (taco_ref.algorithms) and ctc_kind the one it implies; the policy architecture
     (PolicyConfig, sigma in policy.SIGMA_RANGE); the vocabulary a list of distinct non-empty
     names, one per sub-task; config a training config (TrainConfig.from_dict) that agrees with
     the algorithm and the architecture where it names them; info an object; and the weights
@@ -151,8 +152,12 @@ def load(directory):
         if not np.isfinite(arr).all():
             raise ModelError(f"{weights_path}: {name} holds non-finite values")
     declared = dict(policy_shapes(policy))
-    if ctc_kind:
-        declared.update(_ctc_shapes(params, ctc_kind, policy, config, weights_path))
+    own_shapes = algorithms.get(algo).shapes
+    if own_shapes is not None:                      # the algorithm's own nets (CTC's classifier, ...)
+        try:
+            declared.update(own_shapes(params, policy, config))
+        except ValueError as err:
+            raise ModelError(f"{weights_path}: {err}") from None
     for name, shape in declared.items():
         if name not in params or params[name].shape != shape:
             got = params[name].shape if name in params else "missing"
@@ -172,12 +177,11 @@ def _short(value, limit=80):
 
 def _algorithm_and_vocab(meta, meta_path, policy):
     """(algo, ctc_kind, vocab) after checking each against the registry and the architecture."""
-    from taco_ref.train import ALGOS, TrainConfig        # train imports this module
     algo = meta.get("algo")
-    if not isinstance(algo, str) or algo not in ALGOS:
-        raise ModelError(f"{meta_path}: algo must be one of {list(ALGOS)}, got {_short(algo)}")
+    if not isinstance(algo, str) or algo not in algorithms.names():
+        raise ModelError(f"{meta_path}: algo must be one of {list(algorithms.names())}, got {_short(algo)}")
     ctc_kind = meta.get("ctc_kind")
-    want = TrainConfig(algo=algo).ctc_kind
+    want = algorithms.get(algo).ctc_kind
     if ctc_kind != want:
         raise ModelError(f"{meta_path}: ctc_kind must be {want!r} for algo {algo!r}, got {_short(ctc_kind)}")
     vocab = meta.get("vocab")
@@ -197,7 +201,6 @@ def _config(meta, meta_path, algo, policy):
     """The training config: an object of TrainConfig fields with valid values (missing ones are
     the defaults of older versions), naming the model's algorithm and, where it names them, the
     policy's hidden sizes, activation and sigma."""
-    from taco_ref.train import TrainConfig
     config = meta.get("config", {})
     if not isinstance(config, dict):
         raise ModelError(f"{meta_path}: config must be an object of training settings, got {_short(config)}")
@@ -217,33 +220,6 @@ def _config(meta, meta_path, algo, policy):
             raise ModelError(f"{meta_path}: config.sigma is {cfg.sigma!r}, the policy's sigma "
                              f"{policy.sigma!r}{' (learned)' if policy.learn_sigma else ''}")
     return config
-
-
-def _ctc_shapes(params, kind, policy, config, weights_path):
-    """{name: shape} of the CTC classifier of kind whose hidden sizes the weights show (and,
-    where it names them, config.ctc_hidden): its input is a state and an action (one-hot when
-    discrete), its output one score per sub-task."""
-    def shape(name, ndim):
-        arr = params.get(name)
-        if arr is None or arr.ndim != ndim or min(arr.shape, default=1) < 1:
-            raise ModelError(f"{weights_path}: the CTC {kind} classifier needs {name} ({ndim}-d), "
-                             f"got {'nothing' if arr is None else arr.shape}")
-        return arr.shape
-    if kind == "mlp":
-        layers = 0
-        while f"ctc.W{layers}" in params:
-            layers += 1
-        hidden = [shape(f"ctc.W{i}", 2)[1] for i in range(layers - 1)]
-        if not hidden:
-            raise ModelError(f"{weights_path}: the CTC mlp classifier needs ctc.W0, ctc.W1, ... (at "
-                             f"least one hidden layer), got {layers} weight matrices")
-    else:
-        hidden = [shape("ctc.fwd.W_h", 2)[0]]
-    if "ctc_hidden" in config and list(config["ctc_hidden"]) != hidden:
-        raise ModelError(f"{weights_path}: the CTC classifier's hidden sizes are {hidden}, "
-                         f"config.ctc_hidden {config['ctc_hidden']!r}")
-    return objectives.ctc_param_shapes(kind, policy.state_dim + policy.action_dim, hidden,
-                                       policy.n_subtasks)
 
 
 def _check_values(params, weights_path):

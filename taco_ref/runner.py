@@ -30,9 +30,7 @@ import re
 import numpy as np
 
 from taco_ref import policy
-
-MAX_SKETCH_LEN = 64
-"""Longest sketch accepted (a guard against messages that would keep a robot busy for hours)."""
+from taco_ref.data import MAX_SKETCH_LEN
 MAX_TEXT_LEN = 4096
 """Longest sketch message accepted, in characters, before any parsing."""
 STATES = ("idle", "running", "done", "error")

@@ -1,11 +1,10 @@
-"""Training: config, minibatch loop, early stopping, checkpoints and resume; spec/training.md.
+"""Training: the minibatch loop, early stopping, checkpoints and resume; spec/training.md.
 
-One loop serves every algorithm. An algorithm is a list of stages, each training one set of
-parameters against one objective with its own Adam and early stopping:
-  taco        stage "policy": TACO's joint likelihood (objectives.taco)
-  gtbc        stage "policy": modular BC on the ground-truth segmentation (objectives.bc)
-  ctcbc-mlp   stage "ctc": the blank-free CTC classifier (MLP), then stage "policy": BC on
-  ctcbc-gru   CTC's argmax alignment (or the alpha-weighted variant); bi-GRU classifier
+One loop serves every algorithm. An algorithm (taco_ref.algorithms) is a list of stages, each
+training one set of parameters against one objective with its own Adam and early stopping; the
+loop reads what a stage declares (its parameters, loss, learning rate, epochs, which epochs are
+candidates, whether it is the sub-policies' stage) and never which algorithm it runs. The config
+is taco_ref.config.TrainConfig.
 Losses are negative log-likelihoods per valid time step: the batch sum divided by the number
 of valid steps in the batch, so the learning rate means the same for any batch and length.
 """
@@ -16,210 +15,18 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict
 
 import numpy as np
 
+from taco_ref import algorithms
 from taco_ref import data as data_mod
 from taco_ref import model as model_mod
-from taco_ref import files, nn, objectives, optim, policy
+from taco_ref import files, optim, policy
+from taco_ref.config import TrainConfig  # noqa: F401  (train.TrainConfig: the trainer's config)
 
-ALGOS = ("taco", "gtbc", "ctcbc-mlp", "ctcbc-gru")
-DTYPES = ("float64", "float32")
-MAX_WIDTH, MAX_LAYERS = 65536, 16
-"""Bounds on the hidden sizes a config may ask for (the paper's largest layer is 400 wide)."""
-
-
-@dataclass
-class TrainConfig:
-    """Every knob of a training run, with its generic default. Each domain ships a YAML file of
-    its own values (taco_sim/configs/<domain>.yaml), read by taco_ref.app.config."""
-
-    algo: str = "taco"
-    """taco | gtbc | ctcbc-mlp | ctcbc-gru."""
-    act_hidden: list = field(default_factory=lambda: [100])
-    """Hidden sizes of each action net (paper table 2)."""
-    stop_hidden: list = field(default_factory=lambda: [100])
-    """Hidden sizes of each STOP net."""
-    activation: str = "relu"
-    """Hidden activation of the sub-policy nets: relu or tanh."""
-    sigma: object = 1.0
-    """Gaussian action standard deviation (paper: 1), a positive number; or "learned": each
-    sub-policy learns a per-dimension log-std, starting at sigma_init (spec/policy.md eq. (9))."""
-    sigma_init: float = 1.0
-    """With sigma "learned": the initial standard deviation of every sub-policy and dimension."""
-    lr: float = 5e-3
-    """Adam learning rate (Nav-World: 5e-3, the original code's setting; the paper gives none)."""
-    lr_decay: str = "none"
-    """The policy stages' learning rate over epochs: "none" (constant, the original code's) or
-    "cosine" (lr * (1 + cos(pi e / epochs)) / 2 in epoch e, spec/training.md eq. (10))."""
-    batch_size: int = 10
-    """Demonstrations per minibatch (Nav-World: 10, likewise)."""
-    epoch_size: int = 0
-    """The least number of demonstrations an epoch trains on: an epoch is the fewest whole
-    shuffled passes over the training set that reach it (passes_per_epoch); 0 = one pass. It
-    gives small data sets the optimiser steps of a larger one while epochs, patience, the rate
-    schedule and the dropout decay keep their meaning (spec/training.md §4)."""
-    epochs: int = 200
-    """Upper bound on epochs per stage (an epoch is one pass over the training set, or
-    passes_per_epoch passes with epoch_size)."""
-    patience: int = 15
-    """Early stopping: stop a stage after this many epochs without a better held-out loss."""
-    holdout_fraction: float = 0.1
-    """Share of the demonstrations held out for early stopping."""
-    ema: float = 0.0
-    """Decay beta of an exponential moving average of the policy stage's sub-policy parameters,
-    updated after every optimiser step (spec/training.md eq. (14)); the held-out loss, the
-    rollouts and the kept parameters are the average's. 0 = off (the last parameters)."""
-    select: str = "held_out_loss"
-    """How the policy stage's kept epoch is chosen (spec/training.md §5): "held_out_loss" (the
-    lowest held-out loss, eq. (5)) or "rollouts" (the most validation sketches completed by the
-    sub-policies in the domain's validation environment, eq. (13): the Dial's random layouts,
-    never the test condition; no labels are read). "rollouts" needs a domain to roll out in
-    (`taco train` on a domain's data, `taco experiment`)."""
-    select_tasks: int = 50
-    """With select "rollouts": validation sketches per scored epoch (of the training sketches'
-    length, from a fixed seed: every epoch and every algorithm of a seed sees the same ones)."""
-    select_from: int = 1
-    """With select "rollouts": the first policy epoch (counted from 1) whose rollouts are scored;
-    earlier epochs are not candidates."""
-    seed: int = 0
-    """Seeds the split, the initialisation, the minibatch order and dropout."""
-    stop_dropout: float = 0.0
-    """Initial dropout rate on the hidden layers of the STOP nets (paper appendix A)."""
-    dropout_decay: float = 0.95
-    """The STOP-net dropout rate is stop_dropout * dropout_decay ** epoch."""
-    act_l2: float = 0.0
-    """L2 penalty act_l2 / 2 * ||W||^2 on the action nets' weight matrices (not the biases): its
-    gradient is added to each batch's per-step gradient (spec/training.md eq. (9)); 0 = none. The
-    reported losses and early stopping's criterion stay the plain negative log-likelihood."""
-    stop_l2: float = 0.0
-    """The same penalty on the STOP nets' weight matrices."""
-    terminal_stop: bool = False
-    """Train a STOP of the last sub-policy at the final state (spec/align.md eq. (8))."""
-    stop_prior: bool = False
-    """Initialise the STOP nets' output bias to the data's switch rate (spec/training.md eq. (6))
-    instead of 0, i.e. P(STOP) = 1/2 at every step before training. Off by default: the committed
-    results were made without it; in a first check (Nav-World, 200 demonstrations) it raised
-    TACO's alignment from 72.8 % to 84.2 % on one seed and left another at 81 %."""
-    warmup_epochs: int = 5
-    """TACO only: epochs of behaviour cloning on the even split of every demonstration into its
-    sketch's L segments (objectives.even_split_labels) before the TACO stage; 0 = plain TACO.
-    A label-free start against the early collapse of the alignment: 5 fixed every Nav-World
-    seed that plain TACO collapsed on (spec/training.md §6)."""
-    temperature: float = 1.0
-    """TACO only: initial temperature of the tempered alignment (objectives.taco), annealed
-    linearly to 1 over temperature_epochs (spec/training.md eq. (7)); 1 = no tempering."""
-    temperature_epochs: int = 0
-    """TACO only: epochs of the TACO stage over which the temperature falls to 1. Early stopping
-    and the best-parameter copy start once it is 1."""
-    restarts: int = 1
-    """TACO only: independent runs (same split, different initialisation and batch order); the
-    model kept is the run with the highest TACO log-likelihood per step on the training set
-    (spec/training.md §7)."""
-    dtype: str = "float32"
-    """Precision of the sub-policy nets in training: float32 (the default: float64's accuracy
-    within seed noise in half the time) or float64 (parameters, activations, gradients and Adam
-    state). The alignment recursion, the CTC classifier and the saved model are float64 either
-    way (spec/training.md §4, §9)."""
-    normalise_states: bool = True
-    """Standardise states with the training set's mean and std (stored in the model)."""
-    ctc_hidden: list = field(default_factory=lambda: [100])
-    """CTC-BC classifier: MLP hidden sizes, or [hidden size] of the bi-GRU (exactly one)."""
-    ctc_lr: float = 5e-3
-    """Adam learning rate of the CTC classifier."""
-    ctc_weighting: str = "argmax"
-    """CTC-BC's use of the alignment: argmax (paper Sec. 4.1) or alpha (appendix C)."""
-    ctc_decoder: str = "forward_argmax"
-    """CTC-BC's argmax alignment: forward_argmax (paper), posterior_argmax or viterbi."""
-
-    def __post_init__(self):
-        for f in fields(self):  # numbers from YAML or --set: 1e-3 arrives as a string, 5 as an int
-            value = getattr(self, f.name)
-            if f.type in (float, "float"):
-                try:
-                    if isinstance(value, bool):
-                        raise TypeError
-                    setattr(self, f.name, float(value))
-                except (TypeError, ValueError):
-                    raise ValueError(f"{f.name} must be a number, got {value!r}") from None
-            elif f.type in (int, "int") and (isinstance(value, bool) or not isinstance(value, int)):
-                raise ValueError(f"{f.name} must be an integer, got {value!r}")
-            elif f.type in (bool, "bool") and not isinstance(value, bool):
-                raise ValueError(f"{f.name} must be true or false, got {value!r}")
-        if self.algo not in ALGOS:
-            raise ValueError(f"algo must be one of {ALGOS}, got {self.algo!r}")
-        low, high = policy.SIGMA_RANGE
-        if self.sigma != "learned":
-            try:
-                if isinstance(self.sigma, bool):
-                    raise TypeError
-                self.sigma = float(self.sigma)
-            except (TypeError, ValueError):
-                raise ValueError(f"sigma must be a positive number or 'learned', got {self.sigma!r}") from None
-            if not low <= self.sigma <= high:
-                raise ValueError(f"sigma must be a positive number in [{low:g}, {high:g}] "
-                                 f"(policy.SIGMA_RANGE) or 'learned', got {self.sigma!r}")
-        if not low <= self.sigma_init <= high:
-            raise ValueError(f"sigma_init must be a positive number in [{low:g}, {high:g}] "
-                             f"(policy.SIGMA_RANGE), got {self.sigma_init!r}")
-        for name in ("batch_size", "epochs", "patience", "restarts"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
-        if self.epoch_size < 0:
-            raise ValueError(f"epoch_size must be an integer >= 0 (0: one pass per epoch), got {self.epoch_size!r}")
-        for name in ("act_hidden", "stop_hidden", "ctc_hidden"):
-            sizes = getattr(self, name)
-            if (not isinstance(sizes, list) or not 1 <= len(sizes) <= MAX_LAYERS
-                    or not all(isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= MAX_WIDTH
-                               for h in sizes)):
-                raise ValueError(f"{name} must be a list of 1 to {MAX_LAYERS} integers in "
-                                 f"[1, {MAX_WIDTH}], got {sizes!r}")
-        if self.algo == "ctcbc-gru" and len(self.ctc_hidden) != 1:
-            raise ValueError(f"ctc_hidden must be one hidden size [H] for ctcbc-gru (its bi-GRU has "
-                             f"one layer), got {self.ctc_hidden!r}")
-        for name in ("warmup_epochs", "temperature_epochs"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {getattr(self, name)!r}")
-        if not 1.0 <= self.temperature < float("inf"):
-            raise ValueError(f"temperature must be a finite number >= 1, got {self.temperature!r}")
-        if self.temperature_epochs >= self.epochs:
-            raise ValueError(f"temperature_epochs must be below epochs ({self.epochs}) so that TACO "
-                             f"trains at temperature 1 at the end, got {self.temperature_epochs!r}")
-        if not 0.0 <= self.holdout_fraction < 1.0:
-            raise ValueError(f"holdout_fraction must lie in [0, 1), got {self.holdout_fraction!r}")
-        optim.dropout_rate(self.stop_dropout, self.dropout_decay, 0)  # validates both
-        for name in ("act_l2", "stop_l2"):
-            if not 0.0 <= getattr(self, name) < float("inf"):
-                raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)!r}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        if self.lr_decay not in LR_DECAYS:
-            raise ValueError(f"lr_decay must be one of {LR_DECAYS}, got {self.lr_decay!r}")
-        if not 0.0 <= self.ema < 1.0:
-            raise ValueError(f"ema must lie in [0, 1) (0: off), got {self.ema!r}")
-        if self.select not in SELECTIONS:
-            raise ValueError(f"select must be one of {SELECTIONS}, got {self.select!r}")
-        for name in ("select_tasks", "select_from"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
-        if self.ctc_weighting not in ("argmax", "alpha"):
-            raise ValueError(f"ctc_weighting must be 'argmax' or 'alpha', got {self.ctc_weighting!r}")
-        if self.ctc_decoder not in ("forward_argmax", "posterior_argmax", "viterbi"):
-            raise ValueError(f"ctc_decoder must be forward_argmax, posterior_argmax or viterbi, "
-                             f"got {self.ctc_decoder!r}")
-
-    @classmethod
-    def from_dict(cls, values):
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown config keys {unknown}; known: {sorted(known)}")
-        return cls(**values)
-
-    @property
-    def ctc_kind(self):
-        return {"ctcbc-mlp": "mlp", "ctcbc-gru": "gru"}.get(self.algo)
+ALGOS = algorithms.names()
+"""The registered algorithms (taco_ref.algorithms), in table order."""
 
 
 # ----------------------------------------------------------------------------------------
@@ -227,10 +34,11 @@ class TrainConfig:
 # ----------------------------------------------------------------------------------------
 
 class _Job:
-    """The model being trained and the loss of each stage on a batch."""
+    """The model being trained, its algorithm's stages (by name) and each stage's loss on a batch."""
 
     def __init__(self, cfg, demos, rng):
         self.cfg = cfg
+        self.algorithm = algorithms.get(cfg.algo)
         self.vocab = demos.vocab
         self.discrete = demos.discrete
         A = demos.meta["n_actions"] if self.discrete else demos.actions.shape[2]
@@ -250,76 +58,39 @@ class _Job:
             self.params["norm.mean"], self.params["norm.std"] = mean, std
         for name in policy.trainable(self.params):   # drawn in float64, then rounded
             self.params[name] = self.params[name].astype(cfg.dtype, copy=False)
-        if cfg.ctc_kind:
-            input_dim = demos.states.shape[2] + self.policy_cfg.action_dim
-            self.params.update(objectives.init_ctc_params(rng, cfg.ctc_kind, input_dim,
-                                                          cfg.ctc_hidden, len(demos.vocab)))
-        if cfg.ctc_kind:
-            self.stages = ["ctc", "policy"]
-        elif cfg.algo == "taco" and cfg.warmup_epochs:
-            self.stages = ["warmup", "policy"]
-        else:
-            self.stages = ["policy"]
+        if self.algorithm.init is not None:          # the algorithm's own nets, drawn next
+            self.params.update(self.algorithm.init(self, demos, rng))
+        self.specs = {stage.name: stage for stage in self.algorithm.stages(cfg)}
+        self.stages = list(self.specs)
 
     def names(self, stage):
-        prefix = ("ctc.",) if stage == "ctc" else policy.TRAINABLE_PREFIXES
-        return [k for k in self.params if k.startswith(prefix)]
+        return [k for k in self.params if k.startswith(self.specs[stage].params)]
 
     def lr(self, stage):
-        return self.cfg.ctc_lr if stage == "ctc" else self.cfg.lr
+        return self.specs[stage].lr(self.cfg)
 
     def max_epochs(self, stage):
-        return self.cfg.warmup_epochs if stage == "warmup" else self.cfg.epochs
+        return self.specs[stage].epochs(self.cfg)
+
+    def is_policy(self, stage):
+        """Whether stage is the sub-policies' stage (schedule, L2, averaging, rollouts apply)."""
+        return self.specs[stage].policy
 
     def tracks_best(self, stage, epoch):
-        """Whether epoch (0-based, just run) of stage takes part in early stopping. The warm-up
+        """Whether epoch (0-based, just run) of stage takes part in early stopping. A warm-up
         hands on its last parameters; the tempered epochs of TACO are a schedule, not a
         candidate (spec/training.md §6)."""
-        if stage == "warmup":
-            return False
-        return not (stage == "policy" and self.cfg.algo == "taco"
-                    and epoch < self.cfg.temperature_epochs)
+        return self.specs[stage].candidate(self.cfg, epoch)
 
     def stage_sets(self, stage, train_set, held_out):
-        """The (training, held-out) sets a stage trains and stops on. For CTC-BC's policy stage
-        with argmax weighting, the same demonstrations relabelled once with the frozen
-        classifier's alignment (the classifier does not change in that stage, so aligning every
-        batch of every epoch again would give the same labels); BC then reads batch.labels."""
-        if stage == "policy" and self.cfg.ctc_kind and self.cfg.ctc_weighting == "argmax":
-            return self._relabel(train_set), self._relabel(held_out)
-        return train_set, held_out
-
-    def _relabel(self, demos, batch_size=64):
-        labels = np.full_like(demos.labels, -1)                              # (N, T)
-        for idx in data_mod.batch_indices(demos.n, batch_size):
-            batch = demos.subset(idx)
-            path, _ = objectives.ctc_alignment(self.params, self.cfg.ctc_kind, batch, self.discrete,
-                                               self.policy_cfg.action_dim, self.cfg.ctc_decoder)
-            labels[idx, :path.shape[1]] = np.where(
-                np.arange(path.shape[1])[None, :] < batch.traj_len[:, None], path, -1)
-        return replace(demos, labels=labels)
+        """The (training, held-out) sets a stage trains and stops on (CTC-BC's policy stage:
+        the demonstrations relabelled by its classifier)."""
+        sets = self.specs[stage].sets
+        return (train_set, held_out) if sets is None else sets(self, train_set, held_out)
 
     def loss(self, stage, batch, rng, epoch, train):
         """(summed loss, grads) of one batch for one stage."""
-        cfg, p = self.cfg, self.params
-        if stage == "ctc":
-            return objectives.ctc(p, cfg.ctc_kind, batch, self.discrete, self.policy_cfg.action_dim)
-        rate = optim.dropout_rate(cfg.stop_dropout, cfg.dropout_decay, epoch)
-        common = dict(stop_dropout=nn.Dropout(rate, rng) if train and rate > 0 else None)
-        if stage == "warmup":
-            labels = objectives.even_split_labels(batch.traj_len, batch.sketch_len, batch.states.shape[1])
-            return objectives.bc(p, self.policy_cfg, batch, labels, cfg.terminal_stop, **common)
-        if cfg.algo == "taco":
-            temp = temperature(cfg, epoch) if train else 1.0
-            return objectives.taco(p, self.policy_cfg, batch, cfg.terminal_stop, temperature=temp,
-                                   **common)
-        if cfg.algo == "gtbc" or cfg.ctc_weighting == "argmax":   # (taco returned above)
-            # GT-BC on the ground truth; CTC-BC on the classifier's labels (stage_sets)
-            return objectives.bc(p, self.policy_cfg, batch, batch.labels, cfg.terminal_stop, **common)
-        _, weights = objectives.ctc_alignment(p, cfg.ctc_kind, batch, self.discrete,
-                                              self.policy_cfg.action_dim, cfg.ctc_decoder)
-        targets = objectives.ctc_soft_targets(weights, batch.sketch_len)
-        return objectives.soft_bc(p, self.policy_cfg, batch, weights, targets, **common)
+        return self.specs[stage].loss(self, batch, rng, epoch, train)
 
     def optimiser(self, stage):
         """A fresh Adam over the parameters stage trains, at its learning rate."""
@@ -339,27 +110,16 @@ def passes_per_epoch(epoch_size, n_train):
     return max(1, -(-epoch_size // n_train))
 
 
-LR_DECAYS = ("none", "cosine")
-SELECTIONS = ("held_out_loss", "rollouts")
-
-
 def lr_factor(cfg, stage, epoch):
-    """The learning rate of epoch (0-based) of stage, as a fraction of the stage's rate;
-    spec/training.md eq. (10): with lr_decay "cosine", (1 + cos(pi epoch / cfg.epochs)) / 2 in the
-    "policy" stage (TACO's, GT-BC's, CTC-BC's second), 1 at epoch 0 and near 0 at the last; 1
-    otherwise, and always in the warm-up and CTC stages."""
-    if cfg.lr_decay == "none" or stage in ("warmup", "ctc"):
+    """The learning rate of epoch (0-based) of stage (a name of cfg's algorithm's stages), as a
+    fraction of the stage's rate; spec/training.md eq. (10): with lr_decay "cosine",
+    (1 + cos(pi epoch / cfg.epochs)) / 2 in the sub-policies' stage ("policy": TACO's, GT-BC's,
+    CTC-BC's second, CompILE's), 1 at epoch 0 and near 0 at the last; 1 otherwise, and always in
+    the other stages (TACO's warm-up, CTC-BC's classifier)."""
+    spec = {s.name: s for s in algorithms.get(cfg.algo).stages(cfg)}.get(stage)
+    if cfg.lr_decay == "none" or spec is None or not spec.policy:
         return 1.0
     return 0.5 * (1.0 + np.cos(np.pi * epoch / cfg.epochs))
-
-
-def temperature(cfg, epoch):
-    """Temperature of TACO's alignment in epoch (0-based) of the TACO stage; spec/training.md
-    eq. (7): 1 + (temp_0 - 1) max(0, 1 - epoch / E), falling linearly from cfg.temperature at
-    epoch 0 to 1 at epoch E = cfg.temperature_epochs and staying there."""
-    if cfg.temperature_epochs == 0:
-        return 1.0
-    return 1.0 + (cfg.temperature - 1.0) * max(0.0, 1.0 - epoch / cfg.temperature_epochs)
 
 
 def stop_prior_logit(demos):
@@ -519,7 +279,7 @@ def _load_checkpoint(out_dir, job, data_sha256):
 
 def cfg_epochs(cfg):
     """The most epochs any stage of a run with cfg may have."""
-    return max(cfg.epochs, cfg.warmup_epochs)
+    return max(stage.epochs(cfg) for stage in algorithms.get(cfg.algo).stages(cfg))
 
 
 class DivergedError(ValueError):
@@ -575,7 +335,7 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
     held-out loss, or with cfg.select "rollouts" the best validate(model) score).
 
     validate(model) -> share of validation sketches completed (a float in [0, 1]): needed with
-    cfg.select "rollouts" (taco_ref.app.experiment.rollout_validator builds it from a domain).
+    cfg.select "rollouts" (taco_app.experiment.rollout_validator builds it from a domain).
 
     With out_dir, a checkpoint is written atomically at the start and after every epoch and the
     final model is saved to out_dir/model; resume=True continues from the checkpoint found there
@@ -593,7 +353,8 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
                          "data, or taco experiment); this run has none")
     prepare_out_dir(out_dir, resume, overwrite)
     keep_freed_memory()
-    runs = cfg.restarts if cfg.algo == "taco" else 1
+    algorithm = algorithms.get(cfg.algo)
+    runs = 1 if algorithm.runs is None else algorithm.runs(cfg)
     if runs == 1:
         model, _ = _train_run(demos, cfg, 0, out_dir, resume, log, progress, stop_after, validate)
     else:
@@ -623,7 +384,7 @@ def select_restart(models):
     best = max(range(len(models)), key=lambda r: (models[r].info["train_loglik"], -r))
     summary = [{"restart": r, "seed": m.info["run_seed"], "train_loglik": m.info["train_loglik"],
                 "best_held_out_loss": min(h["held_out_loss"] for h in m.info["history"]
-                                          if h["stage"] == "policy"),
+                                          if h["stage"] == m.info["history"][-1]["stage"]),
                 "epochs": len(m.info["history"])} for r, m in enumerate(models)]
     chosen = models[best]
     chosen.info = dict(chosen.info, restarts=summary, restart=best,
@@ -766,8 +527,8 @@ class _Run:
             loss, grads = job.loss(stage, batch, self.rng, state["epoch"], train=True)
             for g in grads.values():              # per-step gradient, in place
                 g /= n
-            if stage != "ctc":                    # the sub-policies' nets, not CTC's classifier
-                optim.add_l2(grads, job.params, {"act": self.cfg.act_l2, "stop": self.cfg.stop_l2})
+            # on the sub-policies' weight matrices, where the stage trains them
+            optim.add_l2(grads, job.params, {"act": self.cfg.act_l2, "stop": self.cfg.stop_l2})
             self.adam.step(job.params, grads)
             self._average_step()
             total, steps = total + loss, steps + n
@@ -775,7 +536,7 @@ class _Run:
             return total, steps, mean_loss(job, stage, stage_held)
 
     def _averaging(self):
-        return self.cfg.ema > 0 and self.stage == "policy"
+        return self.cfg.ema > 0 and self.job.is_policy(self.stage)
 
     def _average_step(self):
         """spec/training.md eq. (14): avg <- beta avg + (1 - beta) theta after a step of the policy
@@ -814,7 +575,7 @@ class _Run:
         if not job.tracks_best(stage, state["epoch"] - 1):
             # warm-up or tempered epoch: hand on the latest parameters, count nothing
             self.best = {k: v.copy() for k, v in job.params.items()}
-        elif stage == "policy" and self.cfg.select == "rollouts":
+        elif job.is_policy(stage) and self.cfg.select == "rollouts":
             # spec/training.md eq. (13): the most validation sketches completed; ties go to the
             # later epoch. Epochs before select_from are not candidates and count nothing.
             if state["epoch"] >= self.cfg.select_from:
@@ -856,7 +617,8 @@ class _Run:
 
     def progress_line(self):
         cfg, state, last = self.cfg, self.state, self.state["history"][-1]
-        label = f"{cfg.algo} r{self.restart + 1}/{cfg.restarts}" if cfg.algo == "taco" and cfg.restarts > 1 else cfg.algo
+        runs = self.job.algorithm.runs(cfg) if self.job.algorithm.runs else 1
+        label = f"{cfg.algo} r{self.restart + 1}/{runs}" if runs > 1 else cfg.algo
         best = "     -  " if state["best_loss"] is None else f"{state['best_loss']:8.4f}"
         if state["best_score"] is not None:
             best = f"rollouts {100 * last.get('rollout_score', float('nan')):5.1f} % (best {100 * state['best_score']:5.1f} %)"
@@ -867,6 +629,6 @@ class _Run:
         info = {"history": self.state["history"], "train_size": self.train_set.n,
                 "held_out_size": self.held_out.n, "data": self.demos.meta,
                 "seconds": time.time() - self.t0, "run_seed": run_seed(self.cfg.seed, self.restart)}
-        if self.cfg.algo == "taco":
-            info["train_loglik"] = -mean_loss(self.job, "policy", self.train_set)
+        if self.job.algorithm.runs is not None:   # runs are kept by this (select_restart)
+            info["train_loglik"] = -mean_loss(self.job, self.job.stages[-1], self.train_set)
         return self.job.model(info)

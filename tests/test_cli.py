@@ -1,4 +1,4 @@
-"""Smoke tests of the `taco` command line (taco_ref/app/cli.py), run in a temporary directory.
+"""Smoke tests of the `taco` command line (taco_app/cli.py), run in a temporary directory.
 
 (c), the smoke layer: the journey collect -> train -> evaluate -> align through
 cli.main, interrupted training continued with --resume ending where an uninterrupted run ends,
@@ -7,14 +7,15 @@ console script.
 """
 import importlib.util
 import json
-import shutil
+import os
 import subprocess
+import sysconfig
 
 import numpy as np
 import pytest
 
 from taco_ref import data, model as model_mod
-from taco_ref.app import cli
+from taco_app import cli
 
 SMALL = ["--set", "epochs=2", "--set", "act_hidden=[8]", "--set", "stop_hidden=[8]",
          "--set", "ctc_hidden=[8]", "--set", "patience=100"]
@@ -117,6 +118,7 @@ def test_align_prints_accuracies(trained, files, capsys):
         "alignment accuracy (viterbi"]
 
 
+@pytest.mark.slow        # matplotlib renders a figure
 def test_align_plot(trained, files, capsys):
     png = files / "alignment.png"
     code = cli.main(["align", "--model", str(trained / "model"), "--data", str(files / "test.npz"),
@@ -129,6 +131,7 @@ def test_align_plot(trained, files, capsys):
         assert not png.exists()
 
 
+@pytest.mark.slow        # training runs
 def test_train_stop_after_then_resume_matches_an_uninterrupted_run(files, capsys):
     args = ["train", "--data", str(files / "nav.npz"), "--seed", "3"] + SMALL + ["--set", "epochs=3"]
     assert cli.main(args + ["--out", str(files / "whole")]) == 0
@@ -158,6 +161,7 @@ def test_a_run_is_never_overwritten_without_asking(files, capsys):
     assert "already holds a training run" in one_line_error(capsys, "train")
 
 
+@pytest.mark.slow        # training runs
 def test_stop_after_zero_leaves_a_checkpoint_to_resume_from(files, capsys):
     args = ["train", "--data", str(files / "nav.npz"), "--seed", "3"] + SMALL + ["--set", "epochs=2"]
     out = files / "zero"
@@ -252,9 +256,15 @@ def test_evaluate_a_directory_that_is_not_a_model(tmp_path, capsys):
     assert "not a taco_ref model directory" in one_line_error(capsys, "evaluate")
 
 
+@pytest.mark.slow        # a fresh process of the installed script
 def test_console_script_is_installed():
-    exe = shutil.which("taco")
-    assert exe is not None, "the `taco` console script is not on PATH (pip install -e .)"
+    """The installed distribution declares the `taco` console script, and the script pip wrote
+    beside this interpreter (its scripts directory, whatever the caller's PATH) runs."""
+    from importlib.metadata import entry_points
+    scripts = {e.name: e.value for e in entry_points(group="console_scripts")}
+    assert scripts.get("taco") == "taco_app.cli:main", "pip install -e . declares no `taco` script"
+    exe = os.path.join(sysconfig.get_path("scripts"), "taco")
+    assert os.path.isfile(exe), f"the `taco` console script is not in {sysconfig.get_path('scripts')}"
     res = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     for command in ("collect", "train", "evaluate", "align", "demo", "experiment"):

@@ -1,4 +1,4 @@
-"""taco_ref.app.config: the one reader of training settings (defaults < domain YAML or --config <
+"""taco_app.config: the one reader of training settings (defaults < domain YAML or --config <
 --algo/--seed < --set), and the domains' configs shipped as package data."""
 import os
 import subprocess
@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import taco_sim
-from taco_ref.app import config
+from taco_app import config
 from taco_ref.train import TrainConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,7 +78,7 @@ def test_configs_are_found_after_a_non_editable_install(tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                     "--target", str(target), ROOT], check=True, capture_output=True)
-    code = ("import taco_sim, taco_ref.app.config as c; cfg = c.load('navworld'); "
+    code = ("import taco_sim, taco_app.config as c; cfg = c.load('navworld'); "
             "print(taco_sim.__file__); print(cfg.epochs, cfg.sigma, cfg.stop_dropout); "
             "print(taco_sim.get('dial').models['default'])")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,

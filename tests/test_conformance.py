@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from taco_ref import align, conformance
-from taco_ref.app import cli
+from taco_app import cli
 
 LOADED = conformance.load()
 RULES = LOADED[0][1]

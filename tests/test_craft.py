@@ -10,7 +10,7 @@ import pytest
 
 import taco_sim
 from taco_ref import data, evaluate
-from taco_ref.app import cli
+from taco_app import cli
 from taco_sim import craft
 from taco_sim.craft import expert as ex, world as cw
 

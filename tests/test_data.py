@@ -465,3 +465,22 @@ def test_fingerprint_changes_with_the_vocabulary_but_not_meta():
     base = demos.fingerprint()
     assert dataclasses.replace(demos, vocab=("sub0", "sub1", "other")).fingerprint() != base
     assert dataclasses.replace(demos, meta={"domain": "else"}).fingerprint() == base
+
+
+def test_assemble_pads_episodes_of_their_own_lengths():
+    """data.assemble, every domain's Demos builder: states and actions padded with zeros,
+    labels and sketches with -1, lengths from the episodes, validated."""
+    rng = np.random.default_rng(0)
+    states = [rng.normal(size=(3, 2)), rng.normal(size=(5, 2))]
+    actions = [rng.normal(size=(3, 1)), rng.normal(size=(5, 1))]
+    labels = [np.array([0, 0, 1]), np.array([0, 1, 1, 2, 2])]
+    d = data.assemble(states, actions, labels, [s[-1] for s in states], [[1, 0], [0, 1, 1]],
+                      ("a", "b"), {"domain": "test", "action_type": "continuous"})
+    assert d.traj_len.tolist() == [3, 5] and d.sketch_len.tolist() == [2, 3]
+    assert d.states.shape == (2, 5, 2) and (d.states[0, 3:] == 0).all() and (d.actions[0, 3:] == 0).all()
+    assert d.labels[0].tolist() == [0, 0, 1, -1, -1] and d.sketch[0].tolist() == [1, 0, -1]
+    np.testing.assert_array_equal(d.states[1], states[1])
+    ids = data.assemble(states, [np.array([1, 2, 0]), np.array([0, 0, 1, 1, 2])], labels,
+                        [s[-1] for s in states], [[1, 0], [0, 1, 1]], ("a", "b"),
+                        {"domain": "test", "action_type": "discrete", "n_actions": 3})
+    assert ids.discrete and ids.actions.dtype == np.int64 and ids.actions[0].tolist() == [1, 2, 0, 0, 0]

@@ -290,6 +290,7 @@ def test_collect_valid_demos(demos):
                                keys - keys.mean(0))                              # not the standard pad
 
 
+@pytest.mark.slow        # a worker pool
 def test_collect_same_for_one_and_two_workers(demos):
     calls = []
     two = dial.collect(6, 3, seed=7, workers=2, progress=lambda i, n: calls.append((i, n)))

@@ -10,7 +10,7 @@ import pytest
 
 import taco_sim
 from taco_ref import data, evaluate, model as model_mod
-from taco_ref.app import config
+from taco_app import config
 
 NAMES = taco_sim.names()
 N = 4                                               # demonstrations per collection below
@@ -24,6 +24,13 @@ def dom(request):
 @pytest.fixture(scope="module")
 def demos(dom):
     return dom.collect(N, dom.train_sketch_len, 7)
+
+
+def test_one_longest_sketch_for_domains_and_the_runner():
+    """MAX_SKETCH_LEN is defined once, in the data format, and read by the domains and the runner."""
+    from taco_ref import runner
+    from taco_sim import domain as domain_mod
+    assert domain_mod.MAX_SKETCH_LEN is data.MAX_SKETCH_LEN and runner.MAX_SKETCH_LEN is data.MAX_SKETCH_LEN
 
 
 def test_the_builtin_domains_are_registered():
@@ -115,8 +122,9 @@ def test_shipped_models_load_and_speak_the_domain(dom):
 
 
 def test_collect_refuses_counts_and_noise_out_of_bounds_before_collecting(dom, monkeypatch):
-    """Counts beyond taco_sim.domain.MAX_COLLECT / MAX_WORKERS are refused by name before any
-    array is allocated (np.zeros would be the first); a continuous domain's DART level must lie
+    """Every collect validates its arguments (taco_sim.domain.check_collect_args): counts beyond
+    MAX_COLLECT / MAX_WORKERS, a sketch length outside [1, MAX_SKETCH_LEN] and non-integers are
+    refused by name before any array is allocated (np.zeros would be the first); a continuous domain's DART level must lie
     in [0, MAX_DART_SIGMA]."""
     import inspect
     from taco_sim import domain as domain_mod
@@ -125,8 +133,12 @@ def test_collect_refuses_counts_and_noise_out_of_bounds_before_collecting(dom, m
         raise AssertionError("collect allocated before checking its arguments")
     monkeypatch.setattr(np, "zeros", no_allocation)
     for kwargs, name in (({"n": domain_mod.MAX_COLLECT + 1}, "n"), ({"n": 0}, "n"),
-                         ({"n": 2, "workers": domain_mod.MAX_WORKERS + 1}, "workers")):
+                         ({"n": 2, "workers": domain_mod.MAX_WORKERS + 1}, "workers"),
+                         ({"n": 2, "workers": 0}, "workers"), ({"n": "2"}, "n"),
+                         ({"n": 2, "sketch_len": 0}, "sketch_len"),
+                         ({"n": 2, "sketch_len": domain_mod.MAX_SKETCH_LEN + 1}, "sketch_len")):
         args = dict({"sketch_len": dom.train_sketch_len, "seed": 0}, **kwargs)
+        args.setdefault("workers", 1)
         with pytest.raises(ValueError, match=f"^{name}: expected an integer in"):
             dom.collect(**args)
     if "dart_sigma" in inspect.signature(dom.collect).parameters:

@@ -1,4 +1,4 @@
-"""taco_ref.app.engine: the experiment grid on real processes, locally and on a real Dask cluster
+"""taco_app.engine: the experiment grid on real processes, locally and on a real Dask cluster
 (a `dask scheduler` and two `dask worker` processes on 127.0.0.1): resume, forced and changed
 cells, a raising cell, a worker killed mid-grid, an interrupted grid, local against Dask figures.
 
@@ -17,7 +17,7 @@ import time
 import pytest
 
 from taco_ref import files
-from taco_ref.app import engine, experiment
+from taco_app import cells as cells_mod, engine, report
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ def _default_sigint():
 
 def taco(*args, **kwargs):
     """`taco ...` in a new process (its own session: a Ctrl-C goes to it and its workers)."""
-    return subprocess.Popen([sys.executable, "-m", "taco_ref.app.cli", *args], env=env(), text=True,
+    return subprocess.Popen([sys.executable, "-m", "taco_app.cli", *args], env=env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                             preexec_fn=_default_sigint, **kwargs)
 
@@ -196,14 +196,14 @@ def test_finished_cells_are_reused_changed_ones_rerun_and_force_reruns_all(tmp_p
     grid_cells = cells(epochs=3, patience=3)[:2]
     with engine.Local(1) as ex:
         first = engine.run_grid(grid_cells, ex, out_dir=tmp_path)
-        stamps = [os.stat(experiment.cell_path(tmp_path, c)).st_mtime_ns for c in grid_cells]
+        stamps = [os.stat(cells_mod.cell_path(tmp_path, c)).st_mtime_ns for c in grid_cells]
         again = engine.run_grid(grid_cells, ex, out_dir=tmp_path)
         assert (again.computed, again.reused) == (0, 2) and again.results == first.results
-        assert [os.stat(experiment.cell_path(tmp_path, c)).st_mtime_ns for c in grid_cells] == stamps
+        assert [os.stat(cells_mod.cell_path(tmp_path, c)).st_mtime_ns for c in grid_cells] == stamps
         changed = [dict(grid_cells[0], config=dict(grid_cells[0]["config"], lr=1e-3)), grid_cells[1]]
         third = engine.run_grid(changed, ex, out_dir=tmp_path)
         assert (third.computed, third.reused, third.stale) == (1, 1, 1)
-        assert experiment.finished(tmp_path, changed[0])["config"]["lr"] == 1e-3
+        assert cells_mod.Store(tmp_path).finished(changed[0])["config"]["lr"] == 1e-3
         forced = engine.run_grid(changed, ex, out_dir=tmp_path, force=True)
         assert (forced.computed, forced.reused) == (2, 0)
 
@@ -235,7 +235,7 @@ def test_a_raising_cell_is_reported_with_its_error_and_the_others_finish(tmp_pat
     assert "train.py" in failure["traceback"] and failure["cell"]["algo"] == grid_cells[1]["algo"]
     assert grid.results[1] is None and all(grid.results[i] for i in (0, 2, 3))
     assert json.load(open(tmp_path / "failures.json"))[0]["error"] == failure["error"]
-    text, _, _ = experiment.write_report([str(tmp_path)])
+    text, _, _ = report.write_report([str(tmp_path)])
     assert "Failed in the last run (1 cells)" in text and "DivergedError" in text
     assert any("FAILED navworld-gtbc-n40-seed0: DivergedError" in line for line in engine.summary(grid))
     fixed = [c for i, c in enumerate(grid_cells) if i != 1]

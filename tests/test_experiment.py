@@ -1,4 +1,4 @@
-"""taco_ref.app.experiment: one real (tiny) cell end to end, cell records and files, the
+"""taco_app.experiment: one real (tiny) cell end to end, cell records and files, the
 migration of results.json, and the report's tables (the engine: tests/test_engine.py)."""
 import json
 import os
@@ -8,7 +8,7 @@ import pytest
 
 import taco_sim
 from taco_ref import evaluate
-from taco_ref.app import experiment
+from taco_app import cellkeys, cells, experiment, legacy, report
 
 TINY = dict(act_hidden=[16], stop_hidden=[16], ctc_hidden=[8], epochs=2, patience=2)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -20,7 +20,7 @@ def cell(algo, size=30, seed=0, **config):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", experiment.ALGOS)
+@pytest.mark.parametrize("algo", report.ALGOS)
 def test_a_real_cell_reports_every_metric_as_a_share(algo):
     out = experiment.run(cell(algo))
     for key in ("task_accuracy", "subtask_accuracy", "align_forward_argmax",
@@ -42,33 +42,33 @@ def test_a_cell_record_holds_its_config_data_and_figures_and_data_given_equal_da
     alone = experiment.run(c)
     alone.pop("train_seconds")
     assert record["figures"] == alone
-    assert record["key"] == experiment.cell_key(c)
+    assert record["key"] == cellkeys.cell_key(c)
     assert record["config"]["act_hidden"] == [16] and record["config"]["algo"] == "gtbc"
     assert record["config"]["lr"] > 0                       # defaults included: the full config
     assert record["data"]["train"] == {"n": 12, "sketch_len": 3, "seed": 10_000,
                                        "fingerprint": demos.fingerprint()}
     assert set(record["figures"]["task_accuracy_by_length"]) == {"2"}
-    path = experiment.write_cell(tmp_path, record)
+    path = cells.write_cell(tmp_path, record)
     assert path == str(tmp_path / "cells" / "navworld" / "gtbc" / "n12" / "seed0.json")
-    assert experiment.finished(tmp_path, c) == record
-    assert experiment.finished(tmp_path, dict(c, config=dict(TINY, lr=1e-4))) is None
+    assert cells.Store(tmp_path).finished(c) == record
+    assert cells.Store(tmp_path).finished(dict(c, config=dict(TINY, lr=1e-4))) is None
 
 
 def test_a_damaged_cell_file_is_never_reused(tmp_path):
     c = cell("taco")
-    path = experiment.cell_path(tmp_path, c)
+    path = cells.cell_path(tmp_path, c)
     os.makedirs(os.path.dirname(path))
-    for text in ("{not json", "[]", json.dumps({"key": experiment.cell_key(c)})):
+    for text in ("{not json", "[]", json.dumps({"key": cellkeys.cell_key(c)})):
         with open(path, "w") as f:
             f.write(text)
-        assert experiment.finished(tmp_path, c) is None, text
+        assert cells.Store(tmp_path).finished(c) is None, text
 
 
 def test_seed_table_marks_missing_seeds():
     rows = [dict(algo="taco", size=10, seed=0, task_accuracy=0.25),
             dict(algo="taco", size=10, seed=2, task_accuracy=0.75),
             dict(algo="gtbc", size=10, seed=1, task_accuracy=1.0)]
-    text = experiment.seed_table(rows)
+    text = report.seed_table(rows)
     assert "| TACO | 10 | 25.0 | - | 75.0 | 50.0 ± 25.0 |" in text
     assert "| GT-BC | 10 | - | 100.0 | - | 100.0 ± 0.0 |" in text
 
@@ -83,7 +83,7 @@ def test_the_report_shows_every_seed_lengths_and_the_papers_alignment():
             row("taco", 1, 0.25, 0.96, task_accuracy_by_length={"3": 0.25, "4": 0.5}),
             row("ctcbc-mlp", 0, 0.0, 0.3)]
     failure = {"cell": dict(domain="dial", algo="gtbc", size=400, seed=0), "error": "DivergedError: boom"}
-    text = experiment.report(rows, [failure])
+    text = report.report(rows, [failure])
     assert "| TACO | 400 | 2 | 37.5 ± 12.5 | 37.5 ± 12.5 | 97.0 ± 1.0 |" in text
     assert "| TACO | 400 | 50.0 | 25.0 | 37.5 ± 12.5 |" in text            # every seed visible
     assert "| TACO | 400 | 2 | 50.0 ± 25.0 | 50.0 ± 0.0 |" in text          # by L_test
@@ -94,7 +94,8 @@ def test_the_report_shows_every_seed_lengths_and_the_papers_alignment():
 
 
 def test_paper_alignment_values_are_the_papers():
-    """PAPER_ALIGNMENT holds the two tables of alignment accuracy of the paper's text."""
+    """PAPER_ALIGNMENT (each algorithm's declaration) holds the two tables of alignment accuracy
+    of the paper's text, for exactly the paper's algorithms."""
     tex = "/work/shared/paper/taco-icml2018.tex"
     if not os.path.exists(tex):
         pytest.skip("the paper's text is not on this machine")
@@ -108,18 +109,19 @@ def test_paper_alignment_values_are_the_papers():
         rows = re.findall(r"^\s*(TACO|CTC-BC \(MLP\)|CTC-BC \(GRU\)|GT-BC[^&]*)\s*&([^\n]*)", block, re.M)
         tables.append({algo.get(name.strip(), "gtbc"): [float(v) for v in re.findall(r"\d+\.\d", values)]
                        for name, values in rows})
-    for a in experiment.ALGOS:
+    assert {a for a in report.ALGOS if report.PAPER_ALIGNMENT["navworld"].get(a)} == set(tables[0])
+    for a in tables[0]:                           # the paper's algorithms (CompILE came later)
         for t in (0, 1):
             nav, craft, dial = tables[t][a][:3]
-            assert experiment.PAPER_ALIGNMENT["navworld"][a][t] == nav
-            assert experiment.PAPER_ALIGNMENT["craft"][a][t] == craft
-            assert experiment.PAPER_ALIGNMENT["dial"][a][t] == dial
+            assert report.PAPER_ALIGNMENT["navworld"][a][t] == nav
+            assert report.PAPER_ALIGNMENT["craft"][a][t] == craft
+            assert report.PAPER_ALIGNMENT["dial"][a][t] == dial
 
 
 def legacy_entry(c, **figures):
     base = dict(task_accuracy=0.5, subtask_accuracy=0.75, align_forward_argmax=0.9,
                 align_posterior_argmax=0.95, align_viterbi=1.0, epochs=3, seconds=12.5)
-    return dict(c, config=None, data="old/path.npz", key=experiment.cell_key(c), **dict(base, **figures))
+    return dict(c, config=None, data="old/path.npz", key=legacy.cell_key_v1(c), **dict(base, **figures))
 
 
 def test_results_json_cells_of_the_same_config_become_cell_files(tmp_path):
@@ -127,42 +129,29 @@ def test_results_json_cells_of_the_same_config_become_cell_files(tmp_path):
     changed = dict(other, config=dict(TINY, lr=1e-4))             # recorded with another config
     entries = [legacy_entry(same), legacy_entry(changed, task_accuracy=0.25)]
     (tmp_path / "results.json").write_text(json.dumps(entries))
-    before = experiment.load_results(tmp_path)                    # not migrated: still reported
+    before = cells.load_results(tmp_path)                    # not migrated: still reported
     assert sorted(r["task_accuracy"] for r in before) == [0.25, 0.5] and all(r["legacy"] for r in before)
-    written = experiment.migrate([same, other], tmp_path)
-    assert [r["cell"]["seed"] for r in written] == [0]            # the other config matches no key
-    record = experiment.finished(tmp_path, same)
+    store = cells.Store(tmp_path)
+    assert [store.finished(c) is not None for c in (same, other)] == [True, False]
+    assert store.migrated == 1                                    # the other config matches no key
+    record = cells.Store(tmp_path).finished(same)
     assert record["migrated"] == "results.json" and record["config"]["act_hidden"] == [16]
     assert record["figures"]["task_accuracy"] == 0.5 and "data" not in record["figures"]
     assert record["data"]["train"]["seed"] == 10_000 and record["data"]["train"]["fingerprint"] is None
-    assert experiment.finished(tmp_path, other) is None
-    assert experiment.migrate([same, other], tmp_path) == []     # once
-    rows = experiment.load_results(tmp_path)
+    assert cells.Store(tmp_path).finished(other) is None
+    again = cells.Store(tmp_path)
+    assert again.finished(same) == record and again.migrated == 0   # once: now a cell file
+    rows = cells.load_results(tmp_path)
     assert len(rows) == 2 and [r.get("legacy") for r in rows] == [None, True]
 
 
-def test_the_committed_nav_world_cells_reproduce_the_readme_tables(tmp_path):
-    """results/navworld's cell files (migrated from its results.json) give README's tables."""
-    if not os.path.isdir(os.path.join(REPO, "results", "navworld", "cells")):
-        pytest.skip("no cell files in results/navworld")
-    text, written, _ = experiment.write_report([os.path.join(REPO, "results", "navworld")], tmp_path)
-    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
-    section = readme.split("### Nav-World\n", 1)[1].split("\n### ", 1)[0]
-    tables = ["\n".join(block) for block in _tables(section)]
-    assert len(tables) >= 3
-    for table in tables:
-        assert table in text
+def test_the_report_of_the_committed_nav_world_cells_is_their_results_md(tmp_path):
+    """results/navworld's cell files give its committed results.md, table for table (README's
+    table is checked in tests/test_results.py)."""
+    text, written, _ = report.write_report([os.path.join(REPO, "results", "navworld")], tmp_path)
+    committed = open(os.path.join(REPO, "results", "navworld", "results.md"), encoding="utf-8").read()
+    assert committed.strip() == text.strip()
     assert written[0] == str(tmp_path / "results.md")
-
-
-def _tables(text):
-    block = []
-    for line in text.splitlines() + [""]:
-        if line.startswith("|"):
-            block.append(line)
-        elif block:
-            yield block
-            block = []
 
 
 def test_unknown_domain_is_named():
@@ -179,27 +168,27 @@ def test_epoch_size_enters_a_cell_key_only_where_it_adds_passes():
                 "n_tasks": 10, "n_align": 10, "test_lengths": None,
                 "config": {"epochs": 3, "epoch_size": epoch_size}}
     # size 400: 40 held out, 360 trained on; size 200: 180
-    assert experiment.cell_key(cell(400, 360)) == experiment.cell_key(cell(400, 0))
-    assert experiment.cell_key(cell(400, 361)) != experiment.cell_key(cell(400, 0))
-    assert experiment.cell_key(cell(200, 360)) != experiment.cell_key(cell(200, 0))
-    assert experiment.cell_key(cell(200, 360)) != experiment.cell_key(cell(200, 540))   # 2 and 3 passes
+    assert cellkeys.cell_key(cell(400, 360)) == cellkeys.cell_key(cell(400, 0))
+    assert cellkeys.cell_key(cell(400, 361)) != cellkeys.cell_key(cell(400, 0))
+    assert cellkeys.cell_key(cell(200, 360)) != cellkeys.cell_key(cell(200, 0))
+    assert cellkeys.cell_key(cell(200, 360)) != cellkeys.cell_key(cell(200, 540))   # 2 and 3 passes
 
 
-def test_cell_keys_of_committed_results_survive_the_dtype_field():
-    """dtype float64 (the default before float32 became it, and the precision of every
+def test_version_1_cell_keys_of_committed_results_survive_the_dtype_field():
+    """The frozen version-1 key (taco_app.legacy): dtype float64 (the default before float32 became it, and the precision of every
     committed cell) leaves a cell's key as it was before the field existed, so committed cells
     are found again with `--set dtype=float64`; float32 (the default) is a different cell."""
     from pathlib import Path
 
-    from taco_ref.app import config as config_mod
+    from taco_app import config as config_mod
     saved = json.loads((Path(__file__).resolve().parents[1] / "results/navworld/results.json").read_text())
     cell = next(c for c in saved if c["algo"] == "taco" and c["size"] == 400 and c["seed"] == 0)
     ours = {k: cell[k] for k in ("domain", "algo", "size", "seed", "train_sketch_len", "n_tasks",
                                  "n_align", "test_lengths")}
     # the committed cells were trained at a constant rate (lr_decay none, the field's default)
     ours["config"] = config_mod.settings("navworld", None, ["lr_decay=none", "dtype=float64"])
-    assert experiment.cell_key(ours) == cell["key"]
-    assert experiment.cell_key(dict(ours, config=dict(ours["config"], dtype="float32"))) != cell["key"]
+    assert legacy.cell_key_v1(ours) == cell["key"]
+    assert legacy.cell_key_v1(dict(ours, config=dict(ours["config"], dtype="float32"))) != cell["key"]
 
 
 def test_the_report_gives_intervals_paired_differences_and_failure_kinds():
@@ -214,7 +203,7 @@ def test_the_report_gives_intervals_paired_differences_and_failure_kinds():
             row("gtbc", 0, 0.5, 0.98, n_tasks=100, outcomes=gtbc0, failures={"stopped late": 50}),
             row("taco", 1, 0.4, 0.98, n_tasks=100, outcomes=taco1, failures={"stopped late": 60}),
             row("gtbc", 1, 0.45, 0.98, n_tasks=100, outcomes=gtbc1, failures={"stopped late": 55})]
-    text = experiment.report(rows)
+    text = report.report(rows)
     lo, hi = (100 * x for x in evaluate.wilson_interval(60, 100))
     assert f"| TACO | 400 | 100 | 60.0 [{lo:.1f}, {hi:.1f}] | 40.0 [" in text
     d, lo, hi = evaluate.paired_difference_interval(taco0, gtbc0)

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from taco_ref import data, files as files_mod, model as model_mod
-from taco_ref.app import cli
+from taco_app import cli
 
 SMALL = ["--set", "epochs=2", "--set", "act_hidden=[8]", "--set", "stop_hidden=[8]",
          "--set", "ctc_hidden=[8]", "--set", "patience=100"]
@@ -472,7 +472,7 @@ def _limited(argv, limit=ADDRESS_SPACE, python=()):
     def limit_memory():
         if limit is not None:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    args = list(python) or ["-m", "taco_ref.app.cli"] + [str(a) for a in argv]
+    args = list(python) or ["-m", "taco_app.cli"] + [str(a) for a in argv]
     done = subprocess.run([sys.executable] + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           preexec_fn=limit_memory)
     return done.returncode, done.stderr.decode(errors="replace")
@@ -931,7 +931,13 @@ def disk_full_after_a_progress_line(base, tmp, capsys, monkeypatch):
     assert "\ntaco train: cannot read or write" in err and err.count("taco train:") == 1, err
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+SLOW_CASES = {"no_warnings_before_a_divergence", "a_billion_demonstrations", "a_billion_test_tasks",
+              "model_read_under_an_address_space_limit"}
+"""Cases run in fresh processes of the command line (each imports it anew), marked slow."""
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_CASES else n
+                                  for n in sorted(CASES)])
 def test_fault(name, base, tmp_path, capsys, monkeypatch):
     kind, fn = CASES[name]
     passed = False

@@ -1,4 +1,4 @@
-"""Tests for taco_ref/app/interop/ (`taco annotate`, `taco export`; spec/interop.md), with our
+"""Tests for taco_app/interop/ (`taco annotate`, `taco export`; spec/interop.md), with our
 own readers; tests/test_interop_clients.py reads the results with the real lerobot and in
 MimicGen's way (slow tier).
 
@@ -27,8 +27,8 @@ h5py = pytest.importorskip("h5py")
 
 import taco_sim  # noqa: E402
 from taco_ref import data, train  # noqa: E402
-from taco_ref.app import cli, interop  # noqa: E402
-from taco_ref.app.interop import labels as lab, lerobot  # noqa: E402
+from taco_app import cli, interop  # noqa: E402
+from taco_app.interop import labels as lab, lerobot  # noqa: E402
 from taco_ref.train import TrainConfig  # noqa: E402
 
 FORMATS = ("lerobot", "robomimic")
@@ -525,6 +525,8 @@ def test_bad_paths_and_options_end_in_one_error_line(work, tmp_path, capsys):
         (["export", str(work / "nav.npz"), "--format", "lerobot", "--out", str(work / _name("lerobot"))],
          "exists"),
         (["export", str(text), "--format", "robomimic", "--out", str(tmp_path / "x.hdf5")], "notes.txt"),
+        (["annotate", str(work / _name("robomimic")), "--out", str(tmp_path / "c.hdf5"), "--set", "algo=ctcbc-gru"],
+         "aligns with its classifier"),
     ]
     for argv, expected in cases:
         code = cli.main(argv)

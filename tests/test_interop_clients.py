@@ -42,8 +42,8 @@ h5py = pytest.importorskip("h5py")
 
 import taco_sim  # noqa: E402
 from taco_ref import data  # noqa: E402
-from taco_ref.app import cli, interop  # noqa: E402
-from taco_ref.app.interop import lerobot  # noqa: E402
+from taco_app import cli, interop  # noqa: E402
+from taco_app.interop import lerobot  # noqa: E402
 from test_interop import plain_mimicgen_parse  # noqa: E402
 
 pytestmark = pytest.mark.slow

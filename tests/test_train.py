@@ -26,8 +26,9 @@ import numpy as np
 import pytest
 
 from taco_ref import data, evaluate, files, model as model_mod, objectives, optim, policy, train
-from taco_ref.app import config as config_mod
+from taco_app import config as config_mod
 from taco_ref.train import TrainConfig
+from taco_ref.algorithms import taco as taco_algo
 import taco_sim
 from taco_sim import navworld
 
@@ -61,6 +62,7 @@ def assert_same_params(a, b):
 # (a) End to end on Nav-World
 # ----------------------------------------------------------------------------------------------
 
+@pytest.mark.slow        # a training run
 def test_taco_learns_to_align_navworld(nav150):
     """Plain TACO (warmup_epochs 0), 150 demonstrations, 20 epochs, action and STOP nets [32],
     STOP dropout 0.3. (The warm-up of the default recipe has its own tests below.)
@@ -88,6 +90,7 @@ def test_taco_learns_to_align_navworld(nav150):
     assert model.vocab == navworld.VOCAB and model.algo == "taco" and model.ctc_kind is None
 
 
+@pytest.mark.slow        # a training run
 def test_gtbc_aligns_navworld(nav150):
     """GT-BC, 10 epochs, nets [32]: forward-argmax alignment above 0.95 on 40 held-out
     demonstrations. Measured on seeds 0-4: 0.973-0.979 (posterior argmax and Viterbi 0.992-1.0)."""
@@ -627,8 +630,8 @@ def test_temperature_schedule(epoch, expected):
     """spec/training.md eq. (7): linear from the initial temperature to 1 over
     temperature_epochs, then 1."""
     cfg = TrainConfig(temperature=3.0, temperature_epochs=4)
-    assert train.temperature(cfg, epoch) == pytest.approx(expected)
-    assert train.temperature(TrainConfig(temperature=3.0), epoch) == 1.0    # no schedule: plain TACO
+    assert taco_algo.temperature(cfg, epoch) == pytest.approx(expected)
+    assert taco_algo.temperature(TrainConfig(temperature=3.0), epoch) == 1.0    # no schedule: plain TACO
 
 
 def test_trainer_anneals_the_temperature_and_holds_off_early_stopping(nav_small, monkeypatch):
@@ -707,6 +710,7 @@ def collapsing_case():
     return navworld.collect(100, 3, seed=0), navworld.collect(40, 3, seed=999), values
 
 
+@pytest.mark.slow        # a training run
 def test_default_recipe_aligns_where_plain_taco_collapses(collapsing_case):
     """spec/training.md §6. Plain TACO (warmup_epochs 0) from this seed merges two sub-policies:
     69.4 % forward-argmax alignment when measured; the default recipe (warm-up of 5 epochs on the
@@ -720,6 +724,7 @@ def test_default_recipe_aligns_where_plain_taco_collapses(collapsing_case):
     assert evaluate.alignment_accuracy(default, held_out)["forward_argmax"] >= 0.95
 
 
+@pytest.mark.slow        # a training run
 def test_restarts_keep_the_run_that_did_not_collapse(collapsing_case):
     """spec/training.md §7 on the collapsing case: plain TACO with 2 restarts. Run 0 is the
     collapsed run above (training log-likelihood -0.89 per step when measured, alignment 69 %);
@@ -842,6 +847,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
+@pytest.mark.slow        # two fresh processes
 def test_keep_freed_memory_lets_the_next_step_reuse_freed_arrays():
     """spec/training.md §4: with keep_freed_memory, five more steps' worth of 8-24 MiB arrays
     touch no fresh pages; without it glibc maps and zero-fills them anew (measured: ~18000

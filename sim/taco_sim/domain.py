@@ -33,6 +33,8 @@ from typing import Callable, Mapping, Optional
 
 import numpy as np
 
+from taco_ref.data import MAX_SKETCH_LEN  # noqa: F401  (the longest sketch a domain collects)
+
 _REGISTRY = {}
 
 
@@ -147,8 +149,6 @@ class SketchProgress:
         return None if self.done or self.failed else int(self.sketch[self.progress])
 
 
-MAX_SKETCH_LEN = 64
-"""Longest sketch a domain collects or executes (taco_ref.runner.MAX_SKETCH_LEN likewise)."""
 MAX_COLLECT = 100_000
 """Most demonstrations one collect call makes: 100 times the paper's largest sets (Nav-World
 1000, the Dial 1200), and about 2 GB of Nav-World arrays (L = 4). A count is checked before

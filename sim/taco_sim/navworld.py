@@ -44,7 +44,7 @@ import itertools
 
 import numpy as np
 
-from taco_ref.data import Demos
+from taco_ref.data import assemble
 from taco_sim import sketch_array
 from taco_sim.domain import Domain, SketchProgress, check_collect_args, check_dart_sigma, package_file, register
 
@@ -270,7 +270,7 @@ class NavWorld(SketchProgress):
 
 
 def task_env():
-    """A fresh NavWorld: the task environment taco_ref.app.experiment evaluates policies in."""
+    """A fresh NavWorld: the task environment taco_app.experiment evaluates policies in."""
     return NavWorld()
 
 
@@ -360,14 +360,12 @@ def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=
                              f"{MAX_REDRAW_ROUNDS} redraws at dart_sigma = {dart_sigma}; lower it")
         if progress is not None:
             progress(min(start + CHUNK, n), n)
-    T_max = int(traj_len.max())
     meta = {"domain": "navworld", "action_type": "continuous", "sketch_len": int(L),
             "dart_sigma": float(dart_sigma),
             "seed": int(seed) if isinstance(seed, (int, np.integer)) else None,
             "discarded": discarded}
-    return Demos(states[:, :T_max], actions[:, :T_max], traj_len, sketches,
-                 np.full(n, L, dtype=np.int64), labels[:, :T_max], final_state,
-                 VOCAB, meta).validate()
+    return assemble([states[i, :t] for i, t in enumerate(traj_len)], [actions[i, :t] for i, t in enumerate(traj_len)],
+                    [labels[i, :t] for i, t in enumerate(traj_len)], final_state, sketches, VOCAB, meta)
 
 
 DOMAIN = register(Domain(

@@ -31,7 +31,7 @@ import os
 import numpy as np
 import yaml
 
-from taco_ref.data import Demos
+from taco_ref.data import assemble
 from taco_sim.domain import check_collect_args
 from taco_sim.craft import world as cw
 
@@ -411,26 +411,13 @@ def collect(n, sketch_len=None, seed=0, dart_eps=DART_EPS, sketches=None, progre
         demos.append(out)
         if progress is not None and ((i + 1) % CHUNK == 0 or i + 1 == n):
             progress(i + 1, n)
-    T = max(len(d[1]) for d in demos)
-    L = max(len(TASK_SKETCHES[t]) for t in chosen)
-    states = np.zeros((n, T, STATE_DIM))
-    actions = np.zeros((n, T), dtype=np.int64)
-    labels = np.full((n, T), -1, dtype=np.int64)
-    sketch = np.full((n, L), -1, dtype=np.int64)
-    sketch_lens = np.array([len(TASK_SKETCHES[t]) for t in chosen], dtype=np.int64)
-    traj_len = np.array([len(d[1]) for d in demos], dtype=np.int64)
-    final_state = np.zeros((n, STATE_DIM))
-    for i, (task, (s, a, lab, fin)) in enumerate(zip(chosen, demos)):
-        states[i, :len(a)], actions[i, :len(a)], labels[i, :len(a)] = s, a, lab
-        sketch[i, :sketch_lens[i]] = TASK_SKETCHES[task]
-        final_state[i] = fin
     meta = {"domain": domain, "action_type": "discrete", "n_actions": N_ACTIONS,
             "sketch_len": None if sketch_len is None else int(sketch_len),
             "dart_eps": float(dart_eps), "tasks": [TASK_NAMES[t] for t in tasks],
             "seed": int(seed) if isinstance(seed, (int, np.integer)) else None,
             "discarded": discarded}
-    return Demos(states, actions, traj_len, sketch, sketch_lens, labels, final_state, VOCAB,
-                 meta).validate()
+    return assemble([d[0] for d in demos], [d[1] for d in demos], [d[2] for d in demos],
+                    [d[3] for d in demos], [TASK_SKETCHES[t] for t in chosen], VOCAB, meta)
 
 
 CHUNK = 50

@@ -41,7 +41,7 @@ from typing import Callable
 
 import numpy as np
 
-from taco_ref.data import Demos
+from taco_ref.data import assemble
 from taco_sim import sketch_array
 from taco_sim.domain import SketchProgress, check_collect_args, check_dart_sigma
 from taco_sim.dial.env import (ACTION_DIM, FINGERS_CLOSED, HOME, K, PHYSICS_DT, SLOTS,
@@ -112,7 +112,7 @@ TEST_SKETCH_LEN = 5
 
 
 def task_env():
-    """A DialTask on the standard layout: the task environment taco_ref.app.experiment evaluates in."""
+    """A DialTask on the standard layout: the task environment taco_app.experiment evaluates in."""
     return DialTask(layout="standard")
 
 
@@ -431,19 +431,10 @@ def collect_variant(variant, n, sketch_len, seed, dart_sigma=DART_SIGMA, sketche
             results.extend(_chunk(c))
             if progress is not None:
                 progress(len(results), n)
-    traj_len = np.array([len(r[0]) for r in results], dtype=np.int64)
-    T = int(traj_len.max())
-    A = results[0][1].shape[1]
-    states = np.zeros((n, T, STATE_DIM))
-    actions = np.zeros((n, T, A))
-    labels = np.full((n, T), -1, dtype=np.int64)
-    for i, r in enumerate(results):
-        states[i, :traj_len[i]], actions[i, :traj_len[i]], labels[i, :traj_len[i]] = r[0], r[1], r[2]
-    final_state = np.array([r[3] for r in results])
     meta = {"domain": variant.name, "action_type": "continuous", "sketch_len": int(sketch_len),
             "dart_sigma": float(dart_sigma),
             "seed": int(seed) if isinstance(seed, (int, np.integer)) else None,
             "discarded": int(sum(r[4] for r in results)), "subsample": SUBSAMPLE,
             "physics_dt": PHYSICS_DT}
-    return Demos(states, actions, traj_len, sketches, np.full(n, sketch_len, dtype=np.int64),
-                 labels, final_state, VOCAB, meta).validate()
+    return assemble([r[0] for r in results], [r[1] for r in results], [r[2] for r in results],
+                    [r[3] for r in results], sketches, VOCAB, meta)

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from taco_ref import files
-from taco_ref.app.interop.labels import (Episode, EpisodeInfo, InteropError, SUBTASK_STYLE, labels_from_rows,
+from taco_app.interop.labels import (Episode, EpisodeInfo, InteropError, SUBTASK_STYLE, labels_from_rows,
                                          runs_to_sketch, subtask_rows)
 
 CODEBASE_VERSION = "v3.0"
@@ -696,7 +696,7 @@ def export(demos, out, fps, tasks, data_file_mb=DATA_FILE_MB):
 
 
 def _export_into(tmp, demos, fps, tasks, data_file_mb):
-    from taco_ref.app.interop.labels import EpisodeLabels
+    from taco_app.interop.labels import EpisodeLabels
     N, T, D = demos.states.shape
     vocab = list(demos.vocab)
     task_names = list(dict.fromkeys(tasks))

@@ -32,8 +32,8 @@ import inspect  # noqa: E402
 
 import taco_sim  # noqa: E402
 from taco_sim.domain import MAX_COLLECT, MAX_DART_SIGMA, MAX_SKETCH_LEN, MAX_WORKERS  # noqa: E402
-from taco_ref import data, evaluate, model as model_mod, runner, train  # noqa: E402
-from taco_ref.app import config as config_mod, engine, experiment  # noqa: E402
+from taco_ref import algorithms, data, evaluate, model as model_mod, runner, train  # noqa: E402
+from taco_app import cells as cells_mod, config as config_mod, engine, report  # noqa: E402
 
 
 def _progress(label):
@@ -119,7 +119,7 @@ def cmd_align(args):
               f"position, {100 * by_id[name]:.2f} % with the right sub-task")
     if args.plot:
         try:
-            from taco_ref.app import plots
+            from taco_app import plots
             plots.alignment(model, demos, args.index, args.plot)
             print(f"wrote {args.plot}")
         except ImportError:
@@ -133,7 +133,7 @@ def cmd_align(args):
 def cmd_demo(args):
     dom = taco_sim.get(args.domain)
     config = config_mod.settings(args.domain, None, args.set)
-    longest_first = [a for a in ("ctcbc-gru", "taco", "ctcbc-mlp", "gtbc") if a in args.algos]
+    longest_first = sorted(set(args.algos), key=lambda a: algorithms.get(a).demo_order)
     cells = [dict(domain=args.domain, algo=a, size=args.n, seed=args.seed,
                   train_sketch_len=dom.train_sketch_len, n_tasks=args.n_tasks, n_align=100,
                   config=config)
@@ -148,10 +148,10 @@ def cmd_demo(args):
     if grid.failures:
         raise grid_error(grid)
     results = grid.results
-    print(experiment.table(results))
+    print(report.table(results))
     by_algo = {r["algo"]: r for r in results}
-    for algo, r in sorted(by_algo.items(), key=lambda kv: experiment.ALGOS.index(kv[0])):
-        print(f"{experiment.LABELS[algo]:>13}: aligned {100 * r['align_forward_argmax']:5.1f} % of held-out "
+    for algo, r in sorted(by_algo.items(), key=lambda kv: algorithms.names().index(kv[0])):
+        print(f"{algorithms.label(algo):>13}: aligned {100 * r['align_forward_argmax']:5.1f} % of held-out "
               f"steps, completed {100 * r['task_accuracy']:5.1f} % of unseen longer tasks")
     return 0
 
@@ -178,9 +178,9 @@ def cmd_experiment(args):
         raise ValueError(f"--workers: the cells run on the Dask scheduler's workers, so --workers "
                          f"{args.workers} (local processes) would do nothing; leave it out")
     if args.migrate:
-        written = experiment.migrate(cells, args.out)
-        left = sum(experiment.finished(args.out, c) is None for c in cells)
-        print(f"converted {len(written)} cells of {os.path.join(args.out, 'results.json')} into cell files "
+        store = cells_mod.Store(args.out)
+        left = sum(store.finished(c) is None for c in cells)
+        print(f"converted {store.migrated} cells of {os.path.join(args.out, 'results.json')} into cell files "
               f"under {os.path.join(args.out, 'cells')}; {left} of the grid's {len(cells)} cells are not "
               f"finished there (a run computes them)")
         return EXIT_OK
@@ -193,7 +193,7 @@ def cmd_experiment(args):
                                    progress=progress)
         finally:
             progress.end()
-    text, written, note = experiment.write_report([args.out])
+    text, written, note = report.write_report([args.out])
     print(text)
     for line in engine.summary(grid):
         print(line, file=sys.stderr)
@@ -206,9 +206,9 @@ def cmd_experiment(args):
 
 
 def cmd_report(args):
-    text, written, note = experiment.write_report(args.dirs, args.out)
+    text, written, note = report.write_report(args.dirs, args.out)
     print(text)
-    rows = [r for d in args.dirs for r in experiment.load_results(d)]
+    rows = [r for d in args.dirs for r in cells_mod.load_results(d)]
     hours = sum(r.get("seconds") or 0.0 for r in rows) / 3600
     print(f"{len(rows)} cells, {hours:.1f} h of computation in their cells; wrote {', '.join(written)}",
           file=sys.stderr)
@@ -225,7 +225,7 @@ def cmd_rollout(args):
     if not dom.renders:
         raise ValueError(f"--domain: {args.domain} has no renderer")
     env = dom.task_env()
-    from taco_ref.app import plots
+    from taco_app import plots
     out = plots.rollout(model, env, sketch, args.seed, args.out, every=args.every, gif=args.gif)
     print(f"{'completed' if out['success'] else 'did not finish'} {args.sketch!r} in {out['steps']} "
           f"steps (STOP at {out['stop_times']}); wrote {args.out}" + (f" and {args.gif}" if args.gif else ""))
@@ -233,7 +233,7 @@ def cmd_rollout(args):
 
 
 def cmd_annotate(args):
-    from taco_ref.app import interop
+    from taco_app import interop
     report = interop.annotate_dataset(
         args.dataset, out=args.out, sketches=args.sketches, model=args.model, decoder=args.decoder,
         in_place=args.in_place, state_keys=args.state_key, action_key=args.action_key, chunk=args.chunk,
@@ -261,7 +261,7 @@ def cmd_annotate(args):
 
 
 def cmd_export(args):
-    from taco_ref.app import interop
+    from taco_app import interop
     report = interop.export_demos(args.data, args.format, args.out, fps=args.fps, sketches_out=args.sketches_out)
     print(f"wrote {report['episodes']} episodes ({report['frames']} frames) with their true sub-task labels "
           f"to {report['out']} ({report['format']}); sketches of their tasks in {report['sketches']}")
@@ -338,7 +338,7 @@ def build_parser():
     p.set_defaults(func=cmd_collect)
 
     p = sub.add_parser("train", help="train sub-policies")
-    p.add_argument("--algo", choices=train.ALGOS, default=None)
+    p.add_argument("--algo", choices=algorithms.names(), default=None)
     p.add_argument("--data", required=True)
     p.add_argument("--config", default=None, help="YAML file, or the name of a shipped config (default: the data's domain's)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -377,14 +377,14 @@ def build_parser():
     # up to 8 points below GT-BC's on single seeds; at 1000 it is within 3 points or above it on
     # seeds 0-4, and 1000 tasks make one figure's standard error about 1 point. A demo cell is
     # the same computation as a `taco experiment navworld --n-tasks 1000` cell of that size and
-    # seed (README, Results)
+    # seed (results/navworld)
     p.add_argument("--n", type=demos_count, default=1000, help="training demonstrations")
     p.add_argument("--n-tasks", type=tasks_count, default=1000)
     p.add_argument("--seed", type=non_negative, default=0)
     p.add_argument("--workers", type=workers_count, default=2)
     # CTC-BC (GRU) is left out by default: its bi-GRU classifier alone takes longer than the
     # other three cells together at 400 demonstrations; add it with --algos ... ctcbc-gru
-    p.add_argument("--algos", nargs="+", default=["taco", "gtbc", "ctcbc-mlp"], choices=experiment.ALGOS)
+    p.add_argument("--algos", nargs="+", default=["taco", "gtbc", "ctcbc-mlp"], choices=algorithms.names())
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a training config value (repeatable)")
     p.set_defaults(func=cmd_demo)
@@ -393,7 +393,8 @@ def build_parser():
     p.add_argument("domain", choices=taco_sim.names())
     p.add_argument("--sizes", type=demos_count, nargs="+", default=[50, 200, 400, 1000])
     p.add_argument("--seeds", type=non_negative, nargs="+", default=[0, 1, 2, 3, 4])
-    p.add_argument("--algos", nargs="+", default=list(experiment.ALGOS), choices=experiment.ALGOS)
+    p.add_argument("--algos", nargs="+", default=list(algorithms.names()), choices=algorithms.names(),
+                   help="default: every registered algorithm")
     p.add_argument("--n-tasks", type=tasks_count, default=100)
     p.add_argument("--n-align", type=demos_count, default=100, help="held-out demonstrations for alignment")
     p.add_argument("--test-lengths", type=sketch_length, nargs="+", default=None, metavar="L",
@@ -432,7 +433,7 @@ def build_parser():
     p.add_argument("--gif", default=None, help="also an animated GIF of every step")
     p.set_defaults(func=cmd_rollout)
 
-    # --- the ecosystem's datasets (taco_ref/app/interop/, the interop extra) ---
+    # --- the ecosystem's datasets (taco_app/interop/, the interop extra) ---
     from taco_ref.annotate import DECODERS, DEFAULT_DECODER
     p = sub.add_parser("annotate", help="per-frame sub-task labels for a LeRobot v3 or robomimic dataset")
     p.add_argument("dataset", metavar="DATASET", help="a LeRobot v3 folder or a robomimic .hdf5 file")

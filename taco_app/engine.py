@@ -1,6 +1,6 @@
 """The experiment grid's engine: where its tasks run, what happens when one fails, progress.
 
-A grid has two kinds of task (taco_ref/app/experiment.py): `collect(spec)` -> Demos, once for
+A grid has two kinds of task (taco_app/experiment.py): `collect(spec)` -> Demos, once for
 each distinct data set the grid's unfinished cells need, and `run_cell(cell, demos, test_demos)`
 -> the cell's record, once per cell, submitted as soon as both its data sets exist. The data
 travel through the engine (spec/evaluation.md §6): no task reads or writes a shared file, and
@@ -15,9 +15,9 @@ Dask(address)      | a Dask distributed cluster (`dask scheduler`, `dask worker 
 `executor(scheduler, workers)` picks one (the scheduler address, else the environment variable
 TACO_SCHEDULER, else Local). `run_grid` drives either the same way:
 
-- a cell whose cell file holds its key (experiment.finished) is not run again (`force` runs it);
-  cells of an earlier version's results.json with the same key become cell files first
-  (experiment.migrate);
+- a cell whose cell file holds its key is not run again (`force` runs it); the grid's results
+  directory is read and written only through its cells.Store (which also turns an earlier
+  version's results.json entries into cell files);
 - a task whose worker died (Local: the pool broke; Dask: the scheduler gave up rescheduling it,
   KilledWorker) is submitted again, at most `retries` more times;
 - a task that raises is a failure at once (collection and training are deterministic: running
@@ -36,8 +36,7 @@ import uuid
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
-from taco_ref import files
-from taco_ref.app import experiment
+from taco_app import cells as cells_mod, experiment
 
 SCHEDULER_ENV = "TACO_SCHEDULER"
 """Environment variable holding the Dask scheduler's address when --scheduler is not given."""
@@ -241,7 +240,7 @@ def executor(scheduler=None, workers=2):
 
 @dataclass
 class Grid:
-    """What run_grid did. results: one row per cell (experiment.flat; None for a failed cell),
+    """What run_grid did. results: one row per cell (cells.flat; None for a failed cell),
     in the order given; failures: {key, cell, error, traceback, attempts} per failed cell."""
 
     results: list
@@ -268,16 +267,17 @@ def run_grid(cells, ex, out_dir=None, retries=2, force=False, progress=None, ref
     if len(set(keys)) != len(keys):
         raise ValueError("the grid lists a cell twice")
     grid = Grid(results=[None] * len(cells))
-    if out_dir is not None and not force:
-        grid.migrated = len(experiment.migrate(cells, out_dir))
+    store = None if out_dir is None else cells_mod.Store(out_dir)
+    if store is not None and not force:
         for i, cell in enumerate(cells):
-            record = experiment.finished(out_dir, cell)
+            record = store.finished(cell)
             if record is not None:
-                grid.results[i] = experiment.flat(record)
+                grid.results[i] = cells_mod.flat(record)
+        grid.migrated = store.migrated
     todo = [i for i in range(len(cells)) if grid.results[i] is None]
     grid.reused = len(cells) - len(todo)
-    if out_dir is not None and not force:
-        grid.stale = sum(os.path.exists(experiment.cell_path(out_dir, cells[i])) for i in todo)
+    if store is not None and not force:
+        grid.stale = sum(os.path.exists(store.path(cells[i])) for i in todo)
 
     needs = {i: experiment.data_specs(cells[i]) for i in todo}
     data = {}                                 # spec -> {"arg": ..., "users": cells still to finish}
@@ -307,8 +307,8 @@ def run_grid(cells, ex, out_dir=None, retries=2, force=False, progress=None, ref
         grid.failures.append({"key": keys[i], "cell": {k: cells[i].get(k) for k in experiment.CELL_FIELDS},
                               "error": error, "traceback": tb, "attempts": n})
         release(i)
-        if out_dir is not None:
-            _write_failures(out_dir, grid.failures)
+        if store is not None:
+            store.write_failures(grid.failures)
 
     def status():
         done = grid.computed
@@ -334,9 +334,9 @@ def run_grid(cells, ex, out_dir=None, retries=2, force=False, progress=None, ref
                         submit("cell", i)
             elif exc is None:
                 record = fut.result()
-                if out_dir is not None:
-                    experiment.write_cell(out_dir, record)
-                grid.results[what] = experiment.flat(record)
+                if store is not None:
+                    store.write(record)
+                grid.results[what] = cells_mod.flat(record)
                 grid.computed += 1
                 release(what)
             elif ex.lost(exc) and attempts.get((kind, what), 0) < retries:
@@ -356,14 +356,9 @@ def run_grid(cells, ex, out_dir=None, retries=2, force=False, progress=None, ref
         if progress:
             progress(status())
     grid.seconds = time.time() - start
-    if out_dir is not None and not grid.failures and os.path.exists(os.path.join(out_dir, "failures.json")):
-        os.unlink(os.path.join(out_dir, "failures.json"))
+    if store is not None and not grid.failures:
+        store.write_failures([])
     return grid
-
-
-def _write_failures(out_dir, failures):
-    import json
-    files.write_bytes(os.path.join(out_dir, "failures.json"), (json.dumps(failures, indent=1) + "\n").encode())
 
 
 def _clock(seconds):

@@ -25,7 +25,7 @@ import h5py
 import numpy as np
 
 from taco_ref import files
-from taco_ref.app.interop.labels import (Episode, EpisodeInfo, InteropError, mimicgen_signals)
+from taco_app.interop.labels import (Episode, EpisodeInfo, InteropError, mimicgen_signals)
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 DEFAULT_ACTION_KEY = "actions"
@@ -279,7 +279,7 @@ def write_labels(group, lab):
     """Write one demonstration's labels into its group (module docstring); returns True when
     MimicGen's parse of the written signals would not give back the labels' segments
     (labels.mimicgen_representable)."""
-    from taco_ref.app.interop.labels import mimicgen_representable
+    from taco_app.interop.labels import mimicgen_representable
     positions = np.asarray(lab.positions, dtype=np.int64)
     _replace(group, SUBTASK_INDEX, positions)
     group.attrs[SKETCH_ATTR] = json.dumps(list(lab.sketch))
@@ -302,7 +302,7 @@ def export(demos, out, tasks, domain=None):
     """Write demos (a validated taco_ref.data.Demos) as a new robomimic file out with the true
     labels; tasks: each demonstration's task string (stored as RoboCasa's ep_meta "lang").
     Returns the names of the demonstrations MimicGen cannot parse back (write_labels)."""
-    from taco_ref.app.interop.labels import EpisodeLabels
+    from taco_app.interop.labels import EpisodeLabels
     target = os.fspath(out)
     if os.path.exists(target):
         raise InteropError(f"--out: {target} exists; choose a new file")

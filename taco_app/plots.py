@@ -8,7 +8,7 @@ sheet PNG (and optionally an animated GIF), each frame titled with the active su
 """
 import numpy as np
 
-from taco_ref import align, evaluate
+from taco_ref import algorithms, align, evaluate
 
 
 def alignment(model, demos, index, path):
@@ -85,3 +85,77 @@ def rollout(model, env, sketch, seed, path, every=10, gif=None):
         images = [Image.fromarray(f) for f in frames]
         images[0].save(gif, save_all=True, append_images=images[1:], duration=40, loop=0)
     return out
+
+
+# --- figures of a grid's cells (taco report) ---------------------------------------------------
+
+ALGOS = algorithms.names()
+LABELS = {name: algorithms.label(name) for name in ALGOS}
+
+
+def _spread(n, width):
+    """n offsets in [-width, width] that keep one algorithm's per-seed points apart from another's."""
+    return np.linspace(-width, width, n) if n > 1 else np.zeros(1)
+
+
+def plot(results, path):
+    """Task and alignment accuracy against dataset size, one line per algorithm: mean ± std over
+    seeds as error bars, every seed as a point (paper figures 4, 5, 7; PNG)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    sizes = sorted({r["size"] for r in results})
+    algos = [a for a in ALGOS if any(r["algo"] == a for r in results)]
+    offsets = _spread(len(algos), 0.04)
+    for algo, off in zip(algos, offsets):
+        for ax, key in zip(axes, ("task_accuracy", "align_forward_argmax")):
+            pts = {s: [100 * r[key] for r in results if r["algo"] == algo and r["size"] == s] for s in sizes}
+            pts = {s: p for s, p in pts.items() if p}       # sizes this algorithm has cells for
+            x = np.array(list(pts)) * 10 ** off            # shifted on the log axis, not overlapping
+            line = ax.errorbar(x, [np.mean(p) for p in pts.values()], yerr=[np.std(p) for p in pts.values()],
+                               marker="o", capsize=3, label=LABELS[algo])
+            for xi, p in zip(x, pts.values()):
+                ax.scatter([xi] * len(p), p, s=10, alpha=0.5, color=line[0].get_color())
+    axes[0].set_title("zero-shot task accuracy")
+    axes[1].set_title("alignment accuracy (argmax of forward variables)")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xticks(sizes, [str(s) for s in sizes])
+        ax.minorticks_off()
+        ax.set_xlabel("demonstrations")
+        ax.set_ylabel("% (mean ± std over seeds; dots: seeds)")
+        ax.set_ylim(-2, 102)
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_lengths(results, path):
+    """Task accuracy against the test sketch length L_test, one line per algorithm and dataset
+    size, mean ± std over seeds and every seed as a point (paper figure 8; PNG)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    groups = [(a, s) for a in ALGOS for s in sorted({r["size"] for r in results})
+              if any(r["algo"] == a and r["size"] == s and r.get("task_accuracy_by_length") for r in results)]
+    for (algo, size), off in zip(groups, _spread(len(groups), 0.15)):
+        rows = [r["task_accuracy_by_length"] for r in results
+                if r["algo"] == algo and r["size"] == size and r.get("task_accuracy_by_length")]
+        lengths = sorted(rows[0], key=int)
+        acc = 100 * np.array([[row[L] for L in lengths] for row in rows])     # (seeds, lengths)
+        x = np.array([int(L) for L in lengths]) + off
+        line = ax.errorbar(x, acc.mean(0), yerr=acc.std(0), marker="o", capsize=3, label=f"{LABELS[algo]} ({size})")
+        for row in acc:
+            ax.scatter(x, row, s=10, alpha=0.5, color=line[0].get_color())
+    ax.set_xlabel("test sketch length L_test")
+    ax.set_ylabel("task accuracy (%)")
+    ax.set_ylim(-2, 102)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -16,7 +16,7 @@ import os
 import yaml
 
 from taco_ref import files
-from taco_ref.train import TrainConfig
+from taco_ref.config import TrainConfig
 
 
 def config_path(name_or_path):

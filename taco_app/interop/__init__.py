@@ -17,9 +17,9 @@ import time
 
 import numpy as np
 
-from taco_ref import annotate as annotate_mod, data, evaluate, model as model_mod, train
-from taco_ref.app.interop.labels import EpisodeLabels, InteropError, read_sketches, write_sketches
+from taco_ref import algorithms, annotate as annotate_mod, data, evaluate, model as model_mod, train
 from taco_ref.objectives import even_split_labels
+from taco_app.interop.labels import EpisodeLabels, InteropError, read_sketches, write_sketches
 
 FORMATS = ("lerobot", "robomimic")
 DEFAULT_CHUNK = 64
@@ -34,9 +34,9 @@ def _module(fmt):
     """The format module, importing its optional dependency with one clear error line."""
     try:
         if fmt == "lerobot":
-            from taco_ref.app.interop import lerobot as mod
+            from taco_app.interop import lerobot as mod
         else:
-            from taco_ref.app.interop import robomimic as mod
+            from taco_app.interop import robomimic as mod
     except ImportError as err:
         need = "pyarrow" if fmt == "lerobot" else "h5py"
         raise InteropError(f"{fmt} datasets need {need} ({err.name} is missing): "
@@ -237,11 +237,11 @@ def annotate_dataset(path, out=None, sketches=None, model=None, decoder=annotate
         vocab = loaded.vocab if model is not None else vocabulary(plan)
         if model is None:
             demos = read_all(dataset, plan, vocab, chunk, meta={"source": os.path.abspath(path), "format": fmt})
-            from taco_ref.app import config as config_mod
+            from taco_app import config as config_mod
             cfg = config_mod.load(None, config, overrides, seed=seed)
-            if cfg.algo in ("ctcbc-mlp", "ctcbc-gru"):
-                raise InteropError(f"--set algo={cfg.algo}: a CTC-BC model aligns with its classifier; "
-                                   "annotate with taco (or gtbc, which needs true labels)")
+            if algorithms.get(cfg.algo).ctc_kind:
+                raise InteropError(f"--set algo={cfg.algo}: a CTC-BC model aligns with its classifier, not "
+                                   "with sub-policies; annotate with taco (or gtbc, which needs true labels)")
             run_dir = save_model or default_model_dir(out or path)
             try:
                 train.prepare_out_dir(run_dir)

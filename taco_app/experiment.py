@@ -1,0 +1,97 @@
+"""Experiments: train every algorithm on a domain and compare them (paper Sec. 5).
+
+A *cell* of a results table is (domain, algorithm, dataset size, seed): collect its data, train
+one algorithm, and measure zero-shot task accuracy, sub-task accuracy and alignment accuracy on
+held-out demonstrations (and, when asked, task accuracy against the test sketch length, paper
+figure 8). `run` computes one cell's figures; `collect` and `run_cell` are the two kinds of
+task the engine (taco_app/engine.py) runs, locally or on a Dask cluster.
+
+What a cell is and its key: taco_app.cellkeys; its file: taco_app.cells (the one place
+that persists cells); results.md and the figures: taco_app.report (`taco report`).
+Protocol: spec/evaluation.md §4-6.
+
+Domains come from taco_sim's registry (taco_sim.get(name), the contract in taco_sim/domain.py);
+the evaluation is taco_ref.evaluate.protocol, the same as `taco evaluate`'s.
+"""
+import os
+import platform
+import time
+
+import numpy as np
+
+import taco_ref
+import taco_sim
+from taco_ref import evaluate, train
+from taco_app.cellkeys import CELL_FIELDS, KEY_VERSION, cell_key, full_config
+
+TRAIN_DATA_SEED, TEST_DATA_SEED = 10_000, 20_000
+"""A cell of seed s trains on collect(size, L, 10_000 + s) and aligns collect(n_align, L, 20_000 + s)."""
+
+
+def data_specs(cell):
+    """(training set, held-out set) of a cell, each (domain, n, sketch_len, seed): what
+    `collect` needs, and the name under which the engine collects it once for every cell."""
+    L = cell["train_sketch_len"]
+    return ((cell["domain"], cell["size"], L, TRAIN_DATA_SEED + cell["seed"]),
+            (cell["domain"], cell["n_align"], L, TEST_DATA_SEED + cell["seed"]))
+
+
+def collect(spec):
+    """The data task: domain.collect(n, sketch_len, seed) for spec = (domain, n, sketch_len, seed);
+    deterministic, so any worker (or a later run) collects the same Demos (same fingerprint)."""
+    domain, n, sketch_len, seed = spec
+    return taco_sim.get(domain).collect(n, sketch_len, seed)
+
+
+def run(cell, demos=None, test_demos=None):
+    """One cell's figures (a dict): task_accuracy, subtask_accuracy, n_tasks, align_<decoder>
+    for every decoder, task_accuracy_by_length (with test_lengths), epochs, policy_epochs,
+    best_held_out_loss, train_loglik, train_seconds.
+
+    cell: the CELL_FIELDS and config (TrainConfig settings; algo and seed are the cell's).
+    demos, test_demos: the cell's training and held-out data (`collect(data_specs(cell)[i])`);
+    collected here when not given.
+    """
+    dom = taco_sim.get(cell["domain"])
+    train_spec, test_spec = data_specs(cell)
+    demos = collect(train_spec) if demos is None else demos
+    test_demos = collect(test_spec) if test_demos is None else test_demos
+    cfg = train.TrainConfig.from_dict(dict(cell["config"], algo=cell["algo"], seed=cell["seed"]))
+    validate = (evaluate.validation_rollouts(dom, cfg.select_tasks, cell["seed"], cell["train_sketch_len"])
+                if cfg.select == "rollouts" else None)
+    model = train.train(demos, cfg, progress=False, validate=validate)
+    acc = evaluate.protocol(model, dom, cell["n_tasks"], cell["seed"], lengths=cell.get("test_lengths") or ())
+    both = evaluate.alignment_accuracies(model, test_demos)
+    align_acc, by_subtask = both["position"], both["subtask"]
+    policy_stage = [h for h in model.info["history"] if h["stage"] == "policy"]
+    return dict(acc, **{f"align_{k}": v for k, v in align_acc.items()},
+                **{f"align_subtask_{k}": v for k, v in by_subtask.items()},
+                epochs=len(model.info["history"]), policy_epochs=len(policy_stage),
+                best_held_out_loss=min(h["held_out_loss"] for h in policy_stage),
+                train_loglik=model.info.get("train_loglik"), train_seconds=model.info["seconds"])
+
+
+def versions():
+    """The software a figure was computed with."""
+    return {"taco_ref": taco_ref.__version__, "numpy": np.__version__,
+            "python": platform.python_version()}
+
+
+BLAS_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def run_cell(cell, demos, test_demos):
+    """The cell task: `run` plus what makes its result a record (the contents of its cell file):
+    key, cell, config (full), data (seeds, sizes, fingerprints), figures, seconds (wall time of
+    the cell where it ran), train_seconds, versions, and the BLAS thread variables it ran with (the thread
+    count changes float64 sums in the last bit: engine._single_threaded)."""
+    start = time.time()
+    figures = run(cell, demos, test_demos)
+    train_seconds = figures.pop("train_seconds")          # timings are not figures: they vary
+    data = {}
+    for name, spec, d in zip(("train", "test"), data_specs(cell), (demos, test_demos)):
+        data[name] = {"n": spec[1], "sketch_len": spec[2], "seed": spec[3], "fingerprint": d.fingerprint()}
+    return {"key": cell_key(cell), "key_version": KEY_VERSION, "cell": {k: cell.get(k) for k in CELL_FIELDS},
+            "config": full_config(cell), "data": data, "figures": figures,
+            "seconds": time.time() - start, "train_seconds": train_seconds, "versions": versions(),
+            "threads": {v: os.environ.get(v) for v in BLAS_THREAD_VARS}}

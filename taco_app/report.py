@@ -1,0 +1,323 @@
+"""The markdown report of a grid's cells (`taco report`, results.md): the summary table, every
+seed, intervals, paired differences, failure kinds, task accuracy by length, the paper beside
+ours; spec/evaluation.md §4-6."""
+import os
+import re
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from taco_ref import algorithms, align, evaluate, files
+from taco_app import plots
+from taco_app.cells import load_failures, load_results
+
+ALGOS = algorithms.names()
+LABELS = {name: algorithms.label(name) for name in ALGOS}
+
+
+PAPER_ALIGNMENT = {domain: {name: algorithms.get(name).paper[domain] for name in ALGOS
+                              if domain in algorithms.get(name).paper}
+                   for domain in sorted({d for name in ALGOS for d in algorithms.get(name).paper})}
+"""Alignment accuracy (%) in the paper's tables, {domain: {algo: (Sec. 5, appendix B)}}, from
+each algorithm's declaration (taco_ref.algorithms)."""
+
+
+def _mean_std(values):
+    v = 100 * np.asarray(values, dtype=float)
+    return f"{v.mean():.1f} ± {v.std():.1f}" if len(v) > 1 else f"{v.mean():.1f}"
+
+
+def alignment_columns(results):
+    """The alignment figures of the rows: one per decoder (align.DECODER_NAMES), then each
+    algorithm's own (Algorithm.extra_alignments) where a row has it."""
+    extra = [e for name in ALGOS for e in algorithms.get(name).extra_alignments
+             if any(f"align_{e}" in r for r in results)]
+    return [(f"align_{d}", f"align ({align.DECODER_LABELS[d]})") for d in align.DECODER_NAMES] + \
+        [(f"align_{e}", f"align ({e})") for e in dict.fromkeys(extra)]
+
+
+def table(results):
+    """Markdown table: one row per (algo, size), mean ± std over seeds, in percent ("-" where
+    an algorithm has no such figure)."""
+    columns = [("task_accuracy", "task acc."), ("subtask_accuracy", "sub-task acc.")] + alignment_columns(results)
+    lines = ["| algorithm | demos | seeds | " + " | ".join(h for _, h in columns) + " |",
+             "|---|---:|---:|" + "---:|" * len(columns)]
+    for algo in ALGOS:
+        for size in sorted({r["size"] for r in results}):
+            rows = [r for r in results if r["algo"] == algo and r["size"] == size]
+            if rows:
+                cells = [_mean_std([r[k] for r in rows]) if all(k in r for r in rows) else "-"
+                         for k, _ in columns]
+                lines.append(f"| {LABELS[algo]} | {size} | {len(rows)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def compact_table(results):
+    """Markdown table for a summary page: one row per algorithm, one column per dataset size,
+    each cell "task acc. / alignment (fwd argmax)", means over seeds in percent; a line saying
+    so when there is no finished cell yet (a grid that is being run)."""
+    if not results:
+        return "No finished cell yet."
+    sizes = sorted({r["size"] for r in results})
+    lines = ["| task acc. / align (%) | " + " | ".join(f"{s} demos" for s in sizes) + " | seeds |",
+             "|---|" + "---:|" * (len(sizes) + 1)]
+    for algo in ALGOS:
+        mine = [r for r in results if r["algo"] == algo]
+        if not mine:
+            continue
+        shown = []
+        for size in sizes:
+            rows = [r for r in mine if r["size"] == size]
+            shown.append(f"{100 * np.mean([r['task_accuracy'] for r in rows]):.1f} / "
+                         f"{100 * np.mean([r['align_forward_argmax'] for r in rows]):.1f}" if rows else "-")
+        seeds = sorted({r["seed"] for r in mine})
+        lines.append(f"| {LABELS[algo]} | " + " | ".join(shown) + f" | {len(seeds)} |")
+    return "\n".join(lines)
+
+
+def seed_table(results, key="task_accuracy", title="task acc."):
+    """Markdown table of one figure with every seed visible: one row per (algo, size), one
+    column per seed (in percent, "-" where a cell is missing), then mean ± std over the seeds."""
+    seeds = sorted({r["seed"] for r in results})
+    lines = [f"| {title} | demos | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± std |",
+             "|---|---:|" + "---:|" * (len(seeds) + 1)]
+    for algo in ALGOS:
+        for size in sorted({r["size"] for r in results}):
+            by_seed = {r["seed"]: 100 * r[key] for r in results if r["algo"] == algo and r["size"] == size}
+            if not by_seed:
+                continue
+            v = np.array(list(by_seed.values()))
+            shown = [f"{by_seed[s]:.1f}" if s in by_seed else "-" for s in seeds]
+            lines.append(f"| {LABELS[algo]} | {size} | " + " | ".join(shown) + f" | {v.mean():.1f} ± {v.std():.1f} |")
+    return "\n".join(lines)
+
+
+def _ci(r):
+    """A cell's task accuracy with its Wilson 95 % interval, in percent (spec/evaluation.md eq. (5))."""
+    n = int(r["n_tasks"])
+    lo, hi = evaluate.wilson_interval(int(round(r["task_accuracy"] * n)), n)
+    return f"{100 * r['task_accuracy']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def interval_table(results):
+    """Markdown table of task accuracy with every seed's Wilson 95 % interval: one row per
+    (algo, size), one column per seed."""
+    results = [r for r in results if r.get("n_tasks")]
+    if not results:
+        return ""
+    seeds = sorted({r["seed"] for r in results})
+    lines = ["| task acc. [95 % interval] | demos | tasks | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+             "|---|---:|---:|" + "---:|" * len(seeds)]
+    for algo in ALGOS:
+        for size in sorted({r["size"] for r in results}):
+            by_seed = {r["seed"]: r for r in results if r["algo"] == algo and r["size"] == size}
+            if by_seed:
+                tasks = sorted({r["n_tasks"] for r in by_seed.values()})
+                lines.append(f"| {LABELS[algo]} | {size} | {'/'.join(map(str, tasks))} | "
+                             + " | ".join(_ci(by_seed[s]) if s in by_seed else "-" for s in seeds) + " |")
+    return "\n".join(lines)
+
+
+def paired_table(results, first="taco", second="gtbc"):
+    """Markdown table of first - second on the same test tasks (the cells of one seed share
+    them): per seed the difference of task accuracy with its paired 95 % interval
+    (spec/evaluation.md eq. (6)), then the mean of the per-seed differences with its t interval
+    over the seeds. "" when no seed has both cells with their per-task outcomes."""
+    lines = []
+    for size in sorted({r["size"] for r in results}):
+        cells = {(r["algo"], r["seed"]): r for r in results if r["size"] == size and r.get("outcomes")}
+        seeds = sorted(s for (a, s) in cells if a == first and (second, s) in cells
+                       and len(cells[(first, s)]["outcomes"]) == len(cells[(second, s)]["outcomes"]))
+        if not seeds:
+            continue
+        diffs, shown = [], []
+        for s in seeds:
+            d, lo, hi = evaluate.paired_difference_interval(cells[(first, s)]["outcomes"],
+                                                            cells[(second, s)]["outcomes"])
+            diffs.append(100 * d)
+            shown.append(f"{100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]")
+        mean = float(np.mean(diffs))
+        if len(diffs) > 1:
+            half = float(scipy_stats.t.ppf(0.975, len(diffs) - 1) * np.std(diffs, ddof=1) / np.sqrt(len(diffs)))
+            over = f"{mean:+.1f} [{mean - half:+.1f}, {mean + half:+.1f}]"
+        else:
+            over = f"{mean:+.1f}"
+        lines.append(f"| {size} | " + "; ".join(f"seed {s}: {c}" for s, c in zip(seeds, shown))
+                     + f" | {over} ({len(diffs)} seeds) |")
+    if not lines:
+        return ""
+    head = (f"| {LABELS[first]} − {LABELS[second]}, task acc. (points) | per seed [paired 95 % interval] "
+            f"| mean over seeds [95 % t interval] |")
+    return "\n".join([head, "|---:|---|---|"] + lines)
+
+
+def failure_kinds_table(results):
+    """Markdown table of why test sketches failed (spec/evaluation.md eq. (4)): per (algo,
+    size), each kind's share of the failed sketches, summed over seeds; "" when no cell has them."""
+    rows = [r for r in results if r.get("failures") is not None and "outcomes" in r]
+    if not rows:
+        return ""
+    kinds = [k for k in evaluate.FAILURE_KINDS if any(r["failures"].get(k) for r in rows)]
+    lines = ["| why tasks failed | demos | failed / tasks | " + " | ".join(kinds) + " |",
+             "|---|---:|---:|" + "---:|" * len(kinds)]
+    for algo in ALGOS:
+        for size in sorted({r["size"] for r in rows}):
+            mine = [r for r in rows if r["algo"] == algo and r["size"] == size]
+            if not mine:
+                continue
+            counts = {k: sum(r["failures"].get(k, 0) for r in mine) for k in kinds}
+            failed, tasks = sum(counts.values()), sum(r["n_tasks"] for r in mine)
+            lines.append(f"| {LABELS[algo]} | {size} | {failed} / {tasks} | "
+                         + " | ".join(f"{100 * counts[k] / max(failed, 1):.0f} %" for k in kinds) + " |")
+    details = {}
+    for r in rows:
+        for key, n in r.get("failure_details", {}).items():
+            details[(r["algo"], r["size"], key)] = details.get((r["algo"], r["size"], key), 0) + n
+    if details:
+        lines += ["", "| details | demos | sketches |", "|---|---:|---:|"]
+        for (algo, size, key), n in sorted(details.items(), key=lambda kv: (ALGOS.index(kv[0][0]), kv[0][1], -kv[1])):
+            lines.append(f"| {LABELS[algo]}: {key} | {size} | {n} |")
+    return "\n".join(lines)
+
+
+def length_table(results):
+    """Markdown table of task accuracy against L_test (paper figure 8): one row per (algo, size),
+    mean ± std over seeds per length, in percent; "" when no cell measured it."""
+    rows = [r for r in results if r.get("task_accuracy_by_length")]
+    if not rows:
+        return ""
+    lengths = sorted({L for r in rows for L in r["task_accuracy_by_length"]}, key=int)
+    lines = ["| task acc. by L_test | demos | seeds | " + " | ".join(f"L = {L}" for L in lengths) + " |",
+             "|---|---:|---:|" + "---:|" * len(lengths)]
+    for algo in ALGOS:
+        for size in sorted({r["size"] for r in rows}):
+            mine = [r["task_accuracy_by_length"] for r in rows if r["algo"] == algo and r["size"] == size]
+            if mine:
+                shown = [_mean_std([m[L] for m in mine if L in m]) if any(L in m for m in mine) else "-"
+                         for L in lengths]
+                lines.append(f"| {LABELS[algo]} | {size} | {len(mine)} | " + " | ".join(shown) + " |")
+    return "\n".join(lines)
+
+
+def paper_table(results, domain):
+    """Markdown table: our alignment accuracy (argmax of the forward variables, mean ± std over
+    seeds per dataset size) beside the paper's (PAPER_ALIGNMENT); "" for a domain the paper lacks."""
+    paper = PAPER_ALIGNMENT.get(domain)
+    if paper is None:
+        return ""
+    sizes = sorted({r["size"] for r in results})
+    lines = ["| alignment (fwd argmax) | paper, Sec. 5 table | paper, appendix B table | "
+             + " | ".join(f"ours, {s} demos" for s in sizes) + " |",
+             "|---|---:|---:|" + "---:|" * len(sizes)]
+    for algo in (a for a in ALGOS if a in paper):
+        ours = [[r["align_forward_argmax"] for r in results if r["algo"] == algo and r["size"] == s]
+                for s in sizes]
+        if any(ours):
+            shown = [_mean_std(v) if v else "-" for v in ours]
+            lines.append(f"| {LABELS[algo]} | {paper[algo][0]:.1f} | {paper[algo][1]:.1f} | "
+                         + " | ".join(shown) + " |")
+    return "\n".join(lines)
+
+
+def report(results, failures=()):
+    """results.md: per domain the summary table, then task, sub-task and alignment accuracy with
+    every seed visible, task accuracy against L_test (when measured) and the alignment beside
+    the paper's; then the cells that failed in the last run, with their errors."""
+    parts = []
+    domains = sorted({r["domain"] for r in results})
+    for domain in domains:
+        mine = [r for r in results if r["domain"] == domain]
+        if len(domains) > 1:
+            parts.append(f"## {domain}")
+        parts += [table(mine), seed_table(mine, "task_accuracy", "task acc."), interval_table(mine),
+                  paired_table(mine), failure_kinds_table(mine),
+                  seed_table(mine, "align_forward_argmax", "align (fwd argmax)"),
+                  seed_table(mine, "subtask_accuracy", "sub-task acc.")]
+        if any("align_subtask_forward_argmax" in r for r in mine):   # spec/evaluation.md eq. (3)
+            measured = [r for r in mine if "align_subtask_forward_argmax" in r]
+            parts.append(seed_table(measured, "align_subtask_forward_argmax",
+                                    "align by sub-task id (fwd argmax)"))
+        parts += [length_table(mine), paper_table(mine, domain)]
+        legacy = sum(1 for r in mine if r.get("legacy"))
+        if legacy:
+            parts.append(f"({legacy} of these {len(mine)} cells are read from results.json, the "
+                         f"record of an earlier version; `taco experiment ... --migrate` converts them "
+                         f"into cell files.)")
+    if failures:
+        parts.append(f"Failed in the last run ({len(failures)} cells):\n\n"
+                     + "\n".join(f"- {f['cell']['domain']} {f['cell']['algo']} n{f['cell']['size']} "
+                                 f"seed {f['cell']['seed']}: {f['error']}" for f in failures))
+    return "\n\n".join(p for p in parts if p)
+
+
+def write_report(out_dirs, dest=None):
+    """Read the cells of every directory in out_dirs (a cell present in several is taken from
+    the first), write dest/results.md (dest: the only out_dir unless given) and the figures;
+    returns (the report text, the paths written, a note when there are no figures)."""
+    if dest is None:
+        if len(out_dirs) != 1:
+            raise ValueError("--out: needed when reporting more than one directory")
+        dest = out_dirs[0]
+    rows, failures, seen = [], [], set()
+    for d in out_dirs:
+        if not os.path.isdir(d):
+            raise FileNotFoundError(f"{d}: no such directory")
+        for r in load_results(d):
+            ident = tuple(r[k] for k in ("domain", "algo", "size", "seed"))
+            if ident not in seen:
+                seen.add(ident)
+                rows.append(r)
+        failures += load_failures(d)
+    if not rows and not failures:
+        raise ValueError(f"{', '.join(out_dirs)}: no cell files (OUT/cells/...) and no results.json")
+    text = report(rows, failures)
+    os.makedirs(dest, exist_ok=True)
+    written = [os.path.join(dest, "results.md")]
+    files.write_bytes(written[0], (text + "\n").encode())
+    try:
+        import matplotlib  # noqa: F401  (optional: the `plot` extra)
+    except ImportError:
+        return text, written, "no figures: matplotlib is not installed (pip install -e '.[plot]')"
+    domains = sorted({r["domain"] for r in rows})
+    for domain in domains:
+        mine = [r for r in rows if r["domain"] == domain]
+        suffix = f"-{domain}" if len(domains) > 1 else ""
+        written.append(os.path.join(dest, f"accuracy{suffix}.png"))
+        plots.plot(mine, written[-1])
+        if any(r.get("task_accuracy_by_length") for r in mine):
+            written.append(os.path.join(dest, f"accuracy_by_length{suffix}.png"))
+            plots.plot_lengths(mine, written[-1])
+    return text, written, None
+
+
+
+
+# --- tables in other documents (README.md) ---------------------------------------------------
+
+GENERATED = re.compile(r"(<!-- table: (\S+) -->\n)(.*?)(<!-- end of table -->)", re.S)
+"""A generated table in a markdown file: `<!-- table: results/GRID -->`, the table, and
+`<!-- end of table -->`; `python -m taco_app.report FILE` rewrites every such table from the
+cells of results/GRID (compact_table: the summary of its results.md)."""
+
+
+def fill_tables(text, root="."):
+    """text with every marked table replaced by compact_table(load_results(root/GRID))."""
+    def fill(match):
+        rows = load_results(os.path.join(root, match.group(2)))
+        return match.group(1) + compact_table(rows) + "\n" + match.group(4)
+    return GENERATED.sub(fill, text)
+
+
+def main(argv=None):
+    """python -m taco_app.report FILE...: regenerate the marked tables of each markdown FILE."""
+    import sys
+    for path in (argv if argv is not None else sys.argv[1:]):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        files.write_bytes(path, fill_tables(text, os.path.dirname(os.path.abspath(path))).encode())
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,139 @@
+"""CTC-BC (paper Sec. 4.1, appendix C): a classifier p(k | s_t, a_t) trained with the blank-free
+CTC on the sketch, then behaviour cloning on its alignment; spec/objectives.md eq. (3)-(5).
+
+Two algorithms share this section: ctcbc-mlp (an MLP classifier) and ctcbc-gru (a bi-GRU).
+Stages: "ctc" (the classifier, at ctc_lr, every epoch a candidate), then "policy": BC on the
+frozen classifier's argmax alignment (ctc_weighting "argmax", the paper's; the labels computed
+once per demonstration) or on its normalised forward variables (ctc_weighting "alpha",
+appendix C).
+"""
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from taco_ref import align, data, objectives
+from taco_ref.algorithms import Algorithm, Stage, register, stop_dropout
+
+WEIGHTINGS = ("argmax", "alpha")
+
+
+@dataclass
+class CtcConfig:
+    """CTC-BC's own config fields (both classifiers)."""
+
+    ctc_hidden: list = field(default_factory=lambda: [100])
+    """CTC-BC classifier: MLP hidden sizes, or [hidden size] of the bi-GRU (exactly one)."""
+    ctc_lr: float = 5e-3
+    """Adam learning rate of the CTC classifier."""
+    ctc_weighting: str = "argmax"
+    """CTC-BC's use of the alignment: argmax (paper Sec. 4.1) or alpha (appendix C)."""
+    ctc_decoder: str = "forward_argmax"
+    """CTC-BC's argmax alignment: one of the decoders of taco_ref.align.DECODER_NAMES
+    (forward_argmax, the paper's; posterior_argmax; viterbi)."""
+
+    def check(self):
+        from taco_ref.config import check_sizes
+        check_sizes("ctc_hidden", self.ctc_hidden)
+        if self.algo == "ctcbc-gru" and len(self.ctc_hidden) != 1:
+            raise ValueError(f"ctc_hidden must be one hidden size [H] for ctcbc-gru (its bi-GRU has "
+                             f"one layer), got {self.ctc_hidden!r}")
+        if self.ctc_weighting not in WEIGHTINGS:
+            raise ValueError(f"ctc_weighting must be 'argmax' or 'alpha', got {self.ctc_weighting!r}")
+        if self.ctc_decoder not in align.DECODER_NAMES:
+            raise ValueError(f"ctc_decoder must be {', '.join(align.DECODER_NAMES[:-1])} or "
+                             f"{align.DECODER_NAMES[-1]}, got {self.ctc_decoder!r}")
+
+
+def _init(job, demos, rng):
+    """The classifier's parameters ("ctc."), drawn after the sub-policies'."""
+    input_dim = demos.states.shape[2] + job.policy_cfg.action_dim
+    return objectives.init_ctc_params(rng, job.cfg.ctc_kind, input_dim, job.cfg.ctc_hidden, len(demos.vocab))
+
+
+def _ctc_loss(job, batch, rng, epoch, train):
+    return objectives.ctc(job.params, job.cfg.ctc_kind, batch, job.discrete, job.policy_cfg.action_dim)
+
+
+def _policy_loss(job, batch, rng, epoch, train):
+    cfg, p = job.cfg, job.params
+    dropout = stop_dropout(cfg, rng, epoch, train)
+    if cfg.ctc_weighting == "argmax":              # the classifier's labels, set by _sets
+        return objectives.bc(p, job.policy_cfg, batch, batch.labels, cfg.terminal_stop, stop_dropout=dropout)
+    _, weights = objectives.ctc_alignment(p, cfg.ctc_kind, batch, job.discrete, job.policy_cfg.action_dim,
+                                          cfg.ctc_decoder)
+    targets = objectives.ctc_soft_targets(weights, batch.sketch_len)
+    return objectives.soft_bc(p, job.policy_cfg, batch, weights, targets, stop_dropout=dropout)
+
+
+def _relabel(job, demos, batch_size=64):
+    labels = np.full_like(demos.labels, -1)                              # (N, T)
+    for idx in data.batch_indices(demos.n, batch_size):
+        batch = demos.subset(idx)
+        path, _ = objectives.ctc_alignment(job.params, job.cfg.ctc_kind, batch, job.discrete,
+                                           job.policy_cfg.action_dim, job.cfg.ctc_decoder)
+        labels[idx, :path.shape[1]] = np.where(
+            np.arange(path.shape[1])[None, :] < batch.traj_len[:, None], path, -1)
+    return replace(demos, labels=labels)
+
+
+def _sets(job, train_set, held_out):
+    """With argmax weighting, the policy stage trains and stops on the same demonstrations
+    relabelled once with the frozen classifier's alignment (the classifier does not change in
+    that stage, so aligning every batch of every epoch again would give the same labels)."""
+    if job.cfg.ctc_weighting == "argmax":
+        return _relabel(job, train_set), _relabel(job, held_out)
+    return train_set, held_out
+
+
+def _shapes(params, policy_cfg, config, kind):
+    """{name: shape} of the CTC classifier of kind whose hidden sizes the weights show (and,
+    where it names them, config.ctc_hidden): its input is a state and an action (one-hot when
+    discrete), its output one score per sub-task. ValueError naming the problem otherwise."""
+    def shape(name, ndim):
+        arr = params.get(name)
+        if arr is None or arr.ndim != ndim or min(arr.shape, default=1) < 1:
+            raise ValueError(f"the CTC {kind} classifier needs {name} ({ndim}-d), "
+                             f"got {'nothing' if arr is None else arr.shape}")
+        return arr.shape
+    if kind == "mlp":
+        layers = 0
+        while f"ctc.W{layers}" in params:
+            layers += 1
+        hidden = [shape(f"ctc.W{i}", 2)[1] for i in range(layers - 1)]
+        if not hidden:
+            raise ValueError(f"the CTC mlp classifier needs ctc.W0, ctc.W1, ... (at least one hidden "
+                             f"layer), got {layers} weight matrices")
+    else:
+        hidden = [shape("ctc.fwd.W_h", 2)[0]]
+    if "ctc_hidden" in config and list(config["ctc_hidden"]) != hidden:
+        raise ValueError(f"the CTC classifier's hidden sizes are {hidden}, config.ctc_hidden "
+                         f"{config['ctc_hidden']!r}")
+    return objectives.ctc_param_shapes(kind, policy_cfg.state_dim + policy_cfg.action_dim, hidden,
+                                       policy_cfg.n_subtasks)
+
+
+def _align(model, demos, decoders):
+    """CTC-BC aligns with its classifier, as in the paper (spec/evaluation.md §2)."""
+    feats = objectives.ctc_features(model.params, demos, demos.discrete, model.policy.action_dim)
+    log_p = objectives.ctc_log_p(model.params, model.ctc_kind, feats, demos.traj_len)[0]   # (B, T, K)
+    return {d: align.CTC_DECODERS[d](log_p, demos.sketch, demos.traj_len, demos.sketch_len)
+            for d in decoders}
+
+
+CTC = Stage("ctc", ("ctc.",), _ctc_loss, lr=lambda cfg: cfg.ctc_lr, policy=False)
+POLICY = Stage("policy", ("act.", "stop."), _policy_loss, sets=_sets)
+
+
+def _stages(cfg):
+    return (CTC, POLICY)
+
+
+for _kind, _name, _label, _paper, _order, _demo in (
+        ("mlp", "ctcbc-mlp", "CTC-BC (MLP)",
+         {"navworld": (89.0, 89.0), "craft": (41.4, 41.4), "dial": (90.1, 31.4)}, 2, 2),
+        ("gru", "ctcbc-gru", "CTC-BC (GRU)",
+         {"navworld": (80.0, 80.0), "craft": (57.1, 57.1), "dial": (93.4, 28.6)}, 3, 0)):
+    register(Algorithm(
+        name=_name, label=_label, section=CtcConfig, stages=_stages, init=_init,
+        shapes=lambda params, policy_cfg, config, kind=_kind: _shapes(params, policy_cfg, config, kind),
+        align=_align, ctc_kind=_kind, paper=_paper, order=_order, demo_order=_demo))

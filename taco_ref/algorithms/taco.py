@@ -1,0 +1,88 @@
+"""TACO (paper Sec. 4, eq. (8)): the sub-policies trained on the joint likelihood of sketch and
+actions through the alignment core, after a label-free warm-up; spec/objectives.md eq. (1),
+spec/training.md §6-7.
+
+Stages: "warmup" (warmup_epochs of BC on the even split of every demonstration into its
+sketch's L segments, objectives.even_split_labels; its last parameters are handed on), then
+"policy" (objectives.taco, tempered over its first temperature_epochs); restarts runs are kept
+by training likelihood (spec/training.md eq. (8)).
+"""
+from dataclasses import dataclass
+
+
+from taco_ref import objectives
+from taco_ref.algorithms import Algorithm, Stage, register, stop_dropout
+
+SUB_POLICIES = ("act.", "stop.")
+
+
+@dataclass
+class TacoConfig:
+    """TACO's own config fields."""
+
+    warmup_epochs: int = 5
+    """Epochs of behaviour cloning on the even split of every demonstration into its sketch's L
+    segments (objectives.even_split_labels) before the TACO stage; 0 = plain TACO. A label-free
+    start against the early collapse of the alignment: 5 fixed every Nav-World seed that plain
+    TACO collapsed on (spec/training.md §6)."""
+    temperature: float = 1.0
+    """Initial temperature of the tempered alignment (objectives.taco), annealed linearly to 1
+    over temperature_epochs (spec/training.md eq. (7)); 1 = no tempering."""
+    temperature_epochs: int = 0
+    """Epochs of the TACO stage over which the temperature falls to 1. Early stopping and the
+    best-parameter copy start once it is 1."""
+    restarts: int = 1
+    """Independent runs (same split, different initialisation and batch order); the model kept
+    is the run with the highest TACO log-likelihood per step on the training set
+    (spec/training.md §7)."""
+
+    def check(self):
+        if self.restarts < 1:
+            raise ValueError(f"restarts must be a positive integer, got {self.restarts!r}")
+        for name in ("warmup_epochs", "temperature_epochs"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {getattr(self, name)!r}")
+        if not 1.0 <= self.temperature < float("inf"):
+            raise ValueError(f"temperature must be a finite number >= 1, got {self.temperature!r}")
+        if self.temperature_epochs >= self.epochs:
+            raise ValueError(f"temperature_epochs must be below epochs ({self.epochs}) so that TACO "
+                             f"trains at temperature 1 at the end, got {self.temperature_epochs!r}")
+
+
+def temperature(cfg, epoch):
+    """Temperature of TACO's alignment in epoch (0-based) of the TACO stage; spec/training.md
+    eq. (7): 1 + (temp_0 - 1) max(0, 1 - epoch / E), falling linearly from cfg.temperature at
+    epoch 0 to 1 at epoch E = cfg.temperature_epochs and staying there."""
+    if cfg.temperature_epochs == 0:
+        return 1.0
+    return 1.0 + (cfg.temperature - 1.0) * max(0.0, 1.0 - epoch / cfg.temperature_epochs)
+
+
+def _warmup_loss(job, batch, rng, epoch, train):
+    labels = objectives.even_split_labels(batch.traj_len, batch.sketch_len, batch.states.shape[1])
+    return objectives.bc(job.params, job.policy_cfg, batch, labels, job.cfg.terminal_stop,
+                         stop_dropout=stop_dropout(job.cfg, rng, epoch, train))
+
+
+def _taco_loss(job, batch, rng, epoch, train):
+    temp = temperature(job.cfg, epoch) if train else 1.0
+    return objectives.taco(job.params, job.policy_cfg, batch, job.cfg.terminal_stop, temperature=temp,
+                           stop_dropout=stop_dropout(job.cfg, rng, epoch, train))
+
+
+WARMUP = Stage("warmup", SUB_POLICIES, _warmup_loss, epochs=lambda cfg: cfg.warmup_epochs,
+               candidate=lambda cfg, epoch: False, policy=False)
+POLICY = Stage("policy", SUB_POLICIES, _taco_loss,
+               candidate=lambda cfg, epoch: epoch >= cfg.temperature_epochs)
+
+
+def stages(cfg):
+    return (WARMUP, POLICY) if cfg.warmup_epochs else (POLICY,)
+
+
+register(Algorithm(
+    name="taco", label="TACO", section=TacoConfig, stages=stages, runs=lambda cfg: cfg.restarts,
+    # alignment accuracy (%) in the paper: (Sec. 5 table, appendix B table)
+    paper={"navworld": (95.3, 95.3), "craft": (95.6, 95.6), "dial": (99.8, 98.9)},
+    order=0, demo_order=1))
+

@@ -1,0 +1,82 @@
+"""The committed results: every grid's command finds its cells, and README's tables are the
+generated ones.
+
+Each results/<grid>/README.md gives the grid's command(s) in a fenced block under "## Command",
+and what the grid cost under "## Cost".
+Run with that command's arguments (its --out pointed at a copy of the grid), `taco experiment`
+must find every cell of the grid (their keys, taco_app.cellkeys, version 1 for the older files)
+and compute none: a key that changes under committed cells would make them run again. The
+tables README.md shows between `<!-- table: results/<grid> -->` markers must equal what
+`python -m taco_app.report README.md` writes from the cells.
+"""
+import glob
+import os
+import re
+import shlex
+import shutil
+
+import pytest
+
+from taco_app import cells as cells_mod, cli, engine, experiment, report
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GRIDS = sorted(os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path.join(ROOT, "results", "*", "cells")))
+
+
+def commands(grid):
+    """The `taco experiment` commands of results/<grid>/README.md's "## Command" section."""
+    path = os.path.join(ROOT, "results", grid, "README.md")
+    text = open(path, encoding="utf-8").read()
+    section = text.split("\n## Command\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```\n(.*?)```", section, re.S)
+    return [shlex.split(line) for block in blocks for line in block.splitlines()
+            if line.startswith("taco experiment ")]
+
+
+def test_every_grid_has_a_readme_with_its_command():
+    assert GRIDS and "navworld" in GRIDS
+    for grid in GRIDS:
+        assert commands(grid), f"results/{grid}/README.md: no `taco experiment` command under ## Command"
+        text = open(os.path.join(ROOT, "results", grid, "README.md"), encoding="utf-8").read()
+        assert "\n## Cost\n" in text, f"results/{grid}/README.md: no ## Cost section"
+        for argv in commands(grid):
+            assert argv[argv.index("--out") + 1] == f"results/{grid}", (grid, argv)
+
+
+@pytest.mark.parametrize("grid", GRIDS)
+def test_the_committed_commands_recompute_nothing(grid, tmp_path, monkeypatch):
+    """Every cell file of results/<grid> is found by its README's command(s); none is computed."""
+    out = tmp_path / grid
+    shutil.copytree(os.path.join(ROOT, "results", grid, "cells"), out / "cells")
+    if os.path.exists(os.path.join(ROOT, "results", grid, "results.json")):
+        shutil.copy(os.path.join(ROOT, "results", grid, "results.json"), out / "results.json")
+
+    def computed(*args):
+        raise AssertionError(f"results/{grid}: a committed cell would be computed again: {args[0]}")
+    monkeypatch.setattr(experiment, "collect", computed)
+    monkeypatch.setattr(experiment, "run_cell", computed)
+    monkeypatch.setattr(report, "write_report", lambda dirs, dest=None: ("", [], None))
+    grids, real = [], engine.run_grid
+
+    def run_grid(cells, ex, **kw):
+        grids.append(real(cells, ex, **kw))
+        return grids[-1]
+    monkeypatch.setattr(engine, "run_grid", run_grid)
+    found = set()
+    for argv in commands(grid):
+        argv = argv[1:]                                   # without the command's name
+        argv[argv.index("--out") + 1] = str(out)
+        assert cli.main(argv + ["--workers", "1"]) == 0, argv
+        assert grids[-1].computed == 0 and not grids[-1].failures, grids[-1].failures
+        found |= {(r["algo"], r["size"], r["seed"]) for r in grids[-1].results}
+    committed = {(r["cell"]["algo"], r["cell"]["size"], r["cell"]["seed"])
+                 for r in cells_mod.load_cells(os.path.join(ROOT, "results", grid))}
+    assert committed <= found, f"cells no command of results/{grid}/README.md finds: {sorted(committed - found)}"
+
+
+def test_readme_tables_are_the_generated_ones():
+    """README.md's results tables equal taco_app.report.fill_tables' output (regenerate with
+    `python -m taco_app.report README.md`)."""
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    assert len(report.GENERATED.findall(text)) >= 3
+    assert report.fill_tables(text, ROOT) == text
