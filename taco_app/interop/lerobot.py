@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from taco_ref import files
 from taco_app.interop.labels import (Episode, EpisodeInfo, InteropError, SUBTASK_STYLE, labels_from_rows,
-                                         runs_to_sketch, subtask_rows)
+                                     runs_to_sketch, subtask_rows)
 
 CODEBASE_VERSION = "v3.0"
 DEFAULT_STATE_KEYS = ("observation.state",)
