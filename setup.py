@@ -51,6 +51,9 @@ setup(
         "plot": ["matplotlib>=3.8"],
         # the experiment grid on a Dask cluster (`taco experiment --scheduler`); also the `dask` command
         "dist": ["distributed>=2024.1"],
+        # reading and writing the ecosystem's robot datasets (`taco annotate`, `taco export`):
+        # LeRobot v3 (Parquet through pyarrow) and robomimic / MimicGen (HDF5 through h5py)
+        "interop": ["pyarrow>=14", "h5py>=3.8"],
         # ROS 2 from PyPI wheels (real rclpy with Fast DDS), for the ros2_ws bridge
         "ros": ["ros-rclpy", "ros-std-msgs", "ros-sensor-msgs", "ros-rmw-fastrtps-cpp",
                 "ros-lifecycle-msgs", "ros-diagnostic-msgs", "ros-action-msgs",

@@ -11,6 +11,8 @@
     taco collect dial --n 1200 --sketch-len 4 --workers 2 --out data/dial.npz
     taco evaluate --model runs/dial-taco/model --domain dial --lengths 3 4 5 6 7
     taco rollout --model runs/dial-taco/model --domain dial --sketch "0 5 1 6" --out dial.png
+    taco export data/nav.npz --format lerobot --out nav-lerobot        # also --format robomimic
+    taco annotate nav-lerobot --sketches nav-lerobot.sketches.yaml --config navworld --out nav-labelled
 """
 import argparse
 import json
@@ -238,6 +240,45 @@ def cmd_rollout(args):
     return 0 if out["success"] else 1
 
 
+def cmd_annotate(args):
+    from taco_app import interop
+    report = interop.annotate_dataset(
+        args.dataset, out=args.out, sketches=args.sketches, model=args.model, decoder=args.decoder,
+        in_place=args.in_place, state_keys=args.state_key, action_key=args.action_key, chunk=args.chunk,
+        review=args.review, config=args.config, overrides=args.set, seed=args.seed, save_model=args.save_model)
+    print(f"annotated {report['episodes']} episodes ({report['frames']} frames, {report['format']}) with "
+          f"{report['model']} ({'trained on them' if report['trained'] else 'given'}), decoder {report['decoder']}, "
+          f"in {report['seconds']:.1f} s; wrote {report['out']}")
+    print(f"confidence (expected share of frames labelled as the posterior has them): mean "
+          f"{report['mean_confidence']:.4f}, lowest {report['min_confidence']:.4f}")
+    if "agreement_with_existing_labels" in report:
+        print(f"agreement with the labels already in the dataset: "
+              f"{100 * report['agreement_with_existing_labels']:.2f} % of frames")
+    if report["not_alignment_paths"]:
+        print(f"{report['not_alignment_paths']} episodes' labels skip or revisit a sketch step "
+              f"(decoder {report['decoder']}; viterbi's never do)")
+    if report["mimicgen_unparsable"]:
+        print(f"{len(report['mimicgen_unparsable'])} episodes' MimicGen signals cannot express their "
+              f"labels (a sub-task twice in a row, or a first sub-task of one frame): "
+              f"{report['mimicgen_unparsable'][:10]}")
+    if report["review"]:
+        print("review first (least confident): " + ", ".join(
+            f"{r['episode']} ({r['confidence']:.3f}{', ' + r['note'] if 'note' in r else ''})"
+            for r in report["review"]))
+    return EXIT_OK
+
+
+def cmd_export(args):
+    from taco_app import interop
+    report = interop.export_demos(args.data, args.format, args.out, fps=args.fps, sketches_out=args.sketches_out)
+    print(f"wrote {report['episodes']} episodes ({report['frames']} frames) with their true sub-task labels "
+          f"to {report['out']} ({report['format']}); sketches of their tasks in {report['sketches']}")
+    if report["mimicgen_unparsable"]:
+        print(f"{len(report['mimicgen_unparsable'])} demonstrations' MimicGen signals cannot express their "
+              f"labels: {report['mimicgen_unparsable'][:10]}")
+    return EXIT_OK
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with usage errors as one line (exit 2, like every other bad input)."""
 
@@ -400,6 +441,47 @@ def build_parser():
     p.add_argument("--out", required=True, help="contact sheet PNG")
     p.add_argument("--gif", default=None, help="also an animated GIF of every step")
     p.set_defaults(func=cmd_rollout)
+
+    # --- the ecosystem's datasets (taco_app/interop/, the interop extra) ---
+    from taco_ref.annotate import DECODERS, DEFAULT_DECODER
+    p = sub.add_parser("annotate", help="per-frame sub-task labels for a LeRobot v3 or robomimic dataset")
+    p.add_argument("dataset", metavar="DATASET", help="a LeRobot v3 folder or a robomimic .hdf5 file")
+    p.add_argument("--sketches", default=None, metavar="SKETCHES.yaml",
+                   help="YAML mapping each task string to its list of sub-task names (default: the "
+                        "dataset's own sub-task annotation)")
+    p.add_argument("--out", default=None, help="the new dataset to write (the input is never changed)")
+    p.add_argument("--in-place", action="store_true", help="rewrite DATASET instead of writing --out")
+    p.add_argument("--model", default=None, help="a trained model directory (default: train TACO on DATASET)")
+    p.add_argument("--decoder", choices=DECODERS, default=DEFAULT_DECODER,
+                   help="forward_argmax (the paper's), posterior_argmax or viterbi (default: its labels "
+                        "always give every sub-task one segment)")
+    p.add_argument("--config", default=None, help="training config without --model: YAML file or shipped name")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a training config value (repeatable)")
+    p.add_argument("--seed", type=non_negative, default=None)
+    p.add_argument("--save-model", default=None, metavar="DIR",
+                   help="training run directory without --model (default: OUT.taco-model)")
+    p.add_argument("--state-key", action="append", default=None, metavar="KEY",
+                   help="feature (LeRobot) or obs key (robomimic) forming the state, repeatable, "
+                        "concatenated in order (default: observation.state; robomimic: every "
+                        "low-dimensional obs key)")
+    p.add_argument("--action-key", default=None, metavar="KEY",
+                   help="the action feature (default: action; robomimic: actions)")
+    p.add_argument("--chunk", type=_integer(1, "an integer in [1, 4096]", 4096), default=64,
+                   help="episodes decoded together (memory holds one chunk)")
+    p.add_argument("--review", type=non_negative, default=20, help="least confident episodes to list")
+    p.set_defaults(func=cmd_annotate)
+
+    p = sub.add_parser("export", help="write demonstrations as a LeRobot v3 or robomimic dataset, true labels included")
+    p.add_argument("data", metavar="DATA", help="a taco_ref demonstration file (.npz)")
+    p.add_argument("--format", required=True, choices=("lerobot", "robomimic"))
+    p.add_argument("--out", required=True, help="LeRobot: a new folder; robomimic: a new .hdf5 file")
+    p.add_argument("--fps", type=positive, default=None,
+                   help="frames per second for LeRobot (default: 1 / the domain's control period)")
+    p.add_argument("--sketches-out", default=None, metavar="PATH",
+                   help="the sketches file for taco annotate (default: OUT.sketches.yaml)")
+    p.set_defaults(func=cmd_export)
+    # --- end datasets ---
 
     # --- conformance kit (taco_ref/conformance.py owns its arguments and its output) ---
     from taco_ref import conformance

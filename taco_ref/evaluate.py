@@ -314,8 +314,9 @@ def validation_rollouts(domain, n_tasks, seed, sketch_len=None):
 
 
 def scores(model, demos):
-    """The model's lattice inputs on demos: log_act, log_stop, log_go (B, T, L)."""
-    out, _ = policy.evaluate(model.params, model.policy, demos, valid_mask(demos))
+    """The model's lattice inputs on demos: log_act, log_stop, log_go (B, T, L). Scoring only:
+    no backward cache is kept, so the memory held is one sub-task's activations at a time."""
+    out, _ = policy.evaluate(model.params, model.policy, demos, valid_mask(demos), keep_cache=False)
     return out["log_act"], out["log_stop"], out["log_go"]
 
 

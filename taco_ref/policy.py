@@ -281,7 +281,7 @@ def _sum_rows(values, row, n):
     return values if row is None else np.bincount(row, values, minlength=n)
 
 
-def evaluate(params, cfg, batch, mask, final_mask=None, stop_dropout=None):
+def evaluate(params, cfg, batch, mask, final_mask=None, stop_dropout=None, keep_cache=True):
     """Score sub-policies on the (b, t, l) entries of mask; spec/policy.md eq. (1)-(3).
 
     Symbol            | Shape              | Meaning
@@ -294,6 +294,9 @@ def evaluate(params, cfg, batch, mask, final_mask=None, stop_dropout=None):
     final_mask        | (B, L) bool        | which sketch steps get a terminal STOP score, or None
     stop_dropout      |                    | an nn.Dropout for the STOP nets' hidden layers (paper
                       |                    | appendix A; spec/policy.md eq. (4)), or None
+    keep_cache        |                    | False when no gradient follows (scoring only): each
+                      |                    | sub-task's activations are freed once its scores are
+                      |                    | out, and the cache returned is None
     returns           | (scores, cache)    | scores: {log_act, log_stop, log_go: (B, T, L),
                       |                    | log_final_stop: (B, L) with final_mask}, float64,
                       |                    | 0 outside the mask; the cache feeds `backward`
@@ -360,9 +363,10 @@ def evaluate(params, cfg, batch, mask, final_mask=None, stop_dropout=None):
             out[name][entries] = value if row is None else value[row]
         if final_states is not None:
             out["log_final_stop"][fb, fl] = log_stop[n:][f_row]
-        groups.append((k, n, entries, row, fb, fl, f_row, f_rows.size, net_cache, dist_cache,
-                       logit[:, 0], (b * T + t, f_rows)))
-    return out, (groups, cfg, params, core)
+        if keep_cache:
+            groups.append((k, n, entries, row, fb, fl, f_row, f_rows.size, net_cache, dist_cache,
+                           logit[:, 0], (b * T + t, f_rows)))
+    return out, ((groups, cfg, params, core) if keep_cache else None)
 
 
 def backward(grads_in, cache):

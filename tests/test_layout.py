@@ -4,7 +4,8 @@
 core (taco_ref/, the algorithms included) imports the standard library, numpy and core modules only;
 app  (taco_app/)          anything below plus yaml, scipy (the report's t quantiles), and
                           matplotlib/PIL (optional, `plot` extra)
-                          and Dask's distributed (optional, `dist` extra);
+                          and Dask's distributed (optional, `dist` extra); its interop/ package
+                          also pyarrow and h5py (optional, `interop` extra), and only it;
 domains (sim/taco_sim/)   the standard library, numpy, scipy, mujoco, yaml, taco_sim and, of
                           taco_ref, only the data format (taco_ref.data: Demos, assemble,
                           MAX_SKETCH_LEN);
@@ -13,6 +14,7 @@ and setup.py's install_requires are exactly the third-party packages the code im
 import ast
 import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -67,9 +69,15 @@ def test_the_core_imports_numpy_and_itself_only(path):
     assert not any(n.startswith(("taco_app", "taco_sim")) for n in names), path
 
 
+INTEROP = os.path.join("taco_app", "interop")
+
+
 @pytest.mark.parametrize("path", APP)
 def test_the_applications_import_nothing_unexpected(path):
-    assert third_party(imports(path)) <= {"numpy", "scipy", "yaml", "matplotlib", "PIL", "distributed"}, path
+    allowed = {"numpy", "scipy", "yaml", "matplotlib", "PIL", "distributed"}
+    if path.startswith(INTEROP + os.sep):
+        allowed |= {"pyarrow", "h5py"}                     # the `interop` extra, in its own package
+    assert third_party(imports(path)) <= allowed, path
 
 
 @pytest.mark.parametrize("path", DOMAINS)
@@ -80,6 +88,16 @@ def test_domains_use_only_the_data_container_of_taco_ref(path):
     assert {n.split(".")[1] for n in of_taco_ref} <= {"data"}, path      # the data format only
 
 
+def test_the_dataset_formats_are_imported_only_on_demand():
+    """`taco` and its commands load without the interop extra: importing the command line, the
+    interop package and its numpy-only modules imports neither pyarrow nor h5py (the format
+    modules do, when a dataset of their format is opened)."""
+    code = ("import sys, taco_app.cli, taco_app.interop, taco_app.interop.labels; "
+            "print(sorted(m for m in ('pyarrow', 'h5py', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
 def test_install_requires_is_what_the_code_imports():
     with open(os.path.join(ROOT, "setup.py"), encoding="utf-8") as f:
         setup_text = f.read()
@@ -88,6 +106,6 @@ def test_install_requires_is_what_the_code_imports():
     used = set()
     for path in CORE + APP + DOMAINS:
         used |= third_party(imports(path))
-    used -= {"matplotlib", "PIL", "distributed"}             # the optional `plot` and `dist` extras
+    used -= {"matplotlib", "PIL", "distributed", "pyarrow", "h5py"}   # the `plot`, `dist`, `interop` extras
     pypi = {"yaml": "pyyaml"}
     assert required == {pypi.get(n, n).lower() for n in used}

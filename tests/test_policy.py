@@ -391,6 +391,24 @@ def test_padding_values_are_never_read():
         assert np.isfinite(dirty[name]).all()
 
 
+def test_scoring_without_a_cache_gives_the_same_scores():
+    """keep_cache=False (scoring only: evaluate.scores) returns the same scores, bit for bit,
+    with the terminal STOP too, and no cache."""
+    cfg = PolicyConfig(state_dim=3, n_subtasks=3, action_dim=2, act_hidden=[5], stop_hidden=[4])
+    rng = np.random.default_rng(2)
+    params = make_params(cfg, rng)
+    B, T, L = 3, 5, 2
+    mask = np.ones((B, T, L), bool)
+    inputs = policy.Inputs(rng.normal(size=(B, T, 3)), rng.normal(size=(B, T, 2)),
+                           np.array([[0, 2], [1, 0], [2, 2]]), rng.normal(size=(B, 3)))
+    final = np.ones((B, L), bool)
+    kept, cache = policy.evaluate(params, cfg, inputs, mask, final)
+    lean, none = policy.evaluate(params, cfg, inputs, mask, final, keep_cache=False)
+    assert cache is not None and none is None
+    for name in SCORE_NAMES + ("log_final_stop",):
+        np.testing.assert_array_equal(lean[name], kept[name])
+
+
 def test_trainable_excludes_normalisation():
     cfg = PolicyConfig(state_dim=2, n_subtasks=2, action_dim=1, act_hidden=[3, 3], stop_hidden=[])
     params = policy.init_params(cfg, np.random.default_rng(0))

@@ -71,6 +71,8 @@ class Domain:
                        | it goes and returns them read lazily (taco_ref.data frame directory):
                        | for data larger than memory; `taco collect` and `taco experiment` then
                        | collect into a directory
+    control_dt         | seconds between two recorded states (one action each): the frame period
+                       | of an exported dataset (`taco export`); None for a domain without time
     validation_env     | () -> a task environment on the training data's distribution (the
                        | Dial: random layouts), for choosing an epoch by rollouts; None: task_env
     """
@@ -92,6 +94,7 @@ class Domain:
     parallel_collect: bool = False
     state_shape: Optional[tuple] = None
     streams: bool = False
+    control_dt: Optional[float] = None
     validation_env: Optional[Callable] = None
 
     def __post_init__(self):

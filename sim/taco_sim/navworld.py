@@ -372,5 +372,5 @@ DOMAIN = register(Domain(
     name="navworld", vocab=VOCAB, state_dim=STATE_DIM, action_dim=ACTION_DIM, discrete=False,
     train_sketch_len=TRAIN_SKETCH_LEN, test_sketch_len=TEST_SKETCH_LEN, collect=collect,
     task_env=task_env, sample_sketches=sample_sketches, test_sketches=zero_shot_sketches,
-    config=package_file("configs", "navworld.yaml")))
+    config=package_file("configs", "navworld.yaml"), control_dt=DT))
 """Nav-World on the domain contract (taco_sim.domain)."""

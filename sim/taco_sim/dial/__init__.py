@@ -31,7 +31,7 @@ DOMAIN = register(Domain(
     task_env=task_env, sample_sketches=sample_sketches, test_sketches=zero_shot_sketches,
     validation_env=validation_env, config=package_file("configs", "dial.yaml"),
     models={"default": package_file("dial", "models", "dial")}, renders=True,
-    parallel_collect=True))
+    parallel_collect=True, control_dt=CONTROL_DT))
 """The Dial (joint-state variant) on the domain contract; its shipped model is the ROS 2
 bridge's default ("default": TACO, sim/taco_sim/configs/dial-small.yaml)."""
 
@@ -44,7 +44,7 @@ VELOCITY_DOMAIN = register(Domain(
     test_sketches=zero_shot_sketches, validation_env=velocity.validation_env,
     config=package_file("configs", "dial-velocity.yaml"),
     models={"default": package_file("dial", "models", "dial-velocity")}, renders=True,
-    parallel_collect=True))
+    parallel_collect=True, control_dt=CONTROL_DT))
 """The Dial's velocity variant (taco_sim.dial.velocity): six arm joint velocity targets per
 control step, executed by the simulated arm's velocity loop; its shipped model is the ROS 2
 bridge's default for command_interface velocity."""

@@ -1,0 +1,535 @@
+"""Tests for taco_app/interop/ (`taco annotate`, `taco export`; spec/interop.md), with our
+own readers; tests/test_interop_clients.py reads the results with the real lerobot and in
+MimicGen's way (slow tier).
+
+(a) the conventions written plainly: lerobot's active_at resolution of subtask rows, MimicGen's
+    parse of termination signals, each against the labels they encode (hypothesis);
+(b) round trips: export -> read gives back the demonstrations; annotate writes labels,
+    posteriors and confidences, leaves the input alone, streams in chunks, keeps other
+    language rows, reads older annotations; a failure leaves no output;
+(c) every bad dataset, sketches file or option ends in one line on stderr, exit 2.
+Small data (Nav-World, 12 demonstrations; a synthetic discrete set) and a model trained for
+two epochs: these tests check plumbing, not accuracy.
+"""
+import hashlib
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import given, note
+from hypothesis import strategies as st
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+h5py = pytest.importorskip("h5py")
+
+import taco_sim  # noqa: E402
+from taco_ref import data, train  # noqa: E402
+from taco_app import cli, interop  # noqa: E402
+from taco_app.interop import labels as lab, lerobot  # noqa: E402
+from taco_ref.train import TrainConfig  # noqa: E402
+
+FORMATS = ("lerobot", "robomimic")
+
+
+# ------------------------------------------------------------------------------------------
+# (a) The conventions
+# ------------------------------------------------------------------------------------------
+
+@st.composite
+def segmentations(draw, min_first=1, adjacent_repeats=True):
+    """(sketch names, (T,) positions): an alignment path over a sketch of 1-5 steps drawn from
+    four names, each segment 1-6 frames (the first at least min_first)."""
+    L = draw(st.integers(1, 5))
+    names = ["reach", "grasp", "lift", "place"]
+    sketch = [draw(st.sampled_from(names))]
+    for _ in range(L - 1):
+        pool = names if adjacent_repeats else [n for n in names if n != sketch[-1]]
+        sketch.append(draw(st.sampled_from(pool)))
+    lengths = [draw(st.integers(min_first if l == 0 else 1, 6)) for l in range(L)]
+    positions = np.repeat(np.arange(L), lengths).astype(np.int64)
+    return sketch, positions
+
+
+def plain_active_at(t, rows):
+    """lerobot's active_at(t, style="subtask") written plainly: the subtask row with the latest
+    timestamp <= t (timestamps compared as the Python floats of float32 values)."""
+    live = [r for r in rows if r["style"] == "subtask" and r["timestamp"] <= t]
+    return max(live, key=lambda r: r["timestamp"]) if live else None
+
+
+@given(segmentations(), st.sampled_from([2, 10, 25, 30, 50]))
+def test_prop_subtask_rows_resolve_to_the_labels(seg, fps):
+    """spec/interop.md eq. (4): one row per segment, stamped with its first frame's float32
+    timestamp; at every frame the active row (latest timestamp <= the frame's) is the frame's
+    segment, and reading the rows back gives the sketch and the labels."""
+    sketch, positions = seg
+    timestamps = (np.arange(len(positions)) / fps).astype(np.float32)
+    rows = lab.subtask_rows(sketch, positions, timestamps)
+    assert len(rows) == len(sketch) and [r["content"] for r in rows] == sketch
+    by_stamp = {r["timestamp"]: i for i, r in enumerate(rows)}
+    for t, ts in enumerate(timestamps):
+        row = plain_active_at(float(ts), rows)
+        assert row is not None and by_stamp[row["timestamp"]] == positions[t]
+        assert row["content"] == sketch[positions[t]]
+    names, back = lab.labels_from_rows(list(reversed(rows)), timestamps, "episode")
+    assert names == sketch
+    np.testing.assert_array_equal(back, positions)
+
+
+def plain_mimicgen_parse(signals, sketch, T):
+    """MimicGen's source-demonstration parse written plainly (spec/interop.md §5): for each
+    sub-task but the last, the first index f >= the previous end with signal[f] != signal[f-1]
+    ends it at f + 1."""
+    bounds, prev = [], 0
+    for l, name in enumerate(sketch):
+        if l == len(sketch) - 1:
+            end = T
+        else:
+            s = signals[name]
+            found = [f for f in range(1, T) if s[f] != s[f - 1] and f >= prev]
+            if not found:
+                return None
+            end = found[0] + 1
+        bounds.append((prev, end))
+        prev = end
+    return bounds
+
+
+@given(segmentations(min_first=2, adjacent_repeats=False))
+def test_prop_mimicgen_parses_the_signals_back(seg):
+    """spec/interop.md eq. (5), (6): the termination signals are 0/1, rise on the last frame of
+    each segment of their sub-task, and MimicGen's parse of them gives back every segment
+    (sketches that repeat a sub-task, but never twice in a row, first segment >= 2 frames)."""
+    sketch, positions = seg
+    T = len(positions)
+    signals = lab.mimicgen_signals(sketch, positions)
+    note(f"sketch {sketch}, positions {positions.tolist()}, signals {signals}")
+    assert set(signals) == set(sketch)
+    starts = [int(np.argmax(positions == l)) for l in range(len(sketch))]
+    ends = starts[1:] + [T]
+    for l, name in enumerate(sketch):
+        assert signals[name][ends[l] - 1] == 1                               # rises on the last frame
+        assert set(np.unique(signals[name])) <= {0, 1}
+    for name in set(sketch):
+        last = max(l for l, n in enumerate(sketch) if n == name)
+        assert (signals[name][ends[last] - 1:] == 1).all()                   # done for good after the last
+    expected = list(zip(starts, ends))
+    assert plain_mimicgen_parse(signals, sketch, T) == expected
+    assert lab.mimicgen_segments(signals, sketch, T) == expected
+    assert lab.mimicgen_representable(sketch, positions)
+
+
+def test_mimicgen_cannot_express_a_sub_task_twice_in_a_row():
+    """spec/interop.md eq. (5), (6): a sub-task named twice in a row, or a first segment of one
+    frame, has no signal MimicGen parses back; mimicgen_representable says so, while a repeat
+    with another sub-task between is parsed back."""
+    twice = (["grasp", "grasp", "lift"], np.array([0, 0, 1, 1, 2, 2]))
+    short = (["reach", "lift"], np.array([0, 1, 1, 1]))
+    apart = (["grasp", "lift", "grasp"], np.array([0, 0, 1, 2, 2]))
+    for sketch, positions in (twice, short):
+        signals = lab.mimicgen_signals(sketch, positions)
+        assert plain_mimicgen_parse(signals, sketch, len(positions)) != [(0, 2), (2, 4), (4, 6)][:len(sketch)]
+        assert not lab.mimicgen_representable(sketch, positions)
+    sketch, positions = apart
+    signals = lab.mimicgen_signals(sketch, positions)
+    assert signals["grasp"].tolist() == [0, 1, 0, 0, 1]
+    assert plain_mimicgen_parse(signals, sketch, 5) == [(0, 2), (2, 3), (3, 5)]
+    assert lab.mimicgen_representable(sketch, positions)
+
+
+def test_sketches_file_is_read_and_checked(tmp_path):
+    path = tmp_path / "s.yaml"
+    lab.write_sketches(path, {"pick: a, b": ["a", "b"], "x": ["c"]})
+    assert lab.read_sketches(path) == {"pick: a, b": ["a", "b"], "x": ["c"]}
+    for text, why in (("- a\n- b\n", "expected a mapping"), ("t: []\n", "non-empty list"),
+                      ("t: [a, [b]]\n", "non-empty list"), ("a: &x [b]\nc: *x\n", "aliases"),
+                      ("t: [a\n", "not valid YAML")):
+        path.write_text(text)
+        with pytest.raises(lab.InteropError, match=why):
+            lab.read_sketches(path)
+
+
+# ------------------------------------------------------------------------------------------
+# (b) Round trips
+# ------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    """12 Nav-World demonstrations, exported to both formats, and a TACO model trained on them
+    for two epochs (with a one-epoch warm-up)."""
+    d = tmp_path_factory.mktemp("interop")
+    demos = taco_sim.get("navworld").collect(12, 3, seed=3)
+    data.save(demos, d / "nav.npz")
+    for fmt in FORMATS:
+        assert cli.main(["export", str(d / "nav.npz"), "--format", fmt, "--out", str(d / _name(fmt))]) == 0
+    cfg = TrainConfig(epochs=2, warmup_epochs=1, act_hidden=[16], stop_hidden=[16], batch_size=4, seed=0)
+    train.train(demos, cfg, out_dir=str(d / "run"), progress=False)
+    return d
+
+
+def _name(fmt, stem="nav"):
+    return f"{stem}-{fmt}" + (".hdf5" if fmt == "robomimic" else "")
+
+
+def _sketches(work, fmt):
+    return str(work / ("nav-lerobot.sketches.yaml" if fmt == "lerobot" else "nav-robomimic.sketches.yaml"))
+
+
+def _digest(path):
+    h = hashlib.sha256()
+    paths = [path] if os.path.isfile(path) else sorted(
+        os.path.join(dp, f) for dp, _, fs in os.walk(path) for f in fs)
+    for p in paths:
+        h.update(os.path.relpath(p, path).encode())
+        with open(p, "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()
+
+
+def _read_all(path, **kwargs):
+    ds = interop.open_dataset(str(path), **kwargs)
+    try:
+        return ds, [ep for part in ds.episodes(5) for ep in part]
+    finally:
+        if hasattr(ds, "close"):
+            ds.close()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_export_then_read_gives_back_the_demonstrations(work, fmt):
+    demos = data.load(work / "nav.npz")
+    ds, episodes = _read_all(work / _name(fmt))
+    assert ds.format == fmt and not ds.discrete and len(episodes) == demos.n
+    sketches = lab.read_sketches(_sketches(work, fmt))
+    for n, ep in enumerate(episodes):
+        T = demos.traj_len[n]
+        sketch = [demos.vocab[k] for k in demos.sketch[n, :demos.sketch_len[n]]]
+        tol = 1e-6 if fmt == "lerobot" else 0                       # LeRobot stores float32
+        np.testing.assert_allclose(ep.states, demos.states[n, :T], rtol=tol, atol=tol)
+        np.testing.assert_allclose(ep.actions, demos.actions[n, :T], rtol=tol, atol=tol)
+        np.testing.assert_allclose(ep.final_state, demos.final_state[n] if fmt == "robomimic"
+                                   else demos.states[n, T - 1], rtol=tol, atol=tol)
+        assert ep.sketch == sketch and sketches[ep.task] == sketch
+        np.testing.assert_array_equal(ep.labels, demos.labels[n, :T])
+    if fmt == "lerobot":
+        info = json.loads((work / _name(fmt) / "meta" / "info.json").read_text())
+        assert info["fps"] == 2 and info["features"]["language_persistent"]["dtype"] == "language"
+        table = pq.read_table(work / _name(fmt) / "data" / "chunk-000" / "file-000.parquet")
+        assert set(table.column_names) == set(info["features"])    # declared = written, exactly
+
+
+def test_discrete_actions_round_trip(tmp_path):
+    rng = np.random.default_rng(0)
+    N, T = 4, 7
+    traj_len = np.array([7, 5, 6, 3])
+    labels = np.array([[0, 0, 0, 1, 1, 1, 1], [0, 1, 1, 1, 1, -1, -1], [0, 0, 0, 0, 0, 0, -1],
+                       [0, 1, 1, -1, -1, -1, -1]])
+    states = np.where((np.arange(T)[None, :] < traj_len[:, None])[..., None], rng.normal(size=(N, T, 3)), 0)
+    actions = np.where(np.arange(T)[None, :] < traj_len[:, None], rng.integers(0, 5, size=(N, T)), 0)
+    demos = data.Demos(states, actions, traj_len, np.array([[0, 1], [1, 0], [2, -1], [2, 0]]),
+                       np.array([2, 2, 1, 2]), labels, rng.normal(size=(N, 3)), ("a", "b", "c"),
+                       {"n_actions": 5, "domain": "craft"}).validate()
+    data.save(demos, tmp_path / "d.npz")
+    for fmt in FORMATS:
+        out = tmp_path / _name(fmt, "d")
+        assert cli.main(["export", str(tmp_path / "d.npz"), "--format", fmt, "--out", str(out)]) == 0
+        ds, episodes = _read_all(out)
+        assert ds.discrete and [ep.actions.tolist() for ep in episodes] == [
+            actions[n, :traj_len[n]].tolist() for n in range(N)]
+        assert all(ep.actions.dtype == np.int64 for ep in episodes)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_annotate_writes_labels_posteriors_and_confidence(work, fmt, capsys):
+    src, out = work / _name(fmt), work / _name(fmt, "ann")
+    before = _digest(src)
+    assert cli.main(["annotate", str(src), "--sketches", _sketches(work, fmt), "--model",
+                     str(work / "run" / "model"), "--out", str(out), "--review", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "annotated 12 episodes" in text and "agreement with the labels already in the dataset" in text
+    assert _digest(src) == before                                   # the input is never changed
+    _, episodes = _read_all(out)
+    assert all(ep.labels is not None and len(ep.sketch) == 3 for ep in episodes)
+    if fmt == "lerobot":
+        info = json.loads((out / "meta" / "info.json").read_text())
+        assert info["features"]["subtask.posterior"]["shape"] == [3]
+        table = pq.read_table(out / "data" / "chunk-000" / "file-000.parquet")
+        assert set(table.column_names) == set(info["features"])
+        post = np.array(table.column("subtask.posterior").to_pylist())
+        np.testing.assert_allclose(post.sum(axis=1), 1.0, atol=1e-5)
+        stop = np.array(table.column("subtask.stop").to_pylist())
+        ep = np.array(table.column("episode_index").to_pylist())
+        np.testing.assert_allclose([stop[ep == e].sum() for e in range(12)], 2.0, atol=1e-4)
+        summary = json.loads((out / "meta" / "subtask_annotation.json").read_text())
+        meta_eps = pq.read_table(out / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
+        conf = meta_eps.column("subtask/confidence").to_pylist()
+        assert conf == pytest.approx([summary["confidence"][str(e)] for e in range(12)], abs=1e-6)
+    else:
+        with h5py.File(out, "r") as f:
+            g = f["data/demo_0"]
+            post = g["subtask_posterior"][()]
+            assert post.dtype == np.float32 and post.shape == (g["actions"].shape[0], 3)
+            np.testing.assert_allclose(post.sum(axis=1), 1.0, atol=1e-5)
+            assert g["subtask_stop"][()].sum() == pytest.approx(2.0, abs=1e-4)
+            assert 0 < g.attrs["subtask_confidence"] <= 1
+            assert set(g["datagen_info/subtask_term_signals"]) == set(json.loads(g.attrs["sketch"]))
+            summary = json.loads(f["data"].attrs["subtask_annotation"])
+    assert len(summary["review"]) == 3 and summary["decoder"] == "viterbi"
+    worst = min(summary["confidence"].values())
+    assert summary["review"][0]["confidence"] == pytest.approx(worst, abs=1e-6)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_annotate_reads_the_sketches_of_an_existing_annotation(work, fmt, capsys):
+    """Without --sketches the sketch of each episode is the one already annotated; the report
+    gives the agreement with those labels."""
+    out = work / _name(fmt, "again")
+    assert cli.main(["annotate", str(work / _name(fmt)), "--model", str(work / "run" / "model"),
+                     "--decoder", "posterior_argmax", "--out", str(out)]) == 0
+    assert "agreement with the labels already in the dataset" in capsys.readouterr().out
+
+
+def test_annotate_trains_taco_when_no_model_is_given(work, capsys):
+    out = work / "trained-here"
+    args = ["annotate", str(work / _name("lerobot")), "--sketches", _sketches(work, "lerobot"),
+            "--out", str(out), "--set", "epochs=1", "--set", "warmup_epochs=0", "--set", "act_hidden=[8]",
+            "--set", "stop_hidden=[8]"]
+    assert cli.main(args) == 0
+    assert "trained on them" in capsys.readouterr().out
+    assert (work / "trained-here.taco-model" / "model" / "model.json").exists()
+    shutil.rmtree(out)
+    assert cli.main(args) == 2                                      # the run directory holds a run
+    assert "--model" in capsys.readouterr().err
+
+
+def test_labels_that_are_not_an_alignment_path_do_not_stop_a_new_annotation(work, tmp_path, capsys):
+    """A robomimic file whose subtask_index skips back (as an argmax decoder's labels may) is
+    annotated again from its own sketches: those labels are compared, not trusted."""
+    src = _copy(work, "robomimic", tmp_path)
+    with h5py.File(src, "r+") as f:
+        index = f["data/demo_0/subtask_index"][()]
+        assert index[0] == 0 and index[1] == 0 and index[2] == 0
+        index[1] = 1                                                # 0, 1, 0, ...: no path
+        f["data/demo_0/subtask_index"][...] = index
+    out = tmp_path / "again.hdf5"
+    assert cli.main(["annotate", str(src), "--model", str(work / "run" / "model"), "--out", str(out)]) == 0
+    assert "agreement with the labels already in the dataset" in capsys.readouterr().out
+    with h5py.File(out, "r") as f:
+        written = f["data/demo_0/subtask_index"][()]
+    assert written[0] == 0 and np.all(np.diff(written) >= 0) and np.all(np.diff(written) <= 1)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_annotate_in_place_rewrites_the_dataset(work, fmt, tmp_path):
+    src = tmp_path / _name(fmt)
+    (shutil.copytree if fmt == "lerobot" else shutil.copyfile)(work / _name(fmt), src)
+    assert cli.main(["annotate", str(src), "--model", str(work / "run" / "model"), "--in-place"]) == 0
+    assert sorted(os.listdir(tmp_path)) == [src.name]               # no temporary left behind
+    _, episodes = _read_all(src)
+    assert len(episodes) == 12 and all(ep.labels is not None for ep in episodes)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_annotation_streams_one_chunk_at_a_time(work, fmt, tmp_path, monkeypatch):
+    """Each call of the labeller gets at most --chunk episodes, every episode once and in
+    order, also when the reader's batches cut episodes (spec/interop.md §8)."""
+    monkeypatch.setattr(lerobot, "BATCH_ROWS", 7)
+    from taco_ref import model as model_mod
+    model = model_mod.load(str(work / "run" / "model"))
+    ds = interop.open_dataset(str(work / _name(fmt)))
+    plan = interop.plan_sketches(ds, None, model.vocab)
+    seen, sizes = [], []
+    inner = interop.Labeller(model, plan, "viterbi")
+
+    def label_fn(episodes):
+        sizes.append(len(episodes))
+        seen.extend(ep.key for ep in episodes)
+        return inner(episodes)
+    ds.write_labelled(str(tmp_path / _name(fmt)), label_fn, vocab=model.vocab, posterior_width=3, chunk=5)
+    if hasattr(ds, "close"):
+        ds.close()
+    assert sizes == [5, 5, 2]
+    assert seen == [info.key for info in interop.open_dataset(str(work / _name(fmt))).describe()]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_failure_while_writing_leaves_no_output(work, fmt, tmp_path):
+    ds = interop.open_dataset(str(work / _name(fmt)))
+    calls = []
+
+    def label_fn(episodes):
+        calls.append(1)
+        if len(calls) == 2:
+            raise lab.InteropError("stop here")
+        return [lab.EpisodeLabels(ep.sketch, ep.labels) for ep in episodes]
+    with pytest.raises(lab.InteropError, match="stop here"):
+        ds.write_labelled(str(tmp_path / _name(fmt)), label_fn, vocab=(), chunk=4)
+    assert os.listdir(tmp_path) == []
+
+
+def test_lerobot_keeps_other_language_rows_and_reads_older_annotations(work, tmp_path):
+    """Rows of other styles in language_persistent survive an annotation; a dataset labelled
+    the lerobot 0.4.4-0.5 way (subtask_index with meta/subtasks.parquet) is read as annotated."""
+    src = tmp_path / "planned"
+    shutil.copytree(work / _name("lerobot"), src)
+    path = src / "data" / "chunk-000" / "file-000.parquet"
+    table = pq.read_table(path)
+    rows = table.column("language_persistent").to_pylist()
+    plan_row = {"role": "assistant", "content": "1. go; 2. go again", "style": "plan", "timestamp": 0.0,
+                "camera": None, "tool_calls": None}
+    column = pa.array([r + [plan_row] for r in rows], type=pa.list_(lerobot.ROW_TYPE))
+    table = table.set_column(table.column_names.index("language_persistent"),
+                             pa.field("language_persistent", column.type), column)
+    pq.write_table(table, path)
+    out = tmp_path / "planned-ann"
+    assert cli.main(["annotate", str(src), "--model", str(work / "run" / "model"), "--out", str(out)]) == 0
+    after = pq.read_table(out / "data" / "chunk-000" / "file-000.parquet").column("language_persistent")
+    assert all(sum(r["style"] == "plan" for r in cell) == 1 for cell in after.to_pylist())
+
+    old = tmp_path / "old-style"
+    shutil.copytree(work / _name("lerobot"), old)
+    path = old / "data" / "chunk-000" / "file-000.parquet"
+    pq.write_table(pq.read_table(path).drop_columns(["language_persistent"]), path)
+    info = json.loads((old / "meta" / "info.json").read_text())
+    del info["features"]["language_persistent"]
+    (old / "meta" / "info.json").write_text(json.dumps(info))
+    _, episodes = _read_all(old)
+    demos = data.load(work / "nav.npz")
+    for n, ep in enumerate(episodes):
+        assert ep.sketch == [demos.vocab[k] for k in demos.sketch[n]]
+        np.testing.assert_array_equal(ep.labels, demos.labels[n, :demos.traj_len[n]])
+
+
+# ------------------------------------------------------------------------------------------
+# (c) Bad input: one line each
+# ------------------------------------------------------------------------------------------
+
+def _copy(work, fmt, tmp_path):
+    dst = tmp_path / _name(fmt)
+    (shutil.copytree if fmt == "lerobot" else shutil.copyfile)(work / _name(fmt), dst)
+    return dst
+
+
+def _rewrite_parquet(path, change):
+    table = pq.read_table(path)
+    pq.write_table(change(table), path)
+
+
+def _set_info(root, change):
+    info = json.loads((root / "meta" / "info.json").read_text())
+    change(info)
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+
+
+def _nan_state(table):
+    states = np.array(table.column("observation.state").to_pylist(), dtype=np.float32)
+    states[30, 2] = np.nan
+    col = pa.FixedSizeListArray.from_arrays(pa.array(states.reshape(-1)), states.shape[1])
+    return table.set_column(0, pa.field("observation.state", col.type), col)
+
+
+def _swap_frames(table):
+    idx = list(range(table.num_rows))
+    idx[3], idx[4] = idx[4], idx[3]
+    return table.take(idx)
+
+
+def _h5(path, change):
+    with h5py.File(path, "r+") as f:
+        change(f)
+
+
+def _ragged(f):
+    state = f["data/demo_1/obs/state"][()]
+    del f["data/demo_1/obs/state"]
+    f["data/demo_1/obs/state"] = state[:-1]
+
+
+def _nan_action(f):
+    a = f["data/demo_2/actions"][()]
+    a[5, 1] = np.nan
+    f["data/demo_2/actions"][...] = a
+
+
+BAD = {
+    "codebase v2.1": ("lerobot", lambda p: _set_info(p, lambda i: i.update(codebase_version="v2.1")), [],
+                      "codebase_version 'v2.1'"),
+    "missing state key": ("lerobot", None, ["--state-key", "observation.joints"], "no such feature"),
+    "video state": ("lerobot", lambda p: _set_info(p, lambda i: i["features"].update(
+        {"observation.images.top": {"dtype": "video", "shape": [8, 8, 3], "names": None}})),
+        ["--state-key", "observation.images.top"], "a video feature"),
+    "nan state": ("lerobot", lambda p: _rewrite_parquet(p / "data/chunk-000/file-000.parquet", _nan_state), [],
+                  "observation.state holds nan"),
+    "frames out of order": ("lerobot", lambda p: _rewrite_parquet(
+        p / "data/chunk-000/file-000.parquet", _swap_frames), [], "frame_index"),
+    "total frames": ("lerobot", lambda p: _set_info(p, lambda i: i.update(total_frames=3)), [], "total_frames 3"),
+    "ragged": ("robomimic", lambda p: _h5(p, _ragged), [], "ragged demonstration"),
+    "nan action": ("robomimic", lambda p: _h5(p, _nan_action), [], "actions holds nan"),
+    "missing action key": ("robomimic", None, ["--action-key", "commands"], "no dataset 'commands'"),
+    "long sketch": ("robomimic", "sketch:" + json.dumps(["black"] * 500), [], "its sketch has 500 sub-tasks"),
+    "unknown task": ("lerobot", "sketch-other", [], "is not in the sketches file"),
+    "bad yaml": ("lerobot", "yaml:t: [a\n", [], "not valid YAML"),
+    "unknown sub-task": ("robomimic", "sketch:" + json.dumps(["black", "purple"]), [],
+                         "'purple' is not one the model knows"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_datasets_end_in_one_error_line(work, tmp_path, capsys, case):
+    fmt, change, extra, expected = BAD[case]
+    path = _copy(work, fmt, tmp_path)
+    sketches = _sketches(work, fmt)
+    if callable(change):
+        change(path)
+    elif isinstance(change, str) and change.startswith("sketch:"):
+        names = json.loads(change[len("sketch:"):])
+        lab.write_sketches(tmp_path / "s.yaml", {t: names for t in lab.read_sketches(sketches)})
+        sketches = str(tmp_path / "s.yaml")
+    elif change == "sketch-other":
+        lab.write_sketches(tmp_path / "s.yaml", {"another task": ["black"]})
+        sketches = str(tmp_path / "s.yaml")
+    elif isinstance(change, str) and change.startswith("yaml:"):
+        (tmp_path / "s.yaml").write_text(change[len("yaml:"):])
+        sketches = str(tmp_path / "s.yaml")
+    out = tmp_path / "out"
+    code = cli.main(["annotate", str(path), "--sketches", sketches, "--model", str(work / "run" / "model"),
+                     "--out", str(out)] + extra)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert err.startswith("taco annotate: ") and "\n" not in err and "Traceback" not in err, err
+    assert expected in err, err
+    assert not out.exists()
+
+
+def test_bad_paths_and_options_end_in_one_error_line(work, tmp_path, capsys):
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    (tmp_path / "folder").mkdir()
+    model = str(work / "run" / "model")
+    cases = [
+        (["annotate", str(text), "--out", str(tmp_path / "o")], "neither a LeRobot v3 folder"),
+        (["annotate", str(tmp_path / "folder"), "--out", str(tmp_path / "o")], "without meta/info.json"),
+        (["annotate", str(tmp_path / "nothing"), "--out", str(tmp_path / "o")], "no such file or folder"),
+        (["annotate", str(work / _name("lerobot")), "--model", model], "or --in-place"),
+        (["annotate", str(work / _name("lerobot")), "--model", model, "--out", str(work / _name("robomimic"))],
+         "exists"),
+        (["annotate", str(work / _name("lerobot")), "--model", model, "--out", str(tmp_path / "o"),
+          "--in-place"], "not both"),
+        (["annotate", str(work / _name("lerobot")), "--model", model, "--out",
+          str(work / _name("lerobot") / "labelled")], "is inside DATASET"),
+        (["annotate", str(work / _name("robomimic")), "--model", model, "--out", str(tmp_path / "o.hdf5"),
+          "--state-key", "state", "--state-key", "state"], "states have 16 dimensions"),
+        (["export", str(work / "nav.npz"), "--format", "lerobot", "--out", str(work / _name("lerobot"))],
+         "exists"),
+        (["export", str(text), "--format", "robomimic", "--out", str(tmp_path / "x.hdf5")], "notes.txt"),
+        (["annotate", str(work / _name("robomimic")), "--out", str(tmp_path / "c.hdf5"), "--set", "algo=ctcbc-gru"],
+         "aligns with its classifier"),
+    ]
+    for argv, expected in cases:
+        code = cli.main(argv)
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and err.startswith(f"taco {argv[0]}: ") and "\n" not in err, (argv, err)
+        assert expected in err, (argv, err)
