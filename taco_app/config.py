@@ -41,6 +41,22 @@ MAX_YAML_BYTES = 2 ** 20
 """Largest config file read (1 MiB; the shipped ones are under 2 kB)."""
 
 
+def safe_yaml(path, max_bytes, error=ValueError, what="a config"):
+    """yaml.safe_load of the file at path after two guards: at most max_bytes, and no aliases
+    (nested aliases can expand to billions of entries); a syntax error becomes one error line
+    with its position."""
+    text = files.read_bytes(path, max_bytes, error).decode("utf-8", errors="replace")
+    try:
+        if any(isinstance(token, yaml.AliasToken) for token in yaml.scan(text)):
+            raise error(f"{path}: YAML aliases (*name) are not accepted in {what}")
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise error(f"{path}: not valid YAML{where} ({problem})") from None
+
+
 def read_yaml(path):
     """The training keys of a YAML file (a mapping, top level or under ``train:``).
 
@@ -48,16 +64,7 @@ def read_yaml(path):
     training config never needs them, and nested aliases can expand to billions of entries).
     A syntax error is reported as one line with its position.
     """
-    text = files.read_bytes(path, MAX_YAML_BYTES).decode("utf-8", errors="replace")
-    try:
-        if any(isinstance(token, yaml.AliasToken) for token in yaml.scan(text)):
-            raise ValueError(f"{path}: YAML aliases (*name) are not accepted in a config")
-        loaded = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ValueError(f"{path}: not valid YAML{where} ({problem})") from None
+    loaded = safe_yaml(path, MAX_YAML_BYTES)
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):

@@ -9,6 +9,7 @@ from typing import Optional
 import numpy as np
 import yaml
 
+from taco_app.config import safe_yaml
 from taco_ref import files
 from taco_ref.annotate import labels_from_segments, segments
 
@@ -92,15 +93,7 @@ MAX_SKETCHES_BYTES = 16 * 2**20
 def read_sketches(path):
     """{task string: [sub-task names]} from a YAML mapping; InteropError naming the file and the
     entry otherwise. Read with yaml.safe_load after two guards: size and no aliases."""
-    text = files.read_bytes(path, MAX_SKETCHES_BYTES, InteropError).decode("utf-8", errors="replace")
-    try:
-        if any(isinstance(token, yaml.AliasToken) for token in yaml.scan(text)):
-            raise InteropError(f"{path}: YAML aliases (*name) are not accepted in a sketches file")
-        loaded = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise InteropError(f"{path}: not valid YAML{where} ({getattr(err, 'problem', None) or err})") from None
+    loaded = safe_yaml(path, MAX_SKETCHES_BYTES, InteropError, "a sketches file")
     if not isinstance(loaded, dict) or not loaded:
         raise InteropError(f"{path}: expected a mapping of task string to its list of sub-task names, "
                            f"got {type(loaded).__name__}")

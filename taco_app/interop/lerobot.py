@@ -390,13 +390,17 @@ class Dataset:
             extra = [c for c in (LANGUAGE_PERSISTENT, SUBTASK_INDEX) if c in names]
             refs = [r for r in self.refs if r.file == path]
             for table, part in self._chunks(path, refs, columns + extra, chunk):
-                out, offset = [], 0
-                for ref in part:
-                    ep = self._episode(table, ref, offset)
-                    ep.task = self.task_of(ref)
-                    out.append(ep)
-                    offset += ref.length
-                yield out
+                yield self._episodes_of(table, part)
+
+    def _episodes_of(self, table, part):
+        """The Episodes of the refs in part, whose frames are table's rows in order."""
+        out, offset = [], 0
+        for ref in part:
+            ep = self._episode(table, ref, offset)
+            ep.task = self.task_of(ref)
+            out.append(ep)
+            offset += ref.length
+        return out
 
     # --- writing an annotated copy ------------------------------------------------------
     def write_labelled(self, out, label_fn, vocab, posterior_width=None, summary_fn=None, chunk=64,
@@ -440,12 +444,7 @@ class Dataset:
             writer = pq.ParquetWriter(dest, schema, compression="snappy")
             try:
                 for table, part in self._chunks(path, refs, pf.schema_arrow.names, chunk):
-                    episodes, offset = [], 0
-                    for ref in part:
-                        ep = self._episode(table, ref, offset)
-                        ep.task = self.task_of(ref)
-                        episodes.append(ep)
-                        offset += ref.length
+                    episodes = self._episodes_of(table, part)
                     offset = 0
                     for ref, ep, lab in zip(part, episodes, label_fn(episodes)):
                         vocab += [n for n in dict.fromkeys(lab.sketch) if n not in vocab]

@@ -15,6 +15,7 @@ attributes total and env_args (JSON). robomimic has no sub-task field. The label
 An episode's task string (for the sketches file) is RoboCasa's attrs["ep_meta"] {"lang": ...}
 when the demonstration has one, else the env_name of data.attrs["env_args"].
 """
+import contextlib
 import json
 import os
 import re
@@ -226,20 +227,9 @@ class Dataset:
         if not in_place and os.path.exists(target):
             raise InteropError(f"--out: {target} exists; choose a new file (the input is never changed "
                                "unless --in-place)")
-        parent = os.path.dirname(os.path.abspath(target))
-        os.makedirs(parent, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=files.TEMP_PREFIX, suffix=os.path.basename(target), dir=parent)
-        os.close(fd)
-        try:
+        with _file_beside(target) as tmp:
             shutil.copyfile(self.path, tmp)
-            result = self._write_into(tmp, label_fn, chunk, summary_fn)
-            _fsync(tmp)
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        return result
+            return self._write_into(tmp, label_fn, chunk, summary_fn)
 
     def _write_into(self, tmp, label_fn, chunk, summary_fn):
         unparsable = []
@@ -264,9 +254,24 @@ def _finite(values, key, what):
         raise InteropError(f"{what}, frame {t}: {key} holds {flat[t][bad[t]][0]}")
 
 
-def _fsync(path):
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
+@contextlib.contextmanager
+def _file_beside(target):
+    """A temporary file's path beside target (an HDF5 file is written by path, so
+    files.atomic_write's file object does not serve): renamed over target, after an fsync, when
+    the block ends; removed if it raises."""
+    parent = os.path.dirname(os.path.abspath(target))
+    os.makedirs(parent, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=files.TEMP_PREFIX, suffix=os.path.basename(target), dir=parent)
+    os.close(fd)
+    try:
+        yield tmp
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def _replace(group, name, data):
@@ -306,12 +311,8 @@ def export(demos, out, tasks, domain=None):
     target = os.fspath(out)
     if os.path.exists(target):
         raise InteropError(f"--out: {target} exists; choose a new file")
-    parent = os.path.dirname(os.path.abspath(target))
-    os.makedirs(parent, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=files.TEMP_PREFIX, suffix=os.path.basename(target), dir=parent)
-    os.close(fd)
     unparsable = []
-    try:
+    with _file_beside(target) as tmp:
         with h5py.File(tmp, "w") as f:
             data = f.create_group("data")
             total = 0
@@ -336,10 +337,4 @@ def export(demos, out, tasks, domain=None):
             data.attrs["total"] = total
             data.attrs["env_args"] = json.dumps({"env_name": f"taco_sim/{domain}" if domain else "taco_ref",
                                                  "env_kwargs": {}})
-        _fsync(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return unparsable
