@@ -1,8 +1,9 @@
 """Benchmark of the ROS 2 bridge: sketch-to-first-command latency and the control rate held.
 
 Starts the sim node and the policy node (python -m taco_bridge.sim_node / .policy_node, the
-pip-installed package; real rclpy and Fast DDS, separate processes, DDS on localhost in a domain
-of its own) and measures from this third process:
+pip-installed package; real rclpy and Fast DDS, separate processes, DDS in a domain of its own
+with peers found through localhost: ROS_STATIC_PEERS=127.0.0.1 under the default discovery range,
+SUBNET, unless the environment sets them) and measures from this third process:
 
 - latency: time from publishing a sketch on /taco/sketch to receiving the first effort command
   on /effort_controller/commands (a client's round trip: DDS in, parse, forward kinematics,
@@ -18,6 +19,11 @@ of its own) and measures from this third process:
   zero; then SIGCONT, "stop", and the next trial. Both times are taken in this process, so the
   transport of the joint state and of the command enter alike.
 
+Transport: the policy node keeps Fast DDS to UDPv4 (taco_bridge.node_util.no_shared_memory_transport);
+--policy-env FASTDDS_BUILTIN_TRANSPORTS=DEFAULT gives it the shared-memory transport back, for a
+comparison in the same conditions. Under ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST rmw_fastrtps
+adds shared memory to every node whatever the variable says.
+
 Model: a random model with the Dial architecture (act and STOP nets [300, 200, 100], the cost of
 one decision of the shipped model) whose STOP nets never fire, so that a run lasts as long as
 the measurement; --model takes a model directory instead (whose sub-policies may stop early).
@@ -28,6 +34,7 @@ Usage (the workspace built and sourced: the policy node needs the action's inter
     python bench/bench_bridge.py            # 60 s rate run, 50 latency trials
     python bench/bench_bridge.py --quick    # 10 s, 20 trials
     python bench/bench_bridge.py --quick --frozen 100   # and 100 frozen-simulator trials
+    python bench/bench_bridge.py --quick --frozen 100 --policy-env FASTDDS_BUILTIN_TRANSPORTS=DEFAULT
 """
 import argparse
 import json
@@ -62,11 +69,21 @@ def main():
     ap.add_argument("--trials", type=int, default=None, help="latency trials")
     ap.add_argument("--rate", type=float, default=25.0)
     ap.add_argument("--frozen", type=int, default=0, help="frozen-simulator trials")
+    ap.add_argument("--policy-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="an environment variable for the policy node's process alone "
+                         "(e.g. FASTDDS_BUILTIN_TRANSPORTS=DEFAULT); repeatable")
     args = ap.parse_args()
     duration = args.duration or (10.0 if args.quick else 60.0)
     trials = args.trials or (20 if args.quick else 50)
     os.environ["ROS_DOMAIN_ID"] = str(1 + (os.getpid() + 50) % 100)
-    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "SUBNET")   # LOCALHOST: see below
+    os.environ.setdefault("ROS_STATIC_PEERS", "127.0.0.1")
+    policy_env = dict(os.environ)
+    for item in args.policy_env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            ap.error(f"--policy-env: expected KEY=VALUE, got {item!r}")
+        policy_env[key] = value
 
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
@@ -80,7 +97,7 @@ def main():
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
              subprocess.Popen([sys.executable, "-m", "taco_bridge.policy_node"] + common +
                               ["-p", f"model:={model}", "-p", f"rate:={args.rate!r}"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+                              env=policy_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     rclpy.init()
     rmw = rclpy.get_rmw_implementation_identifier()
     node = rclpy.create_node("bench_bridge")
@@ -194,9 +211,11 @@ def main():
             except subprocess.TimeoutExpired:
                 p.kill()
 
-    print(f"setup: sim node + policy node as separate processes, rclpy with {rmw} on localhost, "
+    print(f"setup: sim node + policy node as separate processes, rclpy with {rmw}, discovery range "
+          f"{os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE']}, static peers {os.environ.get('ROS_STATIC_PEERS') or 'none'}, "
           f"{os.cpu_count()} cores; model "
-          f"{'random (Dial architecture, never stops)' if not args.model else model}")
+          f"{'random (Dial architecture, never stops)' if not args.model else model}"
+          + (f"; policy node's environment: {' '.join(args.policy_env)}" if args.policy_env else ""))
     print(f"latency sketch -> first command: {len(lat)} trials ({lost} without a command in 5 s): "
           f"median {np.median(lat):.2f} ms, p95 {np.percentile(lat, 95):.2f} ms, max {lat.max():.2f} ms")
     print(f"control rate over {stop - start:.1f} s: {rate:.2f} Hz held against a target of "

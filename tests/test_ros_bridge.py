@@ -4,8 +4,10 @@ The workspace (taco_bridge and the action's interface package taco_bridge_msgs) 
 colcon into a temporary directory by taco_bridge.workspace.build, which works from the PyPI wheels
 alone; every node runs as a separate process started from that install (its setup.bash sourced),
 and this test process is the third party that sends goals and sketches and listens (it loads the
-built interface package itself: `msgs`). DDS traffic stays on this machine and in this test's
-own domain: ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST and a ROS_DOMAIN_ID derived from the pid.
+built interface package itself: `msgs`). DDS traffic stays in this test's own domain (a ROS_DOMAIN_ID derived from the pid), discovered
+through localhost (ROS_STATIC_PEERS=127.0.0.1) under the default discovery range, SUBNET: with
+LOCALHOST, rmw_fastrtps forces its shared-memory transport on every node, the policy node's
+UDP-only setting included (taco_bridge.node_util.no_shared_memory_transport).
 Every process is killed in teardown.
 
 (a) end to end: the sim node and the policy node with the shipped Dial model dial "0 5 1 6";
@@ -82,10 +84,13 @@ FUZZ = {"sent": 0, "answered": 0}
 
 @pytest.fixture(scope="module", autouse=True)
 def ros_env():
-    """This module's DDS domain, localhost only; rclpy initialised in this process."""
-    saved = {k: os.environ.get(k) for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE")}
+    """This module's DDS domain, peers found through localhost; rclpy initialised in this process."""
+    saved = {k: os.environ.get(k) for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE",
+                                            "ROS_STATIC_PEERS", "ROS_LOCALHOST_ONLY")}
     os.environ["ROS_DOMAIN_ID"] = DOMAIN_ID
-    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "SUBNET"
+    os.environ["ROS_STATIC_PEERS"] = "127.0.0.1"
+    os.environ.pop("ROS_LOCALHOST_ONLY", None)
     rclpy.init()
     yield
     rclpy.try_shutdown()
@@ -1160,7 +1165,10 @@ def test_frozen_simulator_over_dds(nodes, listener):
     """The sim node frozen (SIGSTOP) while the shipped model dials: a zero command follows the
     last joint state within joint_state_timeout (plus transport and scheduling on a loaded
     machine: 0.1 s), and nothing but zeros after it. tests/test_bridge_control.py checks the
-    exact bound over 100 trials with a clock of its own; bench/bench_bridge.py --frozen measures it."""
+    exact bound over 100 trials with a clock of its own; bench/bench_bridge.py --frozen measures it.
+    With Fast DDS's shared-memory transport in the policy node, about one freeze in ten blocked
+    its publish until the sim ran again (no zero at all): six freezes catch that in about half
+    the runs; the bench's 100 in all."""
     sim = nodes.start("sim_node")
     policy = nodes.start("policy_node")
     listener.wait_subscribed()
@@ -1169,9 +1177,9 @@ def test_frozen_simulator_over_dds(nodes, listener):
     # load its DDS match can come later), so that the last one before the freeze is known
     listener.wait_for(lambda: len(listener.joint_times) > 0, 60.0, "the sim's joint states at the listener")
     timeout = 0.25
-    for trial in range(3):
+    for trial in range(6):                             # frozen at 0.5 ... 1.25 s into the run
         t0 = listener.send("0 5 1 6 2 8")
-        time.sleep(0.5 + 0.2 * trial)
+        time.sleep(0.5 + 0.15 * trial)
         sim.send_signal(signal.SIGSTOP)
         t_stop = time.monotonic()
         time.sleep(1.0)
@@ -1187,3 +1195,27 @@ def test_frozen_simulator_over_dds(nodes, listener):
         listener.send("stop")
         time.sleep(1.0)                                    # the sim catches up
     assert policy.poll() is None and sim.poll() is None
+
+
+def test_policy_node_keeps_fast_dds_to_udp(monkeypatch):
+    """The policy node asks Fast DDS for UDPv4 alone before rclpy.init (its main sets the
+    variable, then `run` initialises rclpy), keeps a transport the user chose, and says when
+    rmw_fastrtps's localhost-only discovery will add shared memory anyway."""
+    from taco_bridge import node_util, policy_node
+    seen = {}
+    monkeypatch.delenv("FASTDDS_BUILTIN_TRANSPORTS", raising=False)
+    monkeypatch.setattr(policy_node, "run",
+                        lambda *a, **k: seen.setdefault("env", os.environ.get("FASTDDS_BUILTIN_TRANSPORTS")) and 0)
+    policy_node.main([])
+    assert seen["env"] == "UDPv4"
+    assert node_util.no_shared_memory_transport({"FASTDDS_BUILTIN_TRANSPORTS": "DEFAULT"}) == "DEFAULT"
+    forced = node_util.shared_memory_forced
+    udp = {"FASTDDS_BUILTIN_TRANSPORTS": "UDPv4"}
+    assert forced("rmw_fastrtps_cpp", dict(udp, ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")) == \
+        "ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST"
+    assert forced("rmw_fastrtps_dynamic_cpp", dict(udp, ROS_LOCALHOST_ONLY="1")) == "ROS_LOCALHOST_ONLY=1"
+    assert forced("rmw_fastrtps_cpp", dict(udp, ROS_AUTOMATIC_DISCOVERY_RANGE="SUBNET")) is None
+    assert forced("rmw_fastrtps_cpp", udp) is None
+    assert forced("rmw_cyclonedds_cpp", dict(udp, ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")) is None
+    assert forced("rmw_fastrtps_cpp", {"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+                                       "FASTDDS_BUILTIN_TRANSPORTS": "DEFAULT"}) is None

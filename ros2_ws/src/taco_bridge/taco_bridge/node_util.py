@@ -105,6 +105,40 @@ def spin_until(node, received, period=0.1):
             received.append('parent exited')
 
 
+FASTDDS_TRANSPORTS = 'FASTDDS_BUILTIN_TRANSPORTS'
+
+
+def no_shared_memory_transport(env=None):
+    """Make Fast DDS give this process's participant the UDPv4 transport alone, unless the
+    user chose its transports (FASTDDS_BUILTIN_TRANSPORTS set, even to DEFAULT); call it before
+    rclpy.init. Returns the value in force.
+
+    Fast DDS's shared-memory transport pushes a message into the receiving process's port under
+    an inter-process mutex; a subscriber stopped (SIGSTOP, a debugger, a frozen driver) while it
+    holds that mutex blocks every publish into its port until it runs again, and rclpy's publish
+    holds the interpreter lock, so the whole node stops. Over UDP a publish to a stopped process
+    returns at once (the datagram waits in, or is dropped from, the socket's buffer).
+    bench/bench_bridge.py --frozen measures both. Other RMW implementations ignore the variable.
+    rmw_fastrtps under ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST (or ROS_LOCALHOST_ONLY=1) sets its
+    own transports, shared memory among them, whatever this says: see `shared_memory_forced`.
+    """
+    env = os.environ if env is None else env
+    return env.setdefault(FASTDDS_TRANSPORTS, 'UDPv4')
+
+
+def shared_memory_forced(rmw, env=None):
+    """Why rmw_fastrtps will use shared memory although FASTDDS_BUILTIN_TRANSPORTS asks for
+    UDPv4 alone (its localhost-only discovery adds its own transports), or None."""
+    env = os.environ if env is None else env
+    if not rmw.startswith('rmw_fastrtps') or env.get(FASTDDS_TRANSPORTS) != 'UDPv4':
+        return None
+    if env.get('ROS_LOCALHOST_ONLY') == '1':
+        return 'ROS_LOCALHOST_ONLY=1'
+    if env.get('ROS_AUTOMATIC_DISCOVERY_RANGE') == 'LOCALHOST':
+        return 'ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST'
+    return None
+
+
 def run(make_node, label, args=None, start=None, on_exit=None):
     """A node's main(): rclpy up (without rclpy's signal handlers), make_node(), start(node),
     spin until SIGINT / SIGTERM / SIGHUP or the parent's exit, then on_exit(node) (e.g. a last

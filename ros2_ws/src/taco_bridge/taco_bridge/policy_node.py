@@ -65,6 +65,8 @@ taco_sim.dial.observation_from_joints (forward kinematics on the project's MJCF)
 taco_bridge.keypad. The control loop waits on nothing but its timer (control.py: a joint state
 is used only while it will still be younger than joint_state_timeout when the next tick's
 command arrives, so the zero command arrives within joint_state_timeout of the last joint state).
+Publishing is bounded too: the node keeps Fast DDS to UDP (node_util.no_shared_memory_transport),
+since a stopped subscriber can block a shared-memory publish for as long as it is stopped.
 
 `done` means: with a keypad publishing on dial/pressed (the simulation), the keypad registered
 exactly the sketch (checked within press_grace of the last STOP; a key off the sketch ends the
@@ -106,7 +108,8 @@ from taco_ref.runner import parse_sketch, parse_sketch_items
 from taco_sim import dial
 
 from taco_bridge.control import DELIVERY_MARGIN, Controller, joint_bounds, joint_positions
-from taco_bridge.node_util import declare, number, run, topic, value
+from taco_bridge.node_util import (declare, no_shared_memory_transport, number, run,
+                                   shared_memory_forced, topic, value)
 
 try:
     from taco_bridge_msgs.action import ExecuteSketch
@@ -666,6 +669,13 @@ class PolicyNode(LifecycleNode):
 
 
 def _start(node):
+    forced = shared_memory_forced(rclpy.get_rmw_implementation_identifier())
+    if forced:
+        node.get_logger().warning(
+            f'{forced}: rmw_fastrtps adds its shared-memory transport, and a subscriber process '
+            'that stops while it holds its port (a frozen driver) can then block this node\'s '
+            'publish, the zero command included, until it runs again; leave the discovery range '
+            'at SUBNET (with ROS_STATIC_PEERS=127.0.0.1 for one machine) to keep UDP alone')
     node.autostart()
 
 
@@ -679,6 +689,7 @@ def _stop(node):
 
 
 def main(args=None):
+    no_shared_memory_transport()                          # before rclpy.init: see its docstring
     return run(PolicyNode, 'taco_policy', args, start=_start, on_exit=_stop)
 
 
