@@ -190,7 +190,7 @@ PARAMETERS = {
     'key_positions': (None, 'world (x, y, z) of each digit key top, 30 numbers (m), digit order; '
                             'default: the simulated keypad\'s for layout'),
     'joint_state_timeout': (0.25, 'watchdog: seconds without a joint state before zero torque, '
-                                  '(1 / rate + 0.01, 2]'),
+                                  '(1 / rate + 0.02, 2]'),
     'joint_limit_margin': (0.25, 'rad beyond the MJCF joint ranges a joint state may report, [0, 0.5]'),
     'max_subtask_time': (20.0, 'seconds one sub-task may stay active before an error, (0, 600]'),
     'stop_threshold': (0.5, 'a sub-policy stops when P(STOP) exceeds this, (0, 1)'),
