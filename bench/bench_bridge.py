@@ -76,7 +76,7 @@ def main():
     duration = args.duration or (10.0 if args.quick else 60.0)
     trials = args.trials or (20 if args.quick else 50)
     os.environ["ROS_DOMAIN_ID"] = str(1 + (os.getpid() + 50) % 100)
-    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "SUBNET")   # LOCALHOST: see below
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "SUBNET")   # not LOCALHOST: docstring
     os.environ.setdefault("ROS_STATIC_PEERS", "127.0.0.1")
     policy_env = dict(os.environ)
     for item in args.policy_env:
