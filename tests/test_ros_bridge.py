@@ -1166,9 +1166,9 @@ def test_frozen_simulator_over_dds(nodes, listener):
     last joint state within joint_state_timeout (plus transport and scheduling on a loaded
     machine: 0.1 s), and nothing but zeros after it. tests/test_bridge_control.py checks the
     exact bound over 100 trials with a clock of its own; bench/bench_bridge.py --frozen measures it.
-    With Fast DDS's shared-memory transport in the policy node, about one freeze in ten blocked
-    its publish until the sim ran again (no zero at all): six freezes catch that in about half
-    the runs; the bench's 100 in all."""
+    With Fast DDS's shared-memory transport in the policy node, 4 to 10 freezes in 100 blocked
+    its publish until the sim ran again (no zero at all): six freezes catch that in a quarter to
+    a half of the runs; the bench's 100 in all."""
     sim = nodes.start("sim_node")
     policy = nodes.start("policy_node")
     listener.wait_subscribed()
