@@ -286,12 +286,7 @@ def load(path):
     then read on demand (`load_frames`); errors name the file and the field."""
     if os.path.isdir(path):
         return load_frames(path)
-    files.regular_file(path, files.MAX_ARRAY_BYTES, DataError)
-    try:
-        with open(path, "rb") as f:
-            z = files.load_npz(f, path, DataError, "taco_ref demonstration file")
-    except OSError as err:
-        raise DataError(f"{path}: cannot read ({err.strerror or err})") from None
+    z = files.open_npz(path, DataError, "taco_ref demonstration file")
     return _from_arrays(z, path, ARRAY_FIELDS)
 
 
@@ -569,12 +564,7 @@ def _read_index(directory):
     if not os.path.exists(index):
         raise DataError(f"{directory}: not a frame directory of taco_ref demonstrations ({INDEX} is "
                         f"missing: not written, or its collection did not finish)")
-    files.regular_file(index, files.MAX_ARRAY_BYTES, DataError)
-    try:
-        with open(index, "rb") as f:
-            z = files.load_npz(f, index, DataError, "taco_ref frame index")
-    except OSError as err:
-        raise DataError(f"{index}: cannot read ({err.strerror or err})") from None
+    z = files.open_npz(index, DataError, "taco_ref frame index")
     for name in SMALL_FIELDS + ("chunk", "digests", "vocab", "meta"):
         if name not in z:
             raise DataError(f"{index}: missing field {name}.npy; is this a taco_ref frame directory?")

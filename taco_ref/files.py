@@ -207,6 +207,18 @@ def read_npy_rows(path, offset, row_shape, dtype, start, count, error=ValueError
     return out
 
 
+def open_npz(path, error=ValueError, what="array file"):
+    """{name: array} of the .npz file at path, read from the open file without loading it whole:
+    a regular file of at most MAX_ARRAY_BYTES (regular_file), then load_npz; error(message
+    naming path) otherwise, an OSError included."""
+    regular_file(path, MAX_ARRAY_BYTES, error)
+    try:
+        with open(path, "rb") as f:
+            return load_npz(f, path, error, what)
+    except OSError as err:
+        raise error(f"{path}: cannot read ({err.strerror or err})") from None
+
+
 def read_npz(path, sha256, error=ValueError, recorded_in="its metadata", what="array file"):
     """{name: array} of the .npz at path, after checking its SHA-256 against sha256.
 

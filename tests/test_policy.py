@@ -137,6 +137,16 @@ def random_actions(cfg, rng, shape):
     return rng.normal(size=shape + (cfg.action_dim,))
 
 
+def draw_alignment_case(draw, B, T, L, K):
+    """(sketch (B, L) ids in [0, K), mask (B, T, L), terminal, final_mask (B, L) or None, rng) of a
+    drawn case, in the order both case strategies draw them."""
+    sketch = draw(hnp.arrays(np.int64, (B, L), elements=st.integers(0, K - 1)))
+    mask = draw(hnp.arrays(np.bool_, (B, T, L)))
+    terminal = draw(st.booleans())
+    final_mask = draw(hnp.arrays(np.bool_, (B, L))) if terminal else None
+    return sketch, mask, terminal, final_mask, np.random.default_rng(draw(seeds))
+
+
 @st.composite
 def policy_cases(draw, discrete=None, learn_sigma=False):
     """A PolicyConfig, parameters, a scored mask over (B, T, L), optional terminal STOP mask,
@@ -151,11 +161,7 @@ def policy_cases(draw, discrete=None, learn_sigma=False):
         sigma=draw(st.sampled_from([0.6, 1.0, 1.7])),
         activation=draw(st.sampled_from(["relu", "tanh"])), learn_sigma=learn_sigma)
     # few sub-tasks and several rows: ids repeat across rows (and within rows)
-    sketch = draw(hnp.arrays(np.int64, (B, L), elements=st.integers(0, K - 1)))
-    mask = draw(hnp.arrays(np.bool_, (B, T, L)))
-    terminal = draw(st.booleans())
-    final_mask = draw(hnp.arrays(np.bool_, (B, L))) if terminal else None
-    rng = np.random.default_rng(draw(seeds))
+    sketch, mask, terminal, final_mask, rng = draw_alignment_case(draw, B, T, L, K)
     params = make_params(cfg, rng)
     case = dict(sketch=sketch, mask=mask, final_mask=final_mask,
                 states=rng.normal(scale=2.0, size=(B, T, D)),
@@ -187,11 +193,7 @@ def image_policy_cases(draw):
         activation=draw(st.sampled_from(["relu", "tanh"])), image_shape=[H, W, C],
         conv_channels=[draw(st.integers(1, 3)) for _ in range(n_layers)], conv_kernels=kernels,
         conv_strides=strides)
-    sketch = draw(hnp.arrays(np.int64, (B, L), elements=st.integers(0, K - 1)))
-    mask = draw(hnp.arrays(np.bool_, (B, T, L)))
-    terminal = draw(st.booleans())
-    final_mask = draw(hnp.arrays(np.bool_, (B, L))) if terminal else None
-    rng = np.random.default_rng(draw(seeds))
+    sketch, mask, terminal, final_mask, rng = draw_alignment_case(draw, B, T, L, K)
     params = make_params(cfg, rng)
     case = dict(sketch=sketch, mask=mask, final_mask=final_mask,
                 states=rng.integers(0, 256, size=(B, T, H, W, C), dtype=np.uint8),

@@ -208,6 +208,18 @@ def check_collect_args(n, sketch_len, workers, max_sketch_len=MAX_SKETCH_LEN):
         raise ValueError(f"sketch_len: expected an integer in [1, {max_sketch_len}], got {sketch_len!r}")
 
 
+def collect_sketches(n, sketch_len, rng, sketches, sample, check):
+    """The n sketches a collect works on: sample(n, sketch_len, rng) when sketches is None, else
+    the given ones; either way checked by check(sketches, sketch_len) (the domain's rules, which
+    returns them as an (n, L) array), and ValueError unless there are n rows."""
+    if sketches is None:
+        sketches = sample(n, sketch_len, rng)
+    sketches = check(sketches, sketch_len)
+    if len(sketches) != n:
+        raise ValueError(f"sketches: expected {n} rows (n), got {len(sketches)}")
+    return sketches
+
+
 def package_file(*parts):
     """Absolute path of a file shipped inside taco_sim (configs, models, MJCF)."""
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), *parts)

@@ -46,7 +46,8 @@ import numpy as np
 
 from taco_ref.data import assemble
 from taco_sim import sketch_array
-from taco_sim.domain import Domain, SketchProgress, check_collect_args, check_dart_sigma, package_file, register
+from taco_sim.domain import (Domain, SketchProgress, check_collect_args, check_dart_sigma,
+                             collect_sketches, package_file, register)
 
 VOCAB = ("black", "green", "yellow", "red")
 """Sub-task names; sub-task k = "go to destination VOCAB[k]"."""
@@ -329,11 +330,7 @@ def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=
     check_collect_args(n, sketch_len, workers, K)
     check_dart_sigma(dart_sigma)
     rng = np.random.default_rng(seed)
-    if sketches is None:
-        sketches = sample_sketches(n, sketch_len, rng)
-    sketches = _check_sketches(sketches, sketch_len)
-    if len(sketches) != n:
-        raise ValueError(f"sketches: expected {n} rows (n), got {len(sketches)}")
+    sketches = collect_sketches(n, sketch_len, rng, sketches, sample_sketches, _check_sketches)
     L = sketch_len
     T = budget(L)
     states = np.zeros((n, T, STATE_DIM))

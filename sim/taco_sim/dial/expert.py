@@ -43,7 +43,7 @@ import numpy as np
 
 from taco_ref.data import assemble
 from taco_sim import sketch_array
-from taco_sim.domain import SketchProgress, check_collect_args, check_dart_sigma
+from taco_sim.domain import SketchProgress, check_collect_args, check_dart_sigma, collect_sketches
 from taco_sim.dial.env import (ACTION_DIM, FINGERS_CLOSED, HOME, K, PHYSICS_DT, SLOTS,
                                STATE_DIM, SUBSAMPLE, TORQUE_LIMITS, VOCAB, DialEnv, check_layout,
                                kinematics, sample_layout)
@@ -410,11 +410,7 @@ def collect_variant(variant, n, sketch_len, seed, dart_sigma=DART_SIGMA, sketche
     check_collect_args(n, sketch_len, workers)
     check_dart_sigma(dart_sigma)
     rng = np.random.default_rng(seed)
-    if sketches is None:
-        sketches = sample_sketches(n, sketch_len, rng)
-    sketches = _check_sketches(sketches, sketch_len)
-    if len(sketches) != n:
-        raise ValueError(f"sketches: expected {n} rows (n), got {len(sketches)}")
+    sketches = collect_sketches(n, sketch_len, rng, sketches, sample_sketches, _check_sketches)
     seeds = np.random.SeedSequence(rng.integers(2 ** 63)).spawn(n)
     jobs = [(variant, sketches[i], seeds[i], float(dart_sigma)) for i in range(n)]
     chunks = [jobs[i:i + CHUNK] for i in range(0, n, CHUNK)]

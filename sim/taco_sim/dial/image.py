@@ -34,7 +34,8 @@ import numpy as np
 
 import taco_ref.data as data_mod
 from taco_ref.data import Demos
-from taco_sim.domain import RenderingUnavailable, check_collect_args, check_dart_sigma
+from taco_sim.domain import (RenderingUnavailable, check_collect_args, check_dart_sigma,
+                             collect_sketches)
 from taco_sim.dial.env import ACTION_DIM, PHYSICS_DT, SUBSAMPLE, TORQUE_LIMITS, VOCAB
 from taco_sim.dial.expert import (CHUNK, DART_SIGMA, MAX_ATTEMPTS, DialTask, _check_sketches, budget,
                                   expert_torque_from_obs, poses, sample_sketches)
@@ -195,11 +196,7 @@ def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=
     check_collect_args(n, sketch_len, workers)
     check_dart_sigma(dart_sigma)
     rng = np.random.default_rng(seed)
-    if sketches is None:
-        sketches = sample_sketches(n, sketch_len, rng)
-    sketches = _check_sketches(sketches, sketch_len)
-    if len(sketches) != n:
-        raise ValueError(f"sketches: expected {n} rows (n), got {len(sketches)}")
+    sketches = collect_sketches(n, sketch_len, rng, sketches, sample_sketches, _check_sketches)
     seeds = np.random.SeedSequence(rng.integers(2 ** 63)).spawn(n)
     writer = None if out is None else data_mod.FrameWriter(out, config.image_shape)
     directory = None if writer is None else writer.directory
