@@ -50,6 +50,36 @@ def _floats(x):
     return x if x.dtype in _FLOATS else x.astype(np.float64)
 
 
+ELEMENTWISE_BLOCK_BYTES = 2 ** 18
+"""Element-wise passes over the nets' activations and gradients (the ReLU and its derivative,
+the float32 flush) run over row blocks of about this many bytes: each block's two
+to four passes then find it in the core's cache instead of streaming the whole array (MBs) from
+memory each time, about 40 % less time (bench/bench_train.py profile)."""
+
+
+def _row_blocks(*arrays):
+    """Matching row blocks of arrays of one shape (None entries are passed through as None):
+    tuples of views over ELEMENTWISE_BLOCK_BYTES-sized slices of the leading axis of their
+    2-D reshaping (the last axis kept whole). Arrays of which some is neither 2-D nor
+    C-contiguous (no 2-D view of it exists) are one block."""
+    first = arrays[0]
+    width = first.shape[-1] if first.ndim else 1
+    rows = first.size // width if width else 0
+    flat = []
+    for a in arrays:
+        if a is not None and a.ndim != 2:
+            if not a.flags.c_contiguous:
+                return [arrays]                           # no view of rows: one block
+            a = a.reshape(rows, width)
+        flat.append(a)
+    step = max(1, ELEMENTWISE_BLOCK_BYTES // (first.itemsize * max(width, 1)))
+    if rows <= step:
+        return [tuple(flat)]
+    cuts = [slice(i, i + step) for i in range(0, rows, step)]
+    columns = [[None] * len(cuts) if a is None else [a[c] for c in cuts] for a in flat]
+    return list(zip(*columns))
+
+
 # ----------------------------------------------------------------------------------------
 # Subnormals: the flush, the one matrix product, and its census
 # ----------------------------------------------------------------------------------------
@@ -142,34 +172,51 @@ def linear_forward(x, W, b):
     return out, (x, W)
 
 
-def linear_backward(dout, cache, input_grad=True, dx_out=None):
+def linear_backward(dout, cache, input_grad=True, dx_out=None, db=None):
     """(dx, dW, db) for :func:`linear_forward`; leading axes are flattened into rows.
 
     With input_grad=False, dx is None and its matrix product is skipped (a network's first
     layer, whose inputs are data). dx_out, an array of dx's shape (a view is fine), receives dx
-    without a temporary.
+    without a temporary. db, if given, is dout's column sums, already taken by the caller.
+
+    With one output (O = 1, a STOP net's last layer) dx = dout W^T is an outer product: one
+    multiply per entry, which a broadcast multiply gives exactly (the same values as the
+    product) at a fraction of its cost (the BLAS runs an outer product at ~1 % of its rate).
     """
     x, W = cache
     dout = _floats(dout)
     x2 = x.reshape(-1, W.shape[0])                        # (N, I)
     d2 = dout.reshape(-1, W.shape[1])                     # (N, O)
-    dx = matmul(dout, W.T, out=dx_out) if input_grad else None  # (..., I) d(xW)/dx = W^T
+    dx = None
+    if input_grad and W.shape[1] == 1 and dout.dtype == W.dtype:
+        dx = np.multiply(dout, W[:, 0], out=dx_out)       # (..., I) dout_n W_i: the outer product
+    elif input_grad:
+        dx = matmul(dout, W.T, out=dx_out)                # (..., I) d(xW)/dx = W^T
     dW = matmul(x2.T, d2)                                 # (I, O)    sum over rows of x^T dout
-    db = d2.sum(axis=0)                                   # (O,)      b is broadcast over rows
+    if db is None:
+        db = d2.sum(axis=0)                               # (O,)      b is broadcast over rows
     return dx, dW, db
 
 
-def relu_inplace(h):
-    """h <- max(h, 0) in place; returns the cache for :func:`relu_backward`: the derivative,
-    the (..., ) boolean mask h > 0 (float32: h >= FLUSH_BELOW, so that the activation is flushed
-    in the same multiply; a pre-activation below 2^-100 gives 0 and derivative 0).
+def relu_inplace(h, bias=None):
+    """h <- max(h + bias, 0) in place (bias (O,) over the last axis, or None: h alone); returns
+    the cache for :func:`relu_backward`: the derivative, the (..., ) boolean mask h > 0
+    (float32: h >= FLUSH_BELOW, so that the activation is flushed in the same multiply; a
+    pre-activation below 2^-100 gives 0 and derivative 0). The bias is added block by block
+    with the rest, the values are those of h += bias first.
 
     A multiply by the mask is about ten times faster than np.where on these shapes
     (bench/bench_train.py); negative entries become -0.0, which every later sum and product
     treats as 0.
     """
-    keep = h >= FLUSH_BELOW if h.dtype == np.float32 else h > 0  # (...)
-    h *= keep
+    keep = np.empty(h.shape, bool)                        # (...)
+    threshold, compare = ((FLUSH_BELOW, np.greater_equal) if h.dtype == np.float32
+                          else (0.0, np.greater))
+    for hc, kc in _row_blocks(h, keep):                   # cache-sized row blocks: the passes
+        if bias is not None:                              # run while the block is in cache
+            hc += bias
+        compare(hc, threshold, out=kc)
+        np.multiply(hc, kc, out=hc)
     return keep
 
 
@@ -293,10 +340,18 @@ def mlp_init(rng, sizes, activation="relu"):
     return layers
 
 
-def _hidden_inplace(h, activation, dropout, activated=False):
-    """h <- drop(act(h)) in place; returns the cache (activation derivative, dropout mask).
-    activated=True: act was already applied by the caller (the derivative is then None)."""
-    deriv = None if activated else _ACTIVATIONS_INPLACE[activation](h)  # (..., O) bool or float
+def _hidden_inplace(h, activation, dropout, activated=False, bias=None):
+    """h <- drop(act(h + bias)) in place (bias None: h alone); returns the cache (activation
+    derivative, dropout mask). activated=True: act was already applied by the caller (the
+    derivative is then None)."""
+    if activated:
+        deriv = None
+    elif activation == "relu":
+        deriv = relu_inplace(h, bias)                     # (..., O) bool, bias added with it
+    else:
+        if bias is not None:
+            h += bias
+        deriv = _ACTIVATIONS_INPLACE[activation](h)      # (..., O) float
     mask = _dropout_mask(h.shape, h.dtype, dropout)
     if mask is not None:
         h *= mask
@@ -306,29 +361,47 @@ def _hidden_inplace(h, activation, dropout, activated=False):
 def _times_derivative_flushed(dh, deriv):
     """dh <- flush(dh * deriv) in place (deriv: the activation's derivative, or None): dh is a
     product's output and the next product's operand. With a ReLU mask in float32, one multiply
-    by (|dh| >= FLUSH_BELOW) & mask does both."""
+    by (|dh| >= FLUSH_BELOW) & mask does both, block by block (`_row_blocks`), and the sums of
+    dh's columns (the bias gradient of the layer below, (dh.shape[-1],)) are taken from each
+    block while it is in cache and returned; None otherwise (the caller sums: float64 keeps
+    np.sum's order, so its results do not move)."""
     if dh.dtype == np.float32 and (deriv is None or deriv.dtype == bool):
-        keep = np.abs(dh) >= FLUSH_BELOW                  # (...)
-        if deriv is not None:
-            keep &= deriv
-        dh *= keep                                        # relu_backward and the flush
-        return
+        blocks = _row_blocks(dh, deriv)                   # cache-sized row blocks
+        magnitude = np.empty(blocks[0][0].shape, dh.dtype)  # scratch, reused by every block
+        keep = np.empty(magnitude.shape, bool)
+        sums = np.empty(dh.shape[-1:], dh.dtype)          # (O,)
+        partial = np.empty_like(sums)
+        for i, (d, mask) in enumerate(blocks):
+            m, k = magnitude[:len(d)], keep[:len(d)]
+            np.greater_equal(np.abs(d, out=m), FLUSH_BELOW, out=k)
+            if mask is not None:
+                np.logical_and(k, mask, out=k)
+            np.multiply(d, k, out=d)                      # relu_backward and the flush
+            if d.ndim != 2:                               # one block of an N-D view
+                return d.sum(axis=tuple(range(d.ndim - 1)))
+            if i == 0:
+                np.add.reduce(d, axis=0, out=sums)
+            else:
+                sums += np.add.reduce(d, axis=0, out=partial)
+        return sums
     if deriv is not None:
         dh *= deriv                                       # relu_backward / tanh_backward
     flush_subnormals(dh)
+    return None
 
 
 def _hidden_backward_inplace(dh, cache, flush=True):
     """dh <- d drop(act(h)) / dh in place: undo dropout, then the activation (if cached), and
-    flush float32 (`_times_derivative_flushed`); flush=False (the caller flushes the array dh
-    is part of) applies the derivative alone."""
+    flush float32 (`_times_derivative_flushed`, whose column sums of dh, or None, are returned);
+    flush=False (the caller flushes the array dh is part of) applies the derivative alone."""
     deriv, mask = cache
     if mask is not None:
         dh *= mask                                        # dropout_backward, in place
     if flush:
-        _times_derivative_flushed(dh, deriv)
-    elif deriv is not None:
+        return _times_derivative_flushed(dh, deriv)
+    if deriv is not None:
         dh *= deriv                                       # relu_backward / tanh_backward
+    return None
 
 
 def mlp_forward(layers, x, activation="relu", dropout=None):
@@ -346,11 +419,16 @@ def mlp_forward(layers, x, activation="relu", dropout=None):
     caches = []
     h = _floats(x)                                        # (..., I)
     for i, (W, b) in enumerate(layers):
-        h, lin_cache = linear_forward(h, W, b)            # (..., O_i)
         if i == len(layers) - 1:
+            h, lin_cache = linear_forward(h, W, b)        # (..., O_i)
             caches.append((lin_cache, None))
             break
-        caches.append((lin_cache, _hidden_inplace(h, activation, dropout)))   # h: (..., O_i)
+        out = matmul(h, W)                                # (..., O_i) x W, then + b with the
+        if np.result_type(out, b) != out.dtype:           # activation (mixed precisions promote)
+            out = out + b
+            b = None
+        caches.append(((h, W), _hidden_inplace(out, activation, dropout, bias=b)))
+        h = out
     return h, caches
 
 
@@ -364,10 +442,11 @@ def mlp_backward(dout, cache, input_grad=True, dx_out=None):
     grads = []
     dh = _flushed(_floats(dout))                          # (..., O); never written to
     for i, (lin_cache, hidden_cache) in reversed(list(enumerate(cache))):
+        sums = None
         if hidden_cache is not None:                      # dh is a fresh array here
-            _hidden_backward_inplace(dh, hidden_cache)
+            sums = _hidden_backward_inplace(dh, hidden_cache)
         dh, dW, db = linear_backward(dh, lin_cache, input_grad=input_grad or i > 0,
-                                     dx_out=dx_out if i == 0 else None)
+                                     dx_out=dx_out if i == 0 else None, db=sums)
         grads.append((dW, db))
     return dh, grads[::-1]
 
@@ -393,13 +472,18 @@ def mlp_pair_forward(layers_a, layers_b, x, n_a, activation="relu", dropout_b=No
     if first is None:
         first = np.concatenate([W_a, W_b], axis=1), np.concatenate([b_a, b_b])
     z = matmul(x, first[0])                               # (N, H_a + H_b) one GEMM for both
-    z += first[1]
+    joint = len(layers_a) > 1 and len(layers_b) > 1
+    fused = joint and activation == "relu" and np.result_type(z, first[1]) == z.dtype
+    if not fused:
+        z += first[1]
     # When both first layers are hidden, the activation runs once over the whole of z: on the
     # contiguous (N, H_a + H_b) array it takes about half the time of two calls on its column
     # halves (bench/bench_train.py, Nav-World-sized step). Rows n_a: of z_a are activated and
     # never read. Dropout (net b only) then scales its half; values and draws are unchanged.
-    joint = len(layers_a) > 1 and len(layers_b) > 1
-    deriv = _ACTIVATIONS_INPLACE[activation](z) if joint else None  # (N, H_a + H_b)
+    if fused:
+        deriv = relu_inplace(z, first[1])                 # (N, H_a + H_b), the bias added with it
+    else:
+        deriv = _ACTIVATIONS_INPLACE[activation](z) if joint else None
     outs, caches = [], []
     for layers, h, dropout in ((layers_a, z[:n_a, :H_a], None), (layers_b, z[:, H_a:], dropout_b)):
         if len(layers) == 1:                              # the first layer is the output layer
@@ -434,11 +518,12 @@ def mlp_pair_backward(dout_a, dout_b, cache, input_grad=False):
         _, grads = mlp_backward(dout, rest_cache, dx_out=dz_head)   # writes dh into dz
         _hidden_backward_inplace(dz_head, hidden_cache, flush=False)  # dropout; activation if not joint
         rest.append(grads)
-    _times_derivative_flushed(dz, deriv)                 # joint activation (dz[n_a:, :H_a] is 0);
+    db = _times_derivative_flushed(dz, deriv)            # joint activation (dz[n_a:, :H_a] is 0);
                                                           # dz was written by products above
     # z = x W + b for both nets at once
     dW = matmul(x.T, dz)                                  # (I, H_a + H_b)
-    db = dz.sum(axis=0)                                   # (H_a + H_b,)
+    if db is None:
+        db = dz.sum(axis=0)                               # (H_a + H_b,)
     grads = ([(dW[:, :H_a], db[:H_a])] + rest[0], [(dW[:, H_a:], db[H_a:])] + rest[1])
     if not input_grad:
         return grads

@@ -2,7 +2,13 @@
 STOP nets (paper appendix A)."""
 import numpy as np
 
-from taco_ref.nn import flush_subnormals
+from taco_ref.nn import FLUSH_BELOW
+
+
+def _flush(x, magnitude, keep):
+    """nn.flush_subnormals(x) (float32 x, in place) with caller-provided scratch of x's shape."""
+    np.greater_equal(np.abs(x, out=magnitude), FLUSH_BELOW, out=keep)
+    np.multiply(x, keep, out=x)
 
 
 class Adam:
@@ -11,13 +17,18 @@ class Adam:
     m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2;
     p <- p - lr * (m / (1 - b1^n)) / (sqrt(v / (1 - b2^n)) + eps)
     The state (m, v, step count) round-trips through `state()` / `load_state()` for resuming.
-    m, v and the update are in each parameter's dtype (float32 or float64); the update runs in
-    two scratch buffers per parameter, reused from step to step, with the same operations in
-    the same order as the formula above. For float32 parameters m and v are flushed after they
+    m, v and the update are in each parameter's dtype (float32 or float64); the update runs block
+    by block (BLOCK entries) in scratch buffers reused from step to step, with the same
+    operations in the same order as the formula above. For float32 parameters m and v are flushed after they
     are updated and the update before it is applied (spec/training.md eq. (12)): m and v of a
     parameter whose gradient stays 0 decay geometrically into the subnormal range, where every
     operation on them would take a microcode assist on Intel cores.
     """
+
+    BLOCK = 2 ** 15
+    """Entries updated at a time: the update's ~20 passes run over a block of each parameter
+    (128 KiB of float32) while it is in the core's cache, not over whole arrays of MBs
+    (bench/bench_train.py: about half the time of whole-array passes)."""
 
     def __init__(self, names, shapes, lr, beta1=0.9, beta2=0.999, eps=1e-8, dtypes=None):
         if not lr > 0:
@@ -26,8 +37,15 @@ class Adam:
         dtypes = dtypes or [np.float64] * len(names)
         self.m = {n: np.zeros(s, d) for n, s, d in zip(names, shapes, dtypes)}
         self.v = {n: np.zeros(s, d) for n, s, d in zip(names, shapes, dtypes)}
-        self._scratch = {n: (np.empty(s, d), np.empty(s, d)) for n, s, d in zip(names, shapes, dtypes)}
+        self._scratch = {}                                # dtype -> block-sized buffers
         self.step_count = 0
+
+    def _buffers(self, dtype):
+        """Scratch for one block: t, u (dtype), |x| (dtype) and a boolean mask, reused."""
+        if dtype not in self._scratch:
+            self._scratch[dtype] = (np.empty(self.BLOCK, dtype), np.empty(self.BLOCK, dtype),
+                                    np.empty(self.BLOCK, dtype), np.empty(self.BLOCK, bool))
+        return self._scratch[dtype]
 
     def step(self, params, grads):
         """Descend: params[name] -= update(grads[name]) for every name the optimiser owns."""
@@ -35,24 +53,41 @@ class Adam:
         c1 = 1.0 - self.beta1 ** self.step_count
         c2 = 1.0 - self.beta2 ** self.step_count
         for name, m in self.m.items():
-            g, v = grads[name], self.v[name]
-            t, u = self._scratch[name]
-            m *= self.beta1
-            np.multiply(1.0 - self.beta1, g, out=t)
-            m += t                                        # m = b1 m + (1 - b1) g
-            flush_subnormals(m)
-            v *= self.beta2
-            np.multiply(1.0 - self.beta2, g, out=t)
-            t *= g
-            v += t                                        # v = b2 v + ((1 - b2) g) g
-            flush_subnormals(v)
-            np.divide(v, c2, out=t)
-            np.sqrt(t, out=t)
-            t += self.eps                                 # t = sqrt(v / c2) + eps
-            np.divide(m, c1, out=u)
-            u *= self.lr
-            u /= t                                        # u = lr (m / c1) / t
-            params[name] -= flush_subnormals(u)
+            p = params[name]
+            if not p.flags.c_contiguous:
+                raise ValueError(f"Adam: parameter {name!r} must be a C-contiguous array")
+            v = self.v[name]
+            g = np.ravel(grads[name])
+            m, v, p = m.reshape(-1), v.reshape(-1), p.reshape(-1)   # views
+            buffers = self._buffers(p.dtype)
+            for i in range(0, p.size, self.BLOCK):
+                cut = slice(i, i + self.BLOCK)
+                self._update(p[cut], g[cut], m[cut], v[cut], c1, c2,
+                             *(b[:len(p[cut])] for b in buffers))
+
+    def _update(self, p, g, m, v, c1, c2, t, u, magnitude, keep):
+        """The update of one block, in place; spec/training.md eq. (2)."""
+        flush = p.dtype == np.float32
+        m *= self.beta1
+        np.multiply(1.0 - self.beta1, g, out=t)
+        m += t                                            # m = b1 m + (1 - b1) g
+        if flush:
+            _flush(m, magnitude, keep)
+        v *= self.beta2
+        np.multiply(1.0 - self.beta2, g, out=t)
+        t *= g
+        v += t                                            # v = b2 v + ((1 - b2) g) g
+        if flush:
+            _flush(v, magnitude, keep)
+        np.divide(v, c2, out=t)
+        np.sqrt(t, out=t)
+        t += self.eps                                     # t = sqrt(v / c2) + eps
+        np.divide(m, c1, out=u)
+        u *= self.lr
+        u /= t                                            # u = lr (m / c1) / t
+        if flush:
+            _flush(u, magnitude, keep)
+        p -= u
 
     def state(self):
         arrays = {f"adam.m.{n}": a for n, a in self.m.items()}

@@ -671,6 +671,66 @@ def test_float32_relu_and_tanh_flush_their_outputs_and_the_census_counts_product
     assert census.products == 2
 
 
+@given(shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=9),
+       block=st.sampled_from([1, 12, 100, 1 << 18]), strided=st.booleans(),
+       dtype=st.sampled_from([np.float32, np.float64]), data=st.data())
+def test_blocked_activation_and_derivative_equal_the_whole_array_formulas(shape, block, strided,
+                                                                          dtype, data):
+    """The ReLU (with its bias) and the derivative-and-flush of the backward pass run over row
+    blocks (nn.ELEMENTWISE_BLOCK_BYTES, here as small as one row); every block count, a strided
+    view included, gives the values of the whole-array formulas bit for bit, and the column sums
+    returned with float32 are those of the result (spec/training.md eq. (12))."""
+    elements = st.one_of(any32, tiny32)
+    wide = shape[:-1] + (2 * shape[-1],)
+    h = data.draw(hnp.arrays(np.float32, wide if strided else shape, elements=elements)).astype(dtype)
+    d = data.draw(hnp.arrays(np.float32, wide if strided else shape, elements=elements)).astype(dtype)
+    if strided:                                           # every other column: a view with no rows
+        h, d = h[..., ::2], d[..., ::2]
+    b = data.draw(hnp.arrays(np.float32, shape[-1:], elements=st.floats(-2, 2, width=32))).astype(dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        z = h + b
+        low = FLUSH if dtype == np.float32 else 0.0
+        keep_ref = z >= low if dtype == np.float32 else z > 0
+        relu_ref = z * keep_ref
+        d_ref = d * ((np.abs(d) >= FLUSH) & keep_ref) if dtype == np.float32 else d * keep_ref
+    saved = nn.ELEMENTWISE_BLOCK_BYTES
+    nn.ELEMENTWISE_BLOCK_BYTES = block
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            keep = nn.relu_inplace(h, b)
+            sums = nn._times_derivative_flushed(d, keep)
+    finally:
+        nn.ELEMENTWISE_BLOCK_BYTES = saved
+    np.testing.assert_array_equal(keep, keep_ref)
+    np.testing.assert_array_equal(h, relu_ref)
+    np.testing.assert_array_equal(d, d_ref)
+    if dtype == np.float64:
+        assert sums is None                               # float64 sums in np.sum's own order
+    else:
+        exact = d.astype(np.float64).reshape(-1, shape[-1]).sum(axis=0)
+        if np.isfinite(exact).all() and np.abs(d).max(initial=0) < 1e30:
+            np.testing.assert_allclose(sums, exact, rtol=1e-5,
+                                       atol=1e-6 * np.abs(d).sum(axis=tuple(range(d.ndim - 1))).max())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_single_output_backward_is_the_outer_product_bit_for_bit(dtype):
+    """A layer with one output (the STOP nets' last) takes dx = dout W^T as a broadcast multiply:
+    the same values as the matrix product, into dx_out when given."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(7, 5)).astype(dtype)
+    W, b = rng.normal(size=(5, 1)).astype(dtype), np.zeros(1, dtype)
+    _, cache = nn.linear_forward(x, W, b)
+    dout = rng.normal(size=(7, 1)).astype(dtype)
+    dx, dW, db = nn.linear_backward(dout, cache)
+    np.testing.assert_array_equal(dx, np.matmul(dout, W.T))
+    out = np.empty((7, 10), dtype)[:, 2:7]
+    dx2, _, _ = nn.linear_backward(dout, cache, dx_out=out)
+    assert dx2 is out
+    np.testing.assert_array_equal(out, dx)
+    np.testing.assert_array_equal(dW, x.T @ dout)
+
+
 def test_mlp_backward_flushes_its_douts_but_never_writes_the_callers():
     """spec/training.md eq. (12): an output-layer dout with subnormal and tiny entries reaches no
     product (it is flushed in a copy; the caller's array keeps its values) and the parameter

@@ -812,10 +812,13 @@ def test_resume_refuses_a_checkpoint_of_another_dtype(tmp_path, nav_small):
                     progress=False)
 
 
+@pytest.mark.parametrize("block", [5, 1 << 15])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_adam_buffered_update_equals_the_formula(dtype):
+def test_adam_buffered_update_equals_the_formula(dtype, block, monkeypatch):
     """spec/training.md eq. (2) written plainly: the same values bit for bit (same operations in
-    the same order), over three steps, in the parameters' dtype."""
+    the same order), over three steps, in the parameters' dtype, whether the update runs in one
+    block or in blocks of 5 entries (the last one partial)."""
+    monkeypatch.setattr(optim.Adam, "BLOCK", block)
     rng = np.random.default_rng(0)
     p = {"w": rng.normal(size=(4, 3)).astype(dtype)}
     ref, m, v = p["w"].copy(), np.zeros((4, 3), dtype), np.zeros((4, 3), dtype)
