@@ -60,6 +60,13 @@ def interleaved_medians(fns, repeats, warmup=1):
     timing, as in timeit. CPU time does not count time spent descheduled, so on a busy
     machine it is the steadier of the two figures (the targets use wall time).
     """
+    wall, cpu = interleaved_times(fns, repeats, warmup)
+    return [float(np.median(t)) for t in wall], [float(np.median(t)) for t in cpu]
+
+
+def interleaved_times(fns, repeats, warmup=1):
+    """Every call's wall and process CPU time (s) of :func:`interleaved_medians`: two lists
+    (one per fn) of `repeats` times each."""
     for _ in range(warmup):
         for fn in fns:
             fn()
@@ -77,24 +84,30 @@ def interleaved_medians(fns, repeats, warmup=1):
     finally:
         if gc_was_enabled:
             gc.enable()
-    return [float(np.median(t)) for t in wall], [float(np.median(t)) for t in cpu]
+    return wall, cpu
 
 
 GEMM_N = 2000
 """The GEMM-limit probe: (GEMM_N, GEMM_N) @ (GEMM_N, GEMM_N)."""
 
 
+def gemm_probe(dtype, n=GEMM_N):
+    """(call, flop): one np.matmul of two (n, n) matrices of dtype, the GEMM-limit probe."""
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal((n, n)).astype(dtype) for _ in range(2))
+    return (lambda: a @ b), 2 * n ** 3
+
+
 def gemm_limit(dtype, repeats, n=GEMM_N):
     """The machine's practical GEMM rate (GFLOP/s) from np.matmul on (n, n) @ (n, n): the best
     of `repeats` calls (a limit: one slow call on a shared machine must not lower it), over
     wall time and over process CPU time."""
-    rng = np.random.default_rng(1)
-    a, b = (rng.standard_normal((n, n)).astype(dtype) for _ in range(2))
-    a @ b
+    probe, flop = gemm_probe(dtype, n)
+    probe()
     wall, cpu = [], []
     for _ in range(repeats):
         start, start_cpu = time.perf_counter(), time.process_time()
-        a @ b
+        probe()
         wall.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
-    return 2 * n ** 3 / min(wall) / 1e9, 2 * n ** 3 / min(cpu) / 1e9
+    return flop / min(wall) / 1e9, flop / min(cpu) / 1e9
