@@ -51,10 +51,12 @@ def _floats(x):
 
 
 ELEMENTWISE_BLOCK_BYTES = 2 ** 18
-"""Element-wise passes over the nets' activations and gradients (the ReLU and its derivative,
-the float32 flush) run over row blocks of about this many bytes: each block's two
-to four passes then find it in the core's cache instead of streaming the whole array (MBs) from
-memory each time, about 40 % less time (bench/bench_train.py profile)."""
+"""Element-wise passes over the nets' activations and gradients (the ReLU with its bias, its
+derivative, the float32 flush, the bias sums) run over row blocks of about this many bytes: a
+block's three to five passes then find it in the core's cache instead of streaming the whole
+array (MBs) from memory each time. Alone, a (2500, 600) float32 derivative-and-flush takes 40 %
+less time (0.67 against 1.15 ms on the Intel Xeon); in a training step, whose arrays come
+half-warm from the products, the backward pass gained 4-10 ms of ~155 (docs/speed.md)."""
 
 
 def _row_blocks(*arrays):

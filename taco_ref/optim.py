@@ -19,16 +19,17 @@ class Adam:
     The state (m, v, step count) round-trips through `state()` / `load_state()` for resuming.
     m, v and the update are in each parameter's dtype (float32 or float64); the update runs block
     by block (BLOCK entries) in scratch buffers reused from step to step, with the same
-    operations in the same order as the formula above. For float32 parameters m and v are flushed after they
-    are updated and the update before it is applied (spec/training.md eq. (12)): m and v of a
-    parameter whose gradient stays 0 decay geometrically into the subnormal range, where every
-    operation on them would take a microcode assist on Intel cores.
+    operations in the same order as the formula above. For float32 parameters m and v are
+    flushed after they are updated and the update before it is applied (spec/training.md
+    eq. (12)): m and v of a parameter whose gradient stays 0 decay geometrically into the
+    subnormal range, where every operation on them would take a microcode assist on Intel cores.
     """
 
     BLOCK = 2 ** 15
     """Entries updated at a time: the update's ~20 passes run over a block of each parameter
-    (128 KiB of float32) while it is in the core's cache, not over whole arrays of MBs
-    (bench/bench_train.py: about half the time of whole-array passes)."""
+    (128 KiB of float32) while it is in the core's cache, not over whole arrays of MBs: a third
+    less time than whole-array passes on the bench's nets (9.6 -> 6.3 ms a float32 step; smaller
+    blocks lose it again to the calls, 2^12 entries took 10.9 ms)."""
 
     def __init__(self, names, shapes, lr, beta1=0.9, beta2=0.999, eps=1e-8, dtypes=None):
         if not lr > 0:
