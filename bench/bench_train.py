@@ -43,9 +43,9 @@ cores each one costs a microcode assist, on AMD cores nothing); the machine's pr
 limit (np.matmul of two 2000 x 2000 matrices, float32 and float64, 1 thread: the best call of
 those taken at the start and of those interleaved with each batch's rounds, so that a VM's
 drifting clock cannot set the limit in one minute and the step in another) and the nets'
-useful GFLOP/s as a share of it; a
-profile of the taco_ref step per dtype (the phases; the same GEMMs replayed alone, so the
-rest of the nets' time is the non-GEMM work; the functions with the most self CPU time); and a
+useful GFLOP/s as a share of it; a profile of the taco_ref step per dtype (the phases; the
+same GEMMs replayed alone, so the rest of the nets' time is the non-GEMM work; the functions
+with the most self CPU time); and a
 Nav-World-sized step (small nets [100], B = 10), whose fixed per-step cost (Python and NumPy
 call overhead) is estimated from the same step at B = 1.
 
