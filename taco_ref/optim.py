@@ -2,13 +2,7 @@
 STOP nets (paper appendix A)."""
 import numpy as np
 
-from taco_ref.nn import FLUSH_BELOW
-
-
-def _flush(x, magnitude, keep):
-    """nn.flush_subnormals(x) (float32 x, in place) with caller-provided scratch of x's shape."""
-    np.greater_equal(np.abs(x, out=magnitude), FLUSH_BELOW, out=keep)
-    np.multiply(x, keep, out=x)
+from taco_ref.nn import flush_subnormals
 
 
 class Adam:
@@ -73,13 +67,13 @@ class Adam:
         np.multiply(1.0 - self.beta1, g, out=t)
         m += t                                            # m = b1 m + (1 - b1) g
         if flush:
-            _flush(m, magnitude, keep)
+            flush_subnormals(m, (magnitude, keep))
         v *= self.beta2
         np.multiply(1.0 - self.beta2, g, out=t)
         t *= g
         v += t                                            # v = b2 v + ((1 - b2) g) g
         if flush:
-            _flush(v, magnitude, keep)
+            flush_subnormals(v, (magnitude, keep))
         np.divide(v, c2, out=t)
         np.sqrt(t, out=t)
         t += self.eps                                     # t = sqrt(v / c2) + eps
@@ -87,7 +81,7 @@ class Adam:
         u *= self.lr
         u /= t                                            # u = lr (m / c1) / t
         if flush:
-            _flush(u, magnitude, keep)
+            flush_subnormals(u, (magnitude, keep))
         p -= u
 
     def state(self):
