@@ -108,7 +108,8 @@ def cmd_evaluate(args):
                                lengths=args.lengths, progress=_progress)
     done = result["outcomes"].count("1")
     result["task_accuracy_ci95"] = list(evaluate.wilson_interval(done, result["n_tasks"]))
-    print("\n".join(evaluate.failure_table(result)), file=sys.stderr)
+    print("\n".join(evaluate.failure_table(result) + evaluate.subtask_lines(result, dom.vocab)),
+          file=sys.stderr)
     if demos is not None:
         both = evaluate.alignment_accuracies(model, demos)
         result.update({f"align_{k}": v for k, v in both["position"].items()})

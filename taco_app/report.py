@@ -7,6 +7,7 @@ import re
 import numpy as np
 from scipy import stats as scipy_stats
 
+import taco_sim
 from taco_ref import algorithms, align, evaluate, files
 from taco_app import plots
 from taco_app.cells import load_failures, load_results
@@ -180,6 +181,42 @@ def failure_kinds_table(results):
     return "\n".join(lines)
 
 
+def cell_subtask_success(r):
+    """A row's per-sub-task success (evaluate.subtask_success), or None: recorded in the cell, else
+    rebuilt from its task_progress and the protocol's test sketches (evaluate.protocol_sketches,
+    the cell's seed), which must give its recorded task_lengths."""
+    if r.get("subtask_success"):
+        return r["subtask_success"]
+    if not r.get("task_progress") or not r.get("task_lengths") or r["domain"] not in taco_sim.names():
+        return None
+    sketches = evaluate.protocol_sketches(taco_sim.get(r["domain"]), r["n_tasks"], r["seed"])
+    if [len(evaluate.unpad(row)) for row in sketches] != list(r["task_lengths"]):
+        return None
+    return evaluate.subtask_success(sketches, r["task_progress"])
+
+
+def subtask_table(results, domain):
+    """Markdown table of each cell's sub-task success by sub-task (completed / reached, %;
+    spec/evaluation.md eq. (7)) beside its task accuracy, one row per (algo, size, seed), its
+    lowest entry in bold; "" when no cell has it."""
+    rows = [(r, cell_subtask_success(r)) for r in results]
+    rows = [(r, ok) for r, ok in rows if ok]
+    if not rows:
+        return ""
+    vocab = taco_sim.get(domain).vocab
+    lines = ["| sub-task success by sub-task, % | demos | seed | task acc. | "
+             + " | ".join(vocab) + " |", "|---|---:|---:|---:|" + "---:|" * len(vocab)]
+    for algo in ALGOS:
+        for r, ok in sorted((x for x in rows if x[0]["algo"] == algo), key=lambda x: (x[0]["size"], x[0]["seed"])):
+            shares = {int(k): 100 * done / reached for k, (done, reached) in ok.items()}
+            low = min(shares, key=shares.get)
+            cells = [("-" if k not in shares else f"**{shares[k]:.0f}**" if k == low else f"{shares[k]:.0f}")
+                     for k in range(len(vocab))]
+            lines.append(f"| {LABELS[algo]} | {r['size']} | {r['seed']} | {100 * r['task_accuracy']:.1f} | "
+                         + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def prefix_table(results, first=25):
     """Markdown table of task and sub-task accuracy over the first `first` test tasks beside all
     of them (the image Dial's figure reports 25 test tasks; the first 25 of a cell's tasks are
@@ -258,7 +295,7 @@ def report(results, failures=()):
             parts.append(f"## {domain}")
         parts += [table(mine), prefix_table(mine), seed_table(mine, "task_accuracy", "task acc."),
                   interval_table(mine),
-                  paired_table(mine), failure_kinds_table(mine),
+                  paired_table(mine), failure_kinds_table(mine), subtask_table(mine, domain),
                   seed_table(mine, "align_forward_argmax", "align (fwd argmax)"),
                   seed_table(mine, "subtask_accuracy", "sub-task acc.")]
         if any("align_subtask_forward_argmax" in r for r in mine):   # spec/evaluation.md eq. (3)

@@ -159,8 +159,31 @@ def task_accuracy(model, make_env, sketches, seed=0, progress=None):
             progress(i + 1, len(sketches))
     return {"task_accuracy": done / len(sketches), "subtask_accuracy": completed / attempted,
             "n_tasks": len(sketches), "outcomes": "".join(outcomes), "task_progress": progress_of,
-            "task_lengths": lengths,
+            "task_lengths": lengths, "subtask_success": subtask_success(sketches, progress_of),
             "failures": dict(sorted(failures.items())), "failure_details": dict(sorted(details.items()))}
+
+
+def subtask_success(sketches, task_progress):
+    """{str(k): [completed, reached]} per sub-task id k, spec/evaluation.md eq. (7): a sketch
+    *reached* position i when its first i sub-tasks were completed (i <= progress); it completed
+    position i when i < progress. Sorted by id; ids no sketch reached are absent.
+
+    One failing sub-policy shows here as one low entry, where task accuracy only falls: with
+    every sketch run on one layout (the Dial's standard keypad), a sub-policy that fails at its
+    one key there fails every sketch that reaches it."""
+    if len(sketches) != len(task_progress):
+        raise ValueError(f"task_progress: expected one entry per sketch ({len(sketches)}), "
+                         f"got {len(task_progress)}")
+    counts = {}
+    for row, progress in zip(sketches, task_progress):
+        sketch = unpad(row)
+        if not 0 <= progress <= len(sketch):
+            raise ValueError(f"task_progress: {progress} is outside [0, {len(sketch)}] for sketch {sketch}")
+        for i, k in enumerate(sketch[:progress + 1]):
+            c = counts.setdefault(int(k), [0, 0])
+            c[0] += i < progress
+            c[1] += 1
+    return {str(k): counts[k] for k in sorted(counts)}
 
 
 def wilson_interval(successes, n, z=1.959963984540054):
@@ -220,6 +243,19 @@ def failure_table(result):
     return lines
 
 
+def subtask_lines(result, vocab):
+    """A task_accuracy (or protocol) result's subtask_success as text lines: per sub-task, its
+    name, the share of the sketches that reached it which completed it, and how many reached it;
+    [] when the result has none."""
+    success = result.get("subtask_success") or {}
+    if not success:
+        return []
+    lines = ["sub-task success, completed / reached (spec/evaluation.md eq. (7)):"]
+    for k, (done, reached) in success.items():
+        lines.append(f"  {vocab[int(k)]:<18} {100 * done / reached:5.1f} %  of {reached:5d}")
+    return lines
+
+
 MAX_TASKS = 100_000
 """Most test tasks protocol draws: 100 times the experiments' 1000, checked before the sketches
 are drawn (1e9 of them ask for tens of GB: an out-of-memory kill before)."""
@@ -274,9 +310,7 @@ def protocol(model, domain, n_tasks, seed=0, sketch_len=None, lengths=(), progre
             or not 1 <= n_tasks <= MAX_TASKS):
         raise ValueError(f"n_tasks: expected an integer in [1, {MAX_TASKS}], got {n_tasks!r}")
     check_vocab(model, domain.vocab, f"domain {domain.name}")
-    rng = np.random.default_rng(TEST_SKETCH_SEED + seed)
-    sketches = (domain.test_sketches(n_tasks, rng) if sketch_len is None
-                else domain.sample_sketches(n_tasks, sketch_len, rng))
+    sketches = protocol_sketches(domain, n_tasks, seed, sketch_len)
     report = progress("evaluate") if progress else None
     out = task_accuracy(model, domain.task_env, sketches, seed=EPISODE_SEED + seed, progress=report)
     by_length = {}
@@ -288,6 +322,15 @@ def protocol(model, domain, n_tasks, seed=0, sketch_len=None, lengths=(), progre
     if by_length:
         out["task_accuracy_by_length"] = by_length
     return out
+
+
+def protocol_sketches(domain, n_tasks, seed=0, sketch_len=None):
+    """The test sketches protocol(model, domain, n_tasks, seed, sketch_len) executes, in order
+    (rows padded with -1 where lengths are mixed): a cell's recorded task_progress lines up
+    with them."""
+    rng = np.random.default_rng(TEST_SKETCH_SEED + seed)
+    return (domain.test_sketches(n_tasks, rng) if sketch_len is None
+            else domain.sample_sketches(n_tasks, sketch_len, rng))
 
 
 VALIDATION_SKETCH_SEED = 50_000

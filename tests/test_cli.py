@@ -73,11 +73,14 @@ def test_train_gtbc_and_ctcbc(files, capsys):
 def test_evaluate_prints_task_and_alignment_accuracy(trained, files, capsys):
     assert cli.main(["evaluate", "--model", str(trained / "model"), "--n-tasks", "2",
                      "--data", str(files / "test.npz")]) == 0
-    result = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
     assert result["n_tasks"] == 2
     for key in ("task_accuracy", "subtask_accuracy", "align_forward_argmax", "align_posterior_argmax",
                 "align_viterbi"):
         assert 0.0 <= result[key] <= 1.0, key
+    reached = sum(r for _, r in result["subtask_success"].values())
+    assert reached >= 2 and "sub-task success, completed / reached" in captured.err
 
 
 def test_evaluate_task_accuracy_against_sketch_length(trained, capsys):

@@ -3,6 +3,7 @@ import types
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from taco_ref import evaluate, policy
 from taco_sim import navworld
@@ -156,6 +157,36 @@ def test_task_and_subtask_accuracy_count_whole_tasks_and_completed_subtasks():
         "task_accuracy": 1 / 3, "subtask_accuracy": 3 / 6, "n_tasks": 3}
     assert out["outcomes"] == "010"
     assert out["failures"] == {"wrong outcome": 2} and out["failure_details"] == {}
+
+
+def test_subtask_success_counts_the_positions_each_sketch_reached_and_completed():
+    """The three scripted sketches of the test above (progress 1, 2, 0): sub-task 0 reached and
+    completed twice; 1 reached twice (position 1 of the first two), completed once; 2 reached
+    once (the third sketch's only position; the first never got to its position 2), never
+    completed. Checks spec/evaluation.md eq. (7)."""
+    envs = iter([CounterEnv(fail_at=4), CounterEnv(), CounterEnv(fail_at=1)])
+    sketches = [[0, 1, 2], [0, 1], [2]]
+    out = evaluate.task_accuracy(ScriptedModel(), lambda: next(envs), sketches, seed=0)
+    assert out["task_progress"] == [1, 2, 0]
+    assert out["subtask_success"] == {"0": [2, 2], "1": [1, 2], "2": [0, 1]}
+    assert evaluate.subtask_lines(out, ["a", "b", "c"])[2].split()[:2] == ["b", "50.0"]
+    for bad in ([1, 2], [4, 2, 0], [-1, 2, 0]):
+        with pytest.raises(ValueError, match="task_progress"):
+            evaluate.subtask_success(sketches, bad)
+
+
+@settings(deadline=None)
+@given(st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=6), min_size=1, max_size=20), st.data())
+def test_subtask_success_adds_up_to_progress_and_reached_positions(sketches, data):
+    """Summed over sub-tasks, completed = the sketches' progress and reached = min(progress + 1,
+    length) each; padding (-1) counts nowhere. Checks spec/evaluation.md eq. (7)."""
+    progress = [data.draw(st.integers(0, len(s))) for s in sketches]
+    width = max(map(len, sketches))
+    padded = np.array([s + [-1] * (width - len(s)) for s in sketches])
+    got = evaluate.subtask_success(padded, progress)
+    assert sum(c for c, _ in got.values()) == sum(progress)
+    assert sum(r for _, r in got.values()) == sum(min(p + 1, len(s)) for p, s in zip(progress, sketches))
+    assert all(0 <= c <= r for c, r in got.values()) and list(got) == sorted(got, key=int)
 
 
 def test_alignment_accuracy_pools_the_valid_steps_of_every_demonstration(monkeypatch):

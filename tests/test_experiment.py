@@ -253,6 +253,31 @@ def test_the_report_gives_the_first_25_test_tasks_beside_all_of_them():
     assert report.prefix_table([dict(row, n_tasks=25)]) == ""
 
 
+def test_the_report_rebuilds_a_cells_subtask_success_from_its_progress_and_the_protocol():
+    """A cell without subtask_success (recorded before it existed) but with task_progress gets it
+    from the protocol's test sketches of its seed, the same as task_accuracy would have recorded;
+    a cell whose task_lengths do not match those sketches gets none. The table bolds each row's
+    lowest sub-task. Checks spec/evaluation.md eq. (7)."""
+    import taco_sim
+    from taco_ref import evaluate
+    sketches = evaluate.protocol_sketches(taco_sim.get("navworld"), 30, 1)
+    lengths = [len(evaluate.unpad(s)) for s in sketches]
+    progress = [i % (n + 1) for i, n in enumerate(lengths)]
+    row = dict(domain="navworld", algo="taco", size=10, seed=1, n_tasks=30, task_progress=progress,
+               task_lengths=lengths, task_accuracy=0.5)
+    want = evaluate.subtask_success(sketches, progress)
+    assert report.cell_subtask_success(row) == want
+    assert report.cell_subtask_success(dict(row, seed=2)) in (None, evaluate.subtask_success(
+        evaluate.protocol_sketches(taco_sim.get("navworld"), 30, 2), progress))
+    assert report.cell_subtask_success(dict(row, task_lengths=[9] * 30)) is None
+    assert report.cell_subtask_success(dict(row, subtask_success={"0": [1, 1]})) == {"0": [1, 1]}
+    line = report.subtask_table([row], "navworld").split("\n")[2]
+    shares = {k: 100 * c / r for k, (c, r) in want.items()}
+    low = min(shares, key=shares.get)
+    assert line.startswith("| TACO | 10 | 1 | 50.0 |") and f"**{shares[low]:.0f}**" in line
+    assert report.subtask_table([dict(row, task_progress=None)], "navworld") == ""
+
+
 def test_a_cell_interrupted_mid_training_continues_from_its_checkpoint(tmp_path):
     """A cell of the image Dial trains for hours: with a run directory it checkpoints every
     epoch, and run again after an interruption it continues there and gives the figures of an
