@@ -56,7 +56,7 @@ def trained(out, name, demos, cfg, validate, order=None):
         train._Run = Reordered
     try:
         print(f"training {name}", file=sys.stderr, flush=True)
-        model = train.train(demos, cfg, validate=validate)
+        model = train.train(demos, cfg, validate=validate, augment=taco_sim.get(demos.meta["domain"]).augment)
     finally:
         train._Run = run_cls
     model_mod.save(model, path)

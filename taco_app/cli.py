@@ -87,8 +87,13 @@ def cmd_train(args):
                              "can roll out in")
         validate = evaluate.validation_rollouts(taco_sim.get(domain), cfg.select_tasks, cfg.seed,
                                                 demos.meta.get("sketch_len"))
+    augment = None
+    if cfg.augment:
+        augment = taco_sim.get(domain).augment if domain in taco_sim.names() else None
+        if augment is None:
+            raise ValueError(f"--set augment=true: the data's domain {domain!r} has no augmentation")
     model = train.train(demos, cfg, out_dir=args.out, resume=args.resume, stop_after=args.stop_after,
-                        overwrite=args.overwrite, log=sys.stderr, validate=validate)
+                        overwrite=args.overwrite, log=sys.stderr, validate=validate, augment=augment)
     if model is None:
         print(f"stopped after {args.stop_after} epochs; continue with --resume --out {args.out}")
         return 0

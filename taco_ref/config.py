@@ -125,6 +125,13 @@ class SharedConfig:
     normalise_states: bool = True
     """Standardise states with the training set's mean and std (stored in the model); image
     states per colour channel (spec/training.md eq. (1))."""
+    augment: bool = field(default=False, metadata={"before": False})
+    """Before each training step, move the minibatch's states to other states of the data's
+    distribution with the domain's augmentation (Domain.augment, drawn from the run's generator;
+    the Dial: the keys a demonstration never presses, to other free slots, spec/dial.md §9).
+    Held-out and evaluation data stay as recorded. It reads the sketches, never a label. Needs a
+    domain that has one (`taco train` on a domain's data, `taco experiment`); false before it
+    existed (cell keys leave it out)."""
     conv_channels: list = field(default_factory=list, metadata={"before": []})
     """Image states only: output channels of each layer of the convolutional core shared by all
     sub-policies (paper table 2, Dial images: [10, 5, 3]; spec/policy.md §10); CTC-BC's

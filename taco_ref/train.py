@@ -344,12 +344,15 @@ def keep_freed_memory():
 
 
 def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True, stop_after=None,
-          overwrite=False, validate=None):
+          overwrite=False, validate=None, augment=None):
     """Train on demos (a validated Demos); return the Model (the kept epoch's parameters: best
     held-out loss, or with cfg.select "rollouts" the best validate(model) score).
 
     validate(model) -> share of validation sketches completed (a float in [0, 1]): needed with
     cfg.select "rollouts" (taco_app.experiment.rollout_validator builds it from a domain).
+    augment(batch, rng): the domain's augmentation (taco_sim Domain.augment), needed with
+    cfg.augment; it changes a training minibatch's states in place, drawing from the run's
+    generator (so a resumed run draws what the uninterrupted one would).
 
     With out_dir, a checkpoint is written atomically at the start and after every epoch and the
     final model is saved to out_dir/model; resume=True continues from the checkpoint found there
@@ -365,12 +368,16 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
     if cfg.select == "rollouts" and validate is None:
         raise ValueError("select: 'rollouts' needs a domain to roll out in (taco train on a domain's "
                          "data, or taco experiment); this run has none")
+    if cfg.augment and augment is None:
+        raise ValueError("augment: true needs the domain's augmentation (taco train on a domain's data, "
+                         "or taco experiment, with a domain that has one); this run has none")
     prepare_out_dir(out_dir, resume, overwrite)
     keep_freed_memory()
     algorithm = algorithms.get(cfg.algo)
     runs = 1 if algorithm.runs is None else algorithm.runs(cfg)
     if runs == 1:
-        model, _ = _train_run(demos, cfg, 0, out_dir, resume, log, progress, stop_after, validate)
+        model, _ = _train_run(demos, cfg, 0, out_dir, resume, log, progress, stop_after, validate,
+                              augment)
     else:
         if resume and not os.path.exists(os.path.join(out_dir or "", "restart-0", CHECKPOINT_META)):
             raise FileNotFoundError(f"--resume: no checkpoint in {out_dir}/restart-0")
@@ -380,7 +387,8 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
             if sub is not None:
                 os.makedirs(sub, exist_ok=True)
             again = resume and os.path.exists(os.path.join(sub, CHECKPOINT_META))
-            model, used = _train_run(demos, cfg, r, sub, again, log, progress, budget, validate)
+            model, used = _train_run(demos, cfg, r, sub, again, log, progress, budget, validate,
+                                     augment)
             if model is None:
                 return None
             budget = None if budget is None else budget - used
@@ -413,14 +421,15 @@ def run_seed(seed, restart):
     return seed if restart == 0 else [seed, restart]
 
 
-def _train_run(demos, cfg, restart, out_dir, resume, log, progress, stop_after, validate=None):
+def _train_run(demos, cfg, restart, out_dir, resume, log, progress, stop_after, validate=None,
+               augment=None):
     """One training run; returns (Model or None if stopped by stop_after, epochs run here).
 
     Stages run in order (job.stages); each runs epochs until its epoch budget or patience is
     spent, then hands its best parameters to the next; a checkpoint follows every epoch and
     every change of stage.
     """
-    run = _Run(demos, cfg, restart, out_dir, validate)
+    run = _Run(demos, cfg, restart, out_dir, validate, augment)
     if resume:
         run.resume()
     else:
@@ -448,9 +457,10 @@ class _Run:
     """The state of one training run: the job, the optimiser, the generator, the stage, epoch,
     early-stopping counters, history and best parameters; everything a checkpoint holds."""
 
-    def __init__(self, demos, cfg, restart, out_dir, validate=None):
+    def __init__(self, demos, cfg, restart, out_dir, validate=None, augment=None):
         self.cfg, self.restart, self.out_dir, self.demos = cfg, restart, out_dir, demos
         self.validate = validate
+        self.augment = augment if cfg.augment else None
         self.rng = np.random.default_rng(cfg.seed)
         self.train_set, self.held_out = data_mod.split(demos, cfg.holdout_fraction, self.rng)
         if self.held_out.n == 0:
@@ -537,6 +547,8 @@ class _Run:
         passes = passes_per_epoch(self.cfg.epoch_size, stage_train.n)
         for batch in (b for _ in range(passes)
                       for b in data_mod.batches(stage_train, self.cfg.batch_size, self.rng)):
+            if self.augment is not None:          # a copy of the data's rows (Demos.subset)
+                self.augment(batch, self.rng)
             n = int(batch.traj_len.sum())
             loss, grads = job.loss(stage, batch, self.rng, state["epoch"], train=True)
             for g in grads.values():              # per-step gradient, in place

@@ -459,3 +459,63 @@ def test_dial_failure_details_name_what_the_arm_did():
         task.step(3.0 * dial.TORQUE_LIMITS)
     assert task.failure_detail("timed out", 0, 0, task.t).endswith(("at a torque limit", "at a joint limit"))
     assert ", at a torque limit" in task.failure_detail("timed out", 0, 0, task.t)
+
+
+def _layout_states(layout, fingertips, q):
+    """(T, D) states of an arm at joints q (9,) whose fingertip moves through fingertips (T, 3),
+    on `layout`."""
+    keys = dial_env.slot_positions()[layout]
+    return np.stack([dial_env.observe(q, f, keys) for f in fingertips])
+
+
+@given(st.integers(0, 2**31 - 1), st.sets(st.integers(0, 9), min_size=1, max_size=9))
+def test_relayout_moves_only_the_keys_the_sketch_never_presses(seed, pressed):
+    """spec/dial.md §8: after relayout_unused_keys every step of a demonstration reads as the
+    same fingertip and joints on one new layout, a permutation of the digit slots other than the
+    standard one, in which the sketch's digits kept their slots; rows past traj_len and the
+    joints are untouched; layout_of reads a layout back and refuses a state that is none."""
+    from taco_sim.dial import augment
+    from taco_ref.data import Demos
+    rng = np.random.default_rng(seed)
+    layout = dial_env.sample_layout(rng)
+    T, q = 7, rng.uniform(-1, 1, 9)
+    tips = rng.uniform(-0.2, 0.2, (T, 3)) + np.array([0.0, 0.5, 0.3])
+    sketch = np.array(sorted(pressed))
+    states = np.zeros((1, T + 2, dial.STATE_DIM))
+    states[0, :T] = _layout_states(layout, tips, q)
+    demos = Demos(states, np.zeros((1, T + 2, dial.ACTION_DIM)), np.array([T]), sketch[None],
+                  np.array([len(sketch)]), np.full((1, T + 2), -1), np.zeros((1, dial.STATE_DIM)),
+                  dial.VOCAB, {})
+    np.testing.assert_array_equal(augment.layout_of(states[0, 0]), layout)
+    augment.relayout_unused_keys(demos, np.random.default_rng(seed + 1))
+    new = augment.layout_of(demos.states[0, 0])
+    note(f"layout {layout} -> {new}, pressed {sorted(pressed)}")
+    np.testing.assert_array_equal(new[sorted(pressed)], layout[sorted(pressed)])
+    assert sorted(new.tolist()) == sorted(dial_env.DIGIT_SLOTS.tolist())
+    assert not np.array_equal(new, dial_env.STANDARD_LAYOUT)
+    np.testing.assert_allclose(demos.states[0, :T], _layout_states(new, tips, q), atol=1e-12)
+    assert not demos.states[0, T:].any()
+    with pytest.raises(ValueError, match="not the keys of a layout"):
+        augment.layout_of(states[0, 0] + np.r_[np.zeros(9), rng.uniform(0.01, 0.02, 30)])
+
+
+def test_relayout_draws_every_free_slot_for_an_unpressed_key():
+    """The unpressed keys' new slots are a uniform draw: over 300 draws each unpressed digit
+    lands on every digit slot the pressed ones leave free, each about equally often."""
+    from taco_sim.dial import augment
+    from taco_ref.data import Demos
+    layout = dial_env.sample_layout(np.random.default_rng(3))
+    states = _layout_states(layout, np.array([[0.0, 0.5, 0.3]]), np.zeros(9))[None]
+    sketch = np.array([[2, 7, 2]])
+    free = [s for s in dial_env.DIGIT_SLOTS if s not in (layout[2], layout[7])]
+    rng, seen = np.random.default_rng(0), {d: [] for d in range(10)}
+    for _ in range(300):
+        demos = Demos(states.copy(), np.zeros((1, 1, 9)), np.array([1]), sketch, np.array([3]),
+                      np.zeros((1, 1), int), np.zeros((1, 39)), dial.VOCAB, {})
+        augment.relayout_unused_keys(demos, rng)
+        for d, s in enumerate(augment.layout_of(demos.states[0, 0])):
+            seen[d].append(int(s))
+    assert set(seen[2]) == {layout[2]} and set(seen[7]) == {layout[7]}
+    for d in set(range(10)) - {2, 7}:
+        counts = np.bincount(seen[d], minlength=12)[free]
+        assert counts.min() >= 20, (d, counts)          # expected 300 / 8 = 37.5 each

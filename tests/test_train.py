@@ -1157,3 +1157,31 @@ def test_train_config_wants_one_entry_per_conv_layer():
         TrainConfig.from_dict(dict(conv_channels=[4, 2], conv_kernels=[3], conv_strides=[1]))
     with pytest.raises(ValueError, match="^conv_strides must be a list of at most"):
         TrainConfig.from_dict(dict(conv_channels=[4], conv_kernels=[3], conv_strides=[0]))
+
+
+def test_augment_changes_every_training_minibatch_and_nothing_else(nav_small, tmp_path):
+    """TrainConfig.augment (spec/training.md §4): the domain's augment(batch, rng) runs once on
+    every training minibatch, on a copy (the training set's own states are untouched) and never
+    on held-out data; it draws from the run's generator, so a run stopped after an epoch resumes
+    to the uninterrupted end; without an augmentation the config is refused by name."""
+    calls = []
+
+    def augment(batch, rng):
+        calls.append(batch.n)
+        batch.states += rng.normal(0.0, 0.01, batch.states.shape)
+
+    before = nav_small.states.copy()
+    cfg = config(epochs=2, warmup_epochs=0, augment=True)
+    model = train.train(nav_small, cfg, progress=False, augment=augment)
+    n_train = nav_small.n - round(cfg.holdout_fraction * nav_small.n)
+    per_epoch = -(-n_train // cfg.batch_size)
+    assert len(calls) == 2 * per_epoch and sum(calls) == 2 * n_train
+    np.testing.assert_array_equal(nav_small.states, before)
+    plain = train.train(nav_small, config(epochs=2, warmup_epochs=0), progress=False, augment=augment)
+    assert len(calls) == 2 * per_epoch                    # augment: false ignores the function
+    assert not all(np.array_equal(model.params[k], plain.params[k]) for k in policy.trainable(model.params))
+    assert train.train(nav_small, cfg, out_dir=tmp_path, progress=False, augment=augment, stop_after=1) is None
+    resumed = train.train(nav_small, cfg, out_dir=tmp_path, resume=True, progress=False, augment=augment)
+    assert_same_params(resumed.params, model.params)
+    with pytest.raises(ValueError, match="augment: true needs"):
+        train.train(nav_small, cfg, progress=False)

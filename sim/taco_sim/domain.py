@@ -75,6 +75,9 @@ class Domain:
                        | of an exported dataset (`taco export`); None for a domain without time
     validation_env     | () -> a task environment on the training data's distribution (the
                        | Dial: random layouts), for choosing an epoch by rollouts; None: task_env
+    augment            | augment(batch, rng): in place, a training minibatch's states moved to
+                       | other states of the data's distribution (TrainConfig.augment; the Dial:
+                       | taco_sim.dial.augment.relayout_unused_keys); None: the domain has none
     """
 
     name: str
@@ -96,6 +99,7 @@ class Domain:
     streams: bool = False
     control_dt: Optional[float] = None
     validation_env: Optional[Callable] = None
+    augment: Optional[Callable] = None
 
     def __post_init__(self):
         if not self.name or not self.name.replace("-", "_").isidentifier():

@@ -1,0 +1,57 @@
+"""The Dial's training-time augmentation: the keys a demonstration never presses, moved to other
+free slots (spec/dial.md §9).
+
+A state holds the offset of every key from the fingertip (spec/dial.md §3). A demonstration
+presses the digits of its sketch; the other keys only sit there. Moving them to other slots
+gives the state of the same arm motion on another layout, one the demonstrations' layout
+distribution (``sample_layout``) could have drawn: the pressed keys stay where they are and the
+others take a uniformly random assignment to the digit slots left free. The sketch is all it reads,
+never a sub-task label or a segmentation, so TACO stays label-free.
+"""
+import numpy as np
+
+from taco_sim.dial.env import DIGIT_SLOTS, K, STANDARD_LAYOUT, slot_positions
+
+JOINTS = 9
+"""obs[:9] are joint angles, obs[9 + 3 d : 12 + 3 d] = key_pos[d] - fingertip (spec/dial.md §3)."""
+TOLERANCE = 1e-4
+"""m: how far a key, placed back from its offset, may lie from its slot (float32 states: ~1e-7)."""
+
+
+def layout_of(state):
+    """(K,) slot of each digit in one state (D,), read from its key offsets: the fingertip f is
+    the one of the candidates slot - offset[0] that puts every key on a slot. ValueError when no
+    candidate does (not a Dial state)."""
+    slots = slot_positions()                                              # (S, 3)
+    offsets = np.asarray(state, dtype=np.float64)[JOINTS:JOINTS + 3 * K].reshape(K, 3)
+    for f in slots - offsets[0]:                                          # (3,) a fingertip candidate
+        dist = np.linalg.norm(offsets[:, None, :] + f - slots[None], axis=2)  # (K, S)
+        layout = dist.argmin(axis=1)
+        if dist[np.arange(K), layout].max() < TOLERANCE and len(set(layout.tolist())) == K:
+            return layout
+    raise ValueError("state: its key offsets are not the keys of a layout of the Dial's slots "
+                     f"(none within {TOLERANCE} m of a slot for any fingertip position)")
+
+
+def relayout_unused_keys(batch, rng):
+    """In place: for every demonstration of the batch (taco_ref.data.Demos), the digits not in
+    its sketch go to a uniformly random assignment of the digit slots (DIGIT_SLOTS, as in
+    sample_layout) its sketch's digits leave free (redrawn if that makes the standard layout,
+    which training never shows), the same for all
+    of its steps; its states' offsets of those keys move with them. Uses rng (a numpy Generator)
+    once per demonstration."""
+    slots = slot_positions()
+    states = batch.states
+    for j in range(batch.n):
+        T = int(batch.traj_len[j])
+        layout = layout_of(states[j, 0])
+        pressed = sorted({int(k) for k in batch.sketch[j, :batch.sketch_len[j]]})
+        others = [d for d in range(K) if d not in pressed]
+        free = [s for s in DIGIT_SLOTS.tolist() if s not in set(layout[pressed].tolist())]
+        while True:
+            new = layout.copy()
+            new[others] = rng.permutation(free)
+            if not np.array_equal(new, STANDARD_LAYOUT):
+                break
+        shift = (slots[new] - slots[layout]).astype(states.dtype)           # (K, 3), 0 for pressed keys
+        states[j, :T, JOINTS:JOINTS + 3 * K] += shift.ravel()
