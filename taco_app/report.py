@@ -181,39 +181,56 @@ def failure_kinds_table(results):
     return "\n".join(lines)
 
 
-def cell_subtask_success(r):
-    """A row's per-sub-task success (evaluate.subtask_success), or None: recorded in the cell, else
-    rebuilt from its task_progress and the protocol's test sketches (evaluate.protocol_sketches,
-    the cell's seed), which must give its recorded task_lengths."""
-    if r.get("subtask_success"):
-        return r["subtask_success"]
-    if not r.get("task_progress") or not r.get("task_lengths") or r["domain"] not in taco_sim.names():
+def cell_sketches(r):
+    """The protocol's test sketches of a row (evaluate.protocol_sketches, the cell's seed), or None
+    when its domain is unknown or they do not give its recorded task_lengths."""
+    if not r.get("task_lengths") or r["domain"] not in taco_sim.names():
         return None
     sketches = evaluate.protocol_sketches(taco_sim.get(r["domain"]), r["n_tasks"], r["seed"])
     if [len(evaluate.unpad(row)) for row in sketches] != list(r["task_lengths"]):
         return None
-    return evaluate.subtask_success(sketches, r["task_progress"])
+    return sketches
+
+
+def cell_subtask_success(r):
+    """A row's per-sub-task success (evaluate.subtask_success), or None: recorded in the cell, else
+    rebuilt from its task_progress and its test sketches (cell_sketches)."""
+    if r.get("subtask_success"):
+        return r["subtask_success"]
+    sketches = cell_sketches(r) if r.get("task_progress") else None
+    return None if sketches is None else evaluate.subtask_success(sketches, r["task_progress"])
+
+
+def independent_accuracy(sketches, success):
+    """The task accuracy the sub-task successes would give if sub-tasks failed independently:
+    the mean over the sketches of the product of their sub-tasks' success shares."""
+    share = {int(k): done / reached for k, (done, reached) in success.items()}
+    return float(np.mean([np.prod([share.get(int(k), 0.0) for k in evaluate.unpad(row)])
+                          for row in sketches]))
 
 
 def subtask_table(results, domain):
     """Markdown table of each cell's sub-task success by sub-task (completed / reached, %;
-    spec/evaluation.md eq. (7)) beside its task accuracy, one row per (algo, size, seed), its
-    lowest entry in bold; "" when no cell has it."""
+    spec/evaluation.md eq. (7)) beside its task accuracy and the task accuracy those shares give
+    if sub-tasks fail independently (independent_accuracy: "product"), one row per (algo, size,
+    seed), its lowest entry in bold; "" when no cell has it."""
     rows = [(r, cell_subtask_success(r)) for r in results]
     rows = [(r, ok) for r, ok in rows if ok]
     if not rows:
         return ""
     vocab = taco_sim.get(domain).vocab
-    lines = ["| sub-task success by sub-task, % | demos | seed | task acc. | "
-             + " | ".join(vocab) + " |", "|---|---:|---:|---:|" + "---:|" * len(vocab)]
+    lines = ["| sub-task success by sub-task, % | demos | seed | task acc. | product | "
+             + " | ".join(vocab) + " |", "|---|---:|---:|---:|---:|" + "---:|" * len(vocab)]
     for algo in ALGOS:
         for r, ok in sorted((x for x in rows if x[0]["algo"] == algo), key=lambda x: (x[0]["size"], x[0]["seed"])):
             shares = {int(k): 100 * done / reached for k, (done, reached) in ok.items()}
             low = min(shares, key=shares.get)
             cells = [("-" if k not in shares else f"**{shares[k]:.0f}**" if k == low else f"{shares[k]:.0f}")
                      for k in range(len(vocab))]
+            sketches = cell_sketches(r)
+            product = "-" if sketches is None else f"{100 * independent_accuracy(sketches, ok):.1f}"
             lines.append(f"| {LABELS[algo]} | {r['size']} | {r['seed']} | {100 * r['task_accuracy']:.1f} | "
-                         + " | ".join(cells) + " |")
+                         f"{product} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

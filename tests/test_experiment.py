@@ -4,6 +4,7 @@ import json
 import os
 import re
 
+import numpy as np
 import pytest
 
 import taco_sim
@@ -257,7 +258,8 @@ def test_the_report_rebuilds_a_cells_subtask_success_from_its_progress_and_the_p
     """A cell without subtask_success (recorded before it existed) but with task_progress gets it
     from the protocol's test sketches of its seed, the same as task_accuracy would have recorded;
     a cell whose task_lengths do not match those sketches gets none. The table bolds each row's
-    lowest sub-task. Checks spec/evaluation.md eq. (7)."""
+    lowest sub-task and gives the task accuracy of independent sub-tasks (the mean over the
+    sketches of their shares' product). Checks spec/evaluation.md eq. (7)."""
     import taco_sim
     from taco_ref import evaluate
     sketches = evaluate.protocol_sketches(taco_sim.get("navworld"), 30, 1)
@@ -274,7 +276,8 @@ def test_the_report_rebuilds_a_cells_subtask_success_from_its_progress_and_the_p
     line = report.subtask_table([row], "navworld").split("\n")[2]
     shares = {k: 100 * c / r for k, (c, r) in want.items()}
     low = min(shares, key=shares.get)
-    assert line.startswith("| TACO | 10 | 1 | 50.0 |") and f"**{shares[low]:.0f}**" in line
+    product = np.mean([np.prod([shares[str(k)] / 100 for k in evaluate.unpad(s)]) for s in sketches])
+    assert line.startswith(f"| TACO | 10 | 1 | 50.0 | {100 * product:.1f} |") and f"**{shares[low]:.0f}**" in line
     assert report.subtask_table([dict(row, task_progress=None)], "navworld") == ""
 
 
