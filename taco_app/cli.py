@@ -110,7 +110,7 @@ def cmd_evaluate(args):
     if demos is not None:
         evaluate.check_compatible(model, demos)
     result = evaluate.protocol(model, dom, args.n_tasks, args.seed, sketch_len=args.sketch_len,
-                               lengths=args.lengths, progress=_progress)
+                               lengths=args.lengths, progress=_progress, stop_threshold=args.stop_threshold)
     done = result["outcomes"].count("1")
     result["task_accuracy_ci95"] = list(evaluate.wilson_interval(done, result["n_tasks"]))
     print("\n".join(evaluate.failure_table(result) + evaluate.subtask_lines(result, dom.vocab)),
@@ -305,6 +305,18 @@ def _integer(low, what, high=None):
     return parse
 
 
+def probability(text):
+    """A number strictly between 0 and 1 (a STOP threshold: at 0 or 1 a sub-policy would always
+    or never stop)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {_one_line(text)[:40]!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {value}")
+    return value
+
+
 positive = _integer(1, "an integer >= 1")
 non_negative = _integer(0, "an integer >= 0")
 MAX_TASKS = evaluate.MAX_TASKS
@@ -377,6 +389,8 @@ def build_parser():
                    help="also task accuracy for each test sketch length (paper figure 8)")
     p.add_argument("--data", default=None, help="held-out demonstrations for alignment accuracy")
     p.add_argument("--seed", type=non_negative, default=0)
+    p.add_argument("--stop-threshold", type=probability, default=0.5, metavar="P",
+                   help="a sub-policy stops when its P(STOP | state) exceeds P (default 0.5)")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("align", help="alignment accuracy on demonstrations, and a picture")

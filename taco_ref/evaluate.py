@@ -127,10 +127,11 @@ def unpad(sketch):
     return ids[:n]
 
 
-def task_accuracy(model, make_env, sketches, seed=0, progress=None):
+def task_accuracy(model, make_env, sketches, seed=0, progress=None, stop_threshold=0.5):
     """Execute every sketch (one seed each, derived from seed); task and sub-task accuracy,
     spec/evaluation.md eq. (1), and why the others failed. sketches: rows of ids, each possibly
-    padded with -1 (mixed lengths).
+    padded with -1 (mixed lengths). stop_threshold: a sub-policy stops when pi_k(STOP | s)
+    exceeds it (execute; 0.5, the default, is the more probable decision).
 
     Returns task_accuracy, subtask_accuracy, n_tasks, outcomes (a string of "1" for each
     sketch completed and "0" for each failed, in order: for paired comparisons), task_progress and
@@ -143,7 +144,7 @@ def task_accuracy(model, make_env, sketches, seed=0, progress=None):
     outcomes, failures, details, progress_of, lengths = [], {}, {}, [], []
     for i, (row, s) in enumerate(zip(sketches, seeds)):
         sketch = unpad(row)
-        out = execute(model, make_env(), sketch, int(s))
+        out = execute(model, make_env(), sketch, int(s), stop_threshold=stop_threshold)
         done += out["success"]
         completed += out["progress"]
         attempted += len(sketch)
@@ -295,7 +296,8 @@ def check_compatible(model, demos, what="the data"):
                          f"{cfg.action_dim} actions")
 
 
-def protocol(model, domain, n_tasks, seed=0, sketch_len=None, lengths=(), progress=None):
+def protocol(model, domain, n_tasks, seed=0, sketch_len=None, lengths=(), progress=None,
+             stop_threshold=0.5):
     """The evaluation protocol of spec/evaluation.md §3, the one used by `taco evaluate`, the
     experiment grid and the ROS bridge's offline check.
 
@@ -305,6 +307,7 @@ def protocol(model, domain, n_tasks, seed=0, sketch_len=None, lengths=(), progre
     EPISODE_SEED + seed; for each L of lengths, sample_sketches(n_tasks, L, default_rng([30_000 +
     seed, L])) with the same episode seed. Returns task_accuracy, subtask_accuracy, n_tasks and,
     with lengths, task_accuracy_by_length {str(L): accuracy}. progress(label) -> callback, if given.
+    stop_threshold: task_accuracy's.
     """
     if (isinstance(n_tasks, bool) or not isinstance(n_tasks, (int, np.integer))
             or not 1 <= n_tasks <= MAX_TASKS):
@@ -312,13 +315,14 @@ def protocol(model, domain, n_tasks, seed=0, sketch_len=None, lengths=(), progre
     check_vocab(model, domain.vocab, f"domain {domain.name}")
     sketches = protocol_sketches(domain, n_tasks, seed, sketch_len)
     report = progress("evaluate") if progress else None
-    out = task_accuracy(model, domain.task_env, sketches, seed=EPISODE_SEED + seed, progress=report)
+    out = task_accuracy(model, domain.task_env, sketches, seed=EPISODE_SEED + seed, progress=report,
+                        stop_threshold=stop_threshold)
     by_length = {}
     for L in lengths or ():
         sketches = domain.sample_sketches(n_tasks, L, np.random.default_rng([TEST_SKETCH_SEED + seed, L]))
         report = progress(f"evaluate L_test = {L}") if progress else None
         by_length[str(L)] = task_accuracy(model, domain.task_env, sketches, seed=EPISODE_SEED + seed,
-                                          progress=report)["task_accuracy"]
+                                          progress=report, stop_threshold=stop_threshold)["task_accuracy"]
     if by_length:
         out["task_accuracy_by_length"] = by_length
     return out

@@ -91,6 +91,27 @@ def test_evaluate_task_accuracy_against_sketch_length(trained, capsys):
     assert all(0.0 <= v <= 1.0 for v in result["task_accuracy_by_length"].values())
 
 
+def test_evaluate_stop_threshold_reaches_every_stop_decision(trained, capsys, monkeypatch):
+    """--stop-threshold P: every STOP decision of the rollouts compares against P; a value
+    outside (0, 1) is a usage error naming the option."""
+    from taco_ref import policy
+    seen = set()
+    stops = policy.stops
+
+    def recording(params, cfg, subtask, state, stop_threshold=0.5):
+        seen.add(stop_threshold)
+        return stops(params, cfg, subtask, state, stop_threshold)
+
+    monkeypatch.setattr(policy, "stops", recording)
+    assert cli.main(["evaluate", "--model", str(trained / "model"), "--n-tasks", "2",
+                     "--stop-threshold", "0.8"]) == 0
+    assert seen == {0.8}
+    capsys.readouterr()
+    for bad in ("1", "0", "x"):
+        assert cli.main(["evaluate", "--model", str(trained / "model"), "--stop-threshold", bad]) == 2
+        assert "--stop-threshold" in capsys.readouterr().err
+
+
 def test_evaluate_rejects_a_model_of_another_domain(trained, capsys):
     assert cli.main(["evaluate", "--model", str(trained / "model"), "--domain", "dial",
                      "--n-tasks", "1"]) == 2
