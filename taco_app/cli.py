@@ -110,7 +110,8 @@ def cmd_evaluate(args):
     if demos is not None:
         evaluate.check_compatible(model, demos)
     result = evaluate.protocol(model, dom, args.n_tasks, args.seed, sketch_len=args.sketch_len,
-                               lengths=args.lengths, progress=_progress, stop_threshold=args.stop_threshold)
+                               lengths=args.lengths, progress=_progress, stop_threshold=args.stop_threshold,
+                               views=model.config.get("views", 1) if args.views is None else args.views)
     done = result["outcomes"].count("1")
     result["task_accuracy_ci95"] = list(evaluate.wilson_interval(done, result["n_tasks"]))
     print("\n".join(evaluate.failure_table(result) + evaluate.subtask_lines(result, dom.vocab)),
@@ -391,6 +392,9 @@ def build_parser():
     p.add_argument("--seed", type=non_negative, default=0)
     p.add_argument("--stop-threshold", type=probability, default=0.5, metavar="P",
                    help="a sub-policy stops when its P(STOP | state) exceeds P (default 0.5)")
+    p.add_argument("--views", type=positive, default=None, metavar="N",
+                   help="decide over N views of each state (the domain's; default: the model's "
+                        "config, else 1: the state alone)")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("align", help="alignment accuracy on demonstrations, and a picture")

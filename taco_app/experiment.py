@@ -91,7 +91,8 @@ def run(cell, demos=None, test_demos=None, run_dir=None):
     resume = run_dir is not None and os.path.exists(os.path.join(run_dir, train.CHECKPOINT_META))
     model = train.train(demos, cfg, progress=False, validate=validate, out_dir=run_dir, resume=resume,
                         augment=dom.augment)
-    acc = evaluate.protocol(model, dom, cell["n_tasks"], cell["seed"], lengths=cell.get("test_lengths") or ())
+    acc = evaluate.protocol(model, dom, cell["n_tasks"], cell["seed"], lengths=cell.get("test_lengths") or (),
+                            views=cfg.views)
     both = evaluate.alignment_accuracies(model, test_demos)
     align_acc, by_subtask = both["position"], both["subtask"]
     policy_stage = [h for h in model.info["history"] if h["stage"] == "policy"]

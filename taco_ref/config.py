@@ -17,6 +17,8 @@ DTYPES = ("float64", "float32")
 LR_DECAYS = ("none", "cosine")
 SELECTIONS = ("held_out_loss", "rollouts")
 MAX_WIDTH, MAX_LAYERS = 65536, 16
+MAX_VIEWS = 256
+"""Most views of a state a sub-policy may decide over (TrainConfig.views)."""
 """Bounds on the hidden sizes a config may ask for (the paper's largest layer is 400 wide)."""
 
 
@@ -132,6 +134,12 @@ class SharedConfig:
     Held-out and evaluation data stay as recorded. It reads the sketches, never a label. Needs a
     domain that has one (`taco train` on a domain's data, `taco experiment`); false before it
     existed (cell keys leave it out)."""
+    views: int = field(default=1, metadata={"before": 1})
+    """Execution, not training: each sub-policy decides STOP and its action from the means over
+    this many views of the state (the domain's state_views, the state itself first; the Dial:
+    the keys it does not press rearranged, spec/evaluation.md eq. (8)); 1 = the state alone.
+    Used by `taco evaluate` (unless --views), `taco experiment` and the ROS bridge from the
+    model's config (1 before it existed: cell keys leave it out)."""
     conv_channels: list = field(default_factory=list, metadata={"before": []})
     """Image states only: output channels of each layer of the convolutional core shared by all
     sub-policies (paper table 2, Dial images: [10, 5, 3]; spec/policy.md §10); CTC-BC's
@@ -160,6 +168,8 @@ class SharedConfig:
         if not low <= self.sigma_init <= high:
             raise ValueError(f"sigma_init must be a positive number in [{low:g}, {high:g}] "
                              f"(policy.SIGMA_RANGE), got {self.sigma_init!r}")
+        if not 1 <= self.views <= MAX_VIEWS:
+            raise ValueError(f"views must be an integer in [1, {MAX_VIEWS}], got {self.views!r}")
         for name in ("batch_size", "epochs", "patience"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")

@@ -60,7 +60,8 @@ def classify_failure(sketch_len, progress, n_stops, failed, error=False):
     return ("wrong outcome" if failed else "timed out"), progress
 
 
-def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5, observer=None, sample=True):
+def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5, observer=None, sample=True,
+            views=None):
     """Run one sketch (a sequence of sub-task ids) in env; returns a dict with
     success, progress (sub-tasks the env counted), steps, stop_times (step of each STOP),
     progress_times (step at which each counted sub-task was counted) and failure (None, or
@@ -77,12 +78,14 @@ def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5, observer=
     sub-policy's STOP (after which run.step returns None). spec/evaluation.md §1.
     Discrete actions are drawn from the sub-policy's categorical (sample False: its argmax), with
     a generator seeded by the episode's seed, so an episode is a function of (model, sketch, seed).
+    views(k, s) -> (n, D): decide over views of each state (SketchRunner, spec/evaluation.md
+    eq. (8)); None: the state alone.
     """
     obs = env.reset(sketch, seed=seed)
     budget = env.budget(len(sketch)) if budget is None else budget
     rng = np.random.default_rng([seed, ACTION_STREAM]) if sample and model.policy.discrete else None
     run = runner.SketchRunner(model.params, model.policy, model.vocab, stop_threshold=stop_threshold,
-                              max_subtask_steps=env.subtask_budget, rng=rng)
+                              max_subtask_steps=env.subtask_budget, rng=rng, views=views)
     run.start(sketch, now=0)
     if observer:
         observer(env, run.active)
@@ -127,11 +130,11 @@ def unpad(sketch):
     return ids[:n]
 
 
-def task_accuracy(model, make_env, sketches, seed=0, progress=None, stop_threshold=0.5):
+def task_accuracy(model, make_env, sketches, seed=0, progress=None, stop_threshold=0.5, views=None):
     """Execute every sketch (one seed each, derived from seed); task and sub-task accuracy,
     spec/evaluation.md eq. (1), and why the others failed. sketches: rows of ids, each possibly
     padded with -1 (mixed lengths). stop_threshold: a sub-policy stops when pi_k(STOP | s)
-    exceeds it (execute; 0.5, the default, is the more probable decision).
+    exceeds it (execute; 0.5, the default, is the more probable decision). views: execute's.
 
     Returns task_accuracy, subtask_accuracy, n_tasks, outcomes (a string of "1" for each
     sketch completed and "0" for each failed, in order: for paired comparisons), task_progress and
@@ -144,7 +147,7 @@ def task_accuracy(model, make_env, sketches, seed=0, progress=None, stop_thresho
     outcomes, failures, details, progress_of, lengths = [], {}, {}, [], []
     for i, (row, s) in enumerate(zip(sketches, seeds)):
         sketch = unpad(row)
-        out = execute(model, make_env(), sketch, int(s), stop_threshold=stop_threshold)
+        out = execute(model, make_env(), sketch, int(s), stop_threshold=stop_threshold, views=views)
         done += out["success"]
         completed += out["progress"]
         attempted += len(sketch)
@@ -297,7 +300,7 @@ def check_compatible(model, demos, what="the data"):
 
 
 def protocol(model, domain, n_tasks, seed=0, sketch_len=None, lengths=(), progress=None,
-             stop_threshold=0.5):
+             stop_threshold=0.5, views=1):
     """The evaluation protocol of spec/evaluation.md §3, the one used by `taco evaluate`, the
     experiment grid and the ROS bridge's offline check.
 
@@ -307,25 +310,40 @@ def protocol(model, domain, n_tasks, seed=0, sketch_len=None, lengths=(), progre
     EPISODE_SEED + seed; for each L of lengths, sample_sketches(n_tasks, L, default_rng([30_000 +
     seed, L])) with the same episode seed. Returns task_accuracy, subtask_accuracy, n_tasks and,
     with lengths, task_accuracy_by_length {str(L): accuracy}. progress(label) -> callback, if given.
-    stop_threshold: task_accuracy's.
+    stop_threshold: task_accuracy's. views: how many views of each state a sub-policy decides
+    over (domain.state_views; 1: the state alone; spec/evaluation.md eq. (8)).
     """
     if (isinstance(n_tasks, bool) or not isinstance(n_tasks, (int, np.integer))
             or not 1 <= n_tasks <= MAX_TASKS):
         raise ValueError(f"n_tasks: expected an integer in [1, {MAX_TASKS}], got {n_tasks!r}")
     check_vocab(model, domain.vocab, f"domain {domain.name}")
+    view_fn = state_views(domain, views)
     sketches = protocol_sketches(domain, n_tasks, seed, sketch_len)
     report = progress("evaluate") if progress else None
     out = task_accuracy(model, domain.task_env, sketches, seed=EPISODE_SEED + seed, progress=report,
-                        stop_threshold=stop_threshold)
+                        stop_threshold=stop_threshold, views=view_fn)
     by_length = {}
     for L in lengths or ():
         sketches = domain.sample_sketches(n_tasks, L, np.random.default_rng([TEST_SKETCH_SEED + seed, L]))
         report = progress(f"evaluate L_test = {L}") if progress else None
         by_length[str(L)] = task_accuracy(model, domain.task_env, sketches, seed=EPISODE_SEED + seed,
-                                          progress=report, stop_threshold=stop_threshold)["task_accuracy"]
+                                          progress=report, stop_threshold=stop_threshold,
+                                          views=view_fn)["task_accuracy"]
     if by_length:
         out["task_accuracy_by_length"] = by_length
     return out
+
+
+def state_views(domain, n):
+    """views(k, s) -> (n, D) for SketchRunner from domain.state_views, or None when n == 1.
+    ValueError naming views when n > 1 and the domain has none."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"views: expected an integer >= 1, got {n!r}")
+    if n == 1:
+        return None
+    if domain.state_views is None:
+        raise ValueError(f"views: domain {domain.name} has no state views (views must be 1)")
+    return lambda k, s: domain.state_views(k, s, n)
 
 
 def protocol_sketches(domain, n_tasks, seed=0, sketch_len=None):

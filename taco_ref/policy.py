@@ -444,6 +444,22 @@ def _one_input(params, cfg, state):
     return features(params, cfg, image[None])[0]
 
 
+def view_decision(params, cfg, subtask, views):
+    """(pi_STOP, action) of sub-policy `subtask` averaged over views (n, D) of one state, state
+    vectors with continuous actions only; spec/evaluation.md eq. (8): the mean of
+    pi_k(STOP | v) over the views and the mean of the action means. One forward pass per net
+    for all n rows."""
+    if cfg.image_shape is not None or cfg.discrete:
+        raise ValueError("views: only for state vectors with continuous actions")
+    views = np.asarray(views, dtype=np.float64)
+    if views.ndim != 2 or views.shape[1] != cfg.state_dim or not len(views):
+        raise ValueError(f"views: expected an (n, {cfg.state_dim}) array with n >= 1, got {views.shape}")
+    x = normalise(params, views)                                             # (n, D)
+    logit, _ = nn.mlp_forward(_layers(params, "stop", subtask, cfg), x, cfg.activation)   # (n, 1)
+    head, _ = nn.mlp_forward(_layers(params, "act", subtask, cfg), x, cfg.activation)     # (n, A)
+    return float(nn.sigmoid(logit[:, 0]).mean()), head.mean(axis=0)
+
+
 def act(params, cfg, subtask, state, stop_threshold=0.5, rng=None):
     """One control decision of sub-policy `subtask` in `state` (D,); spec/policy.md eq. (8).
 

@@ -119,10 +119,14 @@ class SketchRunner:
                      |       | (a domain's subtask_budget, e.g. Craft's); None: never
     rng              |       | numpy Generator: discrete actions are drawn from pi_k(a | s)
                      |       | (policy.action), one draw per action; None: the most probable
+    views            |       | views(k, s) -> (n, D) states sub-policy k should act alike in
+                     |       | (a domain's state_views); its STOP probability and action are then
+                     |       | the means over them (policy.view_decision, spec/evaluation.md
+                     |       | eq. (8)); None: s alone
     """
 
     def __init__(self, params, cfg, vocab, limits=None, max_subtask_time=None, stop_threshold=0.5,
-                 max_subtask_steps=None, rng=None):
+                 max_subtask_steps=None, rng=None, views=None):
         if len(vocab) != cfg.n_subtasks:
             raise ValueError(f"vocab has {len(vocab)} names, the policy {cfg.n_subtasks} sub-tasks")
         if limits is not None:
@@ -142,6 +146,10 @@ class SketchRunner:
         self.limits, self.max_subtask_time = limits, max_subtask_time
         self.stop_threshold = stop_threshold
         self.rng = rng
+        if views is not None and (cfg.discrete or cfg.image_shape is not None):
+            raise ValueError("views: only for state vectors with continuous actions")
+        self.views = views
+        self._decision = None                     # (sub-task, state, (p_stop, action)) of views
         self._reset("idle", sketch=[], now=None)
 
     def _reset(self, state, sketch, now):
@@ -210,7 +218,10 @@ class SketchRunner:
             if self.active == len(self.sketch):
                 self.state = "done"
                 return None
-        action = policy.action(self.params, self.cfg, self.sketch[self.active], state, self.rng)
+        if self.views is None:
+            action = policy.action(self.params, self.cfg, self.sketch[self.active], state, self.rng)
+        else:
+            action = self._view_decision(state)[1]
         if not self.cfg.discrete:
             action = np.asarray(action, dtype=np.float64)                    # (A,)
             if not np.isfinite(action).all():
@@ -224,7 +235,17 @@ class SketchRunner:
         return action
 
     def _stops(self, state):
+        if self.views is not None:
+            return self._view_decision(state)[0] > self.stop_threshold
         return policy.stops(self.params, self.cfg, self.sketch[self.active], state, self.stop_threshold)
+
+    def _view_decision(self, state):
+        """(p_stop, action) of the active sub-policy over views of state, computed once per
+        (sub-task, state): the STOP test and the action of one step share it."""
+        k, state = self.sketch[self.active], np.array(state, dtype=np.float64)
+        if self._decision is None or self._decision[0] != k or not np.array_equal(self._decision[1], state):
+            self._decision = (k, state, policy.view_decision(self.params, self.cfg, k, self.views(k, state)))
+        return self._decision[2]
 
     def status(self):
         """The run as a JSON-ready dict: state, sketch (names), active (position or None),

@@ -304,3 +304,16 @@ def test_velocity_interface_dials_offline():
         assert run.outcome == "done" and env.presses == sketch, (sketch, env.presses)
         assert all(c.shape == (6,) and (np.abs(c) <= dial.VELOCITY_LIMITS + 1e-12).all() for c in commands)
         assert not math.isnan(ctl.result(run)["elapsed"])
+
+
+def test_a_model_with_views_decides_over_them_in_the_bridge():
+    """A model whose config sets views = n decides over taco_sim.dial.augment.other_key_views
+    of each state in the bridge, as `taco evaluate` does (spec/evaluation.md eq. (8)); without
+    it, over the state alone."""
+    from taco_sim.dial.augment import other_key_views
+    plain = random_model(stop_bias=0.0, act_bias=1.0)
+    viewed = Model(plain.params, plain.policy, plain.vocab, plain.algo, config={"views": 4})
+    assert controller(plain).runner.views is None
+    views = controller(viewed).runner.views
+    state = dial.observe(PLAUSIBLE_Q, np.array([0.0, 0.5, 0.3]), KEY_POS)
+    np.testing.assert_array_equal(views(3, state), other_key_views(3, state, 4))

@@ -519,3 +519,27 @@ def test_relayout_draws_every_free_slot_for_an_unpressed_key():
     for d in set(range(10)) - {2, 7}:
         counts = np.bincount(seen[d], minlength=12)[free]
         assert counts.min() >= 20, (d, counts)          # expected 300 / 8 = 37.5 each
+
+
+@given(st.integers(0, 9), st.integers(1, 12), st.integers(0, 2**31 - 1))
+def test_other_key_views_rearrange_only_the_keys_a_subtask_does_not_press(k, n, seed):
+    """spec/dial.md §9: view 0 is the state; in every view the joints and key k's offset are the
+    state's, and the ten offsets are those of the same fingertip on a layout of the same slots
+    with k in its slot; the views are a fixed function of (k, n) (same call, same views).
+    Checks spec/evaluation.md eq. (8)."""
+    from taco_sim.dial import augment
+    rng = np.random.default_rng(seed)
+    layout = dial_env.sample_layout(rng)
+    q, tip = rng.uniform(-1, 1, 9), rng.uniform(-0.2, 0.2, 3) + np.array([0.0, 0.5, 0.3])
+    state = _layout_states(layout, tip[None], q)[0]
+    views = augment.other_key_views(k, state, n)
+    assert views.shape == (n, dial.STATE_DIM)
+    np.testing.assert_array_equal(views[0], state)
+    np.testing.assert_array_equal(views[:, :9], np.broadcast_to(state[:9], (n, 9)))
+    np.testing.assert_array_equal(views[:, 9 + 3 * k:12 + 3 * k], np.broadcast_to(state[9 + 3 * k:12 + 3 * k], (n, 3)))
+    for v in views:
+        lay = augment.layout_of(v)
+        assert lay[k] == layout[k] and sorted(lay.tolist()) == sorted(layout.tolist())
+    np.testing.assert_array_equal(augment.other_key_views(k, state, n), views)
+    with pytest.raises(ValueError, match="n: expected"):
+        augment.other_key_views(k, state, 0)

@@ -361,3 +361,18 @@ def test_paired_difference_interval_covers_and_mirrors():
     assert 0.90 <= covered / 400 <= 0.99
     with pytest.raises(ValueError):
         evaluate.paired_difference_interval("011", "01")
+
+
+def test_state_views_need_a_domain_that_has_them():
+    """spec/evaluation.md eq. (8): views = 1 is the state alone (no function); more views need the
+    domain's state_views, else a ValueError naming views."""
+    import taco_sim
+    assert evaluate.state_views(taco_sim.get("navworld"), 1) is None
+    with pytest.raises(ValueError, match="views: domain navworld has no state views"):
+        evaluate.state_views(taco_sim.get("navworld"), 4)
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="views: expected an integer"):
+            evaluate.state_views(taco_sim.get("navworld"), bad)
+    views = evaluate.state_views(taco_sim.get("dial"), 3)
+    state = np.arange(39, dtype=np.float64)
+    assert views(4, state).shape == (3, 39)

@@ -299,3 +299,51 @@ def test_bad_arguments():
         r.start([4], now=0.0)
     with pytest.raises(ValueError, match="empty sketch"):
         r.start([], now=0.0)
+
+
+@given(st.integers(0, 2**31 - 1), st.floats(-3.0, 3.0), st.integers(1, 6))
+def test_views_average_stop_probability_and_action(seed, bias, n):
+    """spec/evaluation.md eq. (8): over views (n, D) the decision is the mean of the per-view
+    P(STOP | v) (against the threshold) and the mean of the action means; a single view of the
+    state itself decides exactly as the runner without views (same STOP steps, same actions)."""
+    from taco_ref import policy
+    model = random_model(seed, stop_bias=bias)
+    rng = np.random.default_rng(seed)
+    views = rng.normal(size=(n, navworld.STATE_DIM))
+    k = int(rng.integers(navworld.K))
+    p, a = policy.view_decision(model.params, model.policy, k, views)
+    assert p == pytest.approx(np.mean([policy.stop_probability(model.params, model.policy, k, v) for v in views]),
+                              rel=1e-12)
+    np.testing.assert_allclose(a, np.mean([policy.action(model.params, model.policy, k, v) for v in views], axis=0),
+                               rtol=1e-12, atol=1e-15)
+    env_a, plain = run_runner(model, [0, 2, 1], seed, 60)
+    actions = env_a.actions
+
+    def run_with(views_fn):
+        env = RecordingNavWorld()
+        obs = env.reset([0, 2, 1], seed=seed)
+        r = SketchRunner(model.params, model.policy, model.vocab, views=views_fn)
+        r.start([0, 2, 1], now=0)
+        while r.steps < 60 and not env.done and not env.failed:
+            stops = len(r.stop_steps)
+            action = r.step(obs, now=r.steps)
+            if len(r.stop_steps) > stops:
+                env.stop()
+            if action is None:
+                break
+            obs = env.step(action)
+        return env, r
+
+    env_b, same = run_with(lambda k, s: np.asarray(s, dtype=np.float64)[None])
+    assert same.stop_steps == plain.stop_steps and len(env_b.actions) == len(actions)
+    for x, y in zip(env_b.actions, actions):
+        np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-15)
+    with pytest.raises(ValueError, match="views"):
+        policy.view_decision(model.params, model.policy, k, views[:, :3])
+
+
+def test_views_refuse_discrete_policies():
+    cfg = PolicyConfig(state_dim=4, n_subtasks=2, action_dim=3, discrete=True, act_hidden=[4], stop_hidden=[4])
+    params = init_params(cfg, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="views: only for state vectors with continuous actions"):
+        SketchRunner(params, cfg, ("a", "b"), views=lambda k, s: s[None])

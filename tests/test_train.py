@@ -234,7 +234,7 @@ def test_resume_without_a_checkpoint(tmp_path, nav_small):
     ("ctc_decoder", "beam"), ("warmup_epochs", -1), ("temperature", 0.5), ("temperature", float("inf")),
     ("temperature_epochs", 200), ("temperature_epochs", -1), ("restarts", 0), ("restarts", 1.5),
     ("dtype", "float16"), ("dtype", 32), ("act_l2", -1e-3), ("stop_l2", float("inf")), ("act_l2", "x"), ("lr_decay", "linear"),
-    ("epoch_size", -1), ("epoch_size", 2.5), ("epoch_size", True),
+    ("epoch_size", -1), ("epoch_size", 2.5), ("epoch_size", True), ("views", 0), ("views", 257), ("views", 1.5),
 ])
 def test_train_config_rejects_bad_values_naming_the_field(key, value):
     with pytest.raises(ValueError, match=f"^{key} must"):

@@ -78,6 +78,10 @@ class Domain:
     augment            | augment(batch, rng): in place, a training minibatch's states moved to
                        | other states of the data's distribution (TrainConfig.augment; the Dial:
                        | taco_sim.dial.augment.relayout_unused_keys); None: the domain has none
+    state_views        | state_views(subtask, state, n) -> (n, D): views of one state the
+                       | sub-policy should act alike in, the first the state itself
+                       | (TrainConfig.views; the Dial: taco_sim.dial.augment.other_key_views);
+                       | None: the domain has none
     """
 
     name: str
@@ -100,6 +104,7 @@ class Domain:
     control_dt: Optional[float] = None
     validation_env: Optional[Callable] = None
     augment: Optional[Callable] = None
+    state_views: Optional[Callable] = None
 
     def __post_init__(self):
         if not self.name or not self.name.replace("-", "_").isidentifier():

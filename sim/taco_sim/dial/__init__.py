@@ -24,13 +24,14 @@ __all__ = ["ACTION_DIM", "CONTROL_DT", "DART_SIGMA", "DIGIT_SLOTS", "HOME", "JOI
 import numpy as np  # noqa: E402
 
 from taco_sim.domain import Domain, package_file, register  # noqa: E402
-from taco_sim.dial.augment import relayout_unused_keys  # noqa: E402
+from taco_sim.dial.augment import other_key_views, relayout_unused_keys  # noqa: E402
 
 DOMAIN = register(Domain(
     name="dial", vocab=VOCAB, state_dim=STATE_DIM, action_dim=ACTION_DIM, discrete=False,
     train_sketch_len=TRAIN_SKETCH_LEN, test_sketch_len=TEST_SKETCH_LEN, collect=collect,
     task_env=task_env, sample_sketches=sample_sketches, test_sketches=zero_shot_sketches,
-    validation_env=validation_env, augment=relayout_unused_keys, config=package_file("configs", "dial.yaml"),
+    validation_env=validation_env, augment=relayout_unused_keys, state_views=other_key_views,
+    config=package_file("configs", "dial.yaml"),
     models={"default": package_file("dial", "models", "dial")}, renders=True,
     parallel_collect=True, control_dt=CONTROL_DT))
 """The Dial (joint-state variant) on the domain contract; its shipped model is the ROS 2
@@ -43,7 +44,8 @@ VELOCITY_DOMAIN = register(Domain(
     discrete=False, train_sketch_len=TRAIN_SKETCH_LEN, test_sketch_len=TEST_SKETCH_LEN,
     collect=velocity.collect, task_env=velocity.task_env, sample_sketches=sample_sketches,
     test_sketches=zero_shot_sketches, validation_env=velocity.validation_env,
-    augment=relayout_unused_keys, config=package_file("configs", "dial-velocity.yaml"),
+    augment=relayout_unused_keys, state_views=other_key_views,
+    config=package_file("configs", "dial-velocity.yaml"),
     models={"default": package_file("dial", "models", "dial-velocity")}, renders=True,
     parallel_collect=True, control_dt=CONTROL_DT))
 """The Dial's velocity variant (taco_sim.dial.velocity): six arm joint velocity targets per

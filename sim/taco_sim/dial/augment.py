@@ -1,5 +1,6 @@
-"""The Dial's training-time augmentation: the keys a demonstration never presses, moved to other
-free slots (spec/dial.md §9).
+"""The keys a sub-task does not press, moved: in training, the keys a demonstration never presses
+go to other free slots (relayout_unused_keys); in execution, each sub-policy can decide over
+views of its state with the other keys rearranged (other_key_views). spec/dial.md §9.
 
 A state holds the offset of every key from the fingertip (spec/dial.md §3). A demonstration
 presses the digits of its sketch; the other keys only sit there. Moving them to other slots
@@ -55,3 +56,43 @@ def relayout_unused_keys(batch, rng):
                 break
         shift = (slots[new] - slots[layout]).astype(states.dtype)           # (K, 3), 0 for pressed keys
         states[j, :T, JOINTS:JOINTS + 3 * K] += shift.ravel()
+
+
+VIEW_SEED = 70_000
+"""The permutations of other_key_views come from np.random.default_rng([VIEW_SEED, k, i])."""
+MAX_VIEWS = 256
+
+
+def other_key_permutation(subtask, i):
+    """(K,) the i-th fixed permutation for sub-task k = subtask: digit d reads digit p[d]'s
+    offset, p[k] = k, the other digits permuted uniformly (i >= 1; i = 0 is the identity)."""
+    p = np.arange(K)
+    if i:
+        others = np.array([d for d in range(K) if d != subtask])
+        p[others] = np.random.default_rng([VIEW_SEED, subtask, i]).permutation(others)
+    return p
+
+
+_PERMUTATIONS = {}
+
+
+def other_key_views(subtask, state, n):
+    """(n, D) views of one state (D,) for sub-policy k = subtask (spec/dial.md §9): view 0 is
+    the state; view i the state with the offsets of the digits d != k permuted among themselves
+    by other_key_permutation(k, i). The joints and key k's offset are the same in every view,
+    and each view is the state of the same fingertip on another layout of the same slots."""
+    if not 1 <= n <= MAX_VIEWS:
+        raise ValueError(f"n: expected a number of views in [1, {MAX_VIEWS}], got {n}")
+    if not 0 <= subtask < K:
+        raise ValueError(f"subtask: expected a digit id in [0, {K - 1}], got {subtask}")
+    key = (int(subtask), int(n))
+    if key not in _PERMUTATIONS:
+        _PERMUTATIONS[key] = np.stack([other_key_permutation(subtask, i) for i in range(n)])  # (n, K)
+    perms = _PERMUTATIONS[key]
+    state = np.asarray(state, dtype=np.float64)
+    offsets = state[JOINTS:JOINTS + 3 * K].reshape(K, 3)[perms]                 # (n, K, 3)
+    views = np.empty((n, state.shape[0]))
+    views[:, :JOINTS] = state[:JOINTS]
+    views[:, JOINTS:JOINTS + 3 * K] = offsets.reshape(n, 3 * K)
+    views[:, JOINTS + 3 * K:] = state[JOINTS + 3 * K:]
+    return views

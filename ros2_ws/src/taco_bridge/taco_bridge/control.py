@@ -45,6 +45,7 @@ import numpy as np
 from taco_ref import policy
 from taco_ref.runner import SketchRunner
 from taco_sim import dial
+from taco_sim.dial.augment import other_key_views
 from taco_sim.dial.env import load_model as load_arm
 
 from taco_bridge import keypad
@@ -169,7 +170,10 @@ class Controller:
     """The decisions of the policy node; see the module docstring.
 
     Symbol           | Shape  | Meaning
-    model            |        | taco_ref.model.Model of the Dial domain (its interface's)
+    model            |        | taco_ref.model.Model of the Dial domain (its interface's); with
+                     |        | views > 1 in its config, every decision is over that many views
+                     |        | of the state (taco_sim.dial.augment.other_key_views), as in
+                     |        | `taco evaluate`
     key_pos          | (K, 3) | key top positions (m), base frame
     limits           | (A,)   | action limits (N m or rad/s)
     low, high        | (J,)   | joint positions accepted (joint_bounds)
@@ -188,8 +192,10 @@ class Controller:
                              f'{period:g} s + {DELIVERY_MARGIN:g} s')
         self.model, self.key_pos, self.low, self.high = model, key_pos, low, high
         self.period, self.timeout, self.press_grace = period, timeout, press_grace
+        n_views = int((model.config or {}).get("views", 1))   # the model's execution setting
         self.runner = SketchRunner(model.params, model.policy, model.vocab, limits=limits,
-                                   max_subtask_time=max_subtask_time, stop_threshold=stop_threshold)
+                                   max_subtask_time=max_subtask_time, stop_threshold=stop_threshold,
+                                   views=None if n_views == 1 else (lambda k, s: other_key_views(k, s, n_views)))
         self.on_end = on_end
         self.press_rule = keypad.PressRule()
         self.run = None                   # the Run in progress, or the last one
