@@ -32,10 +32,8 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import taco_sim  # noqa: E402
 from taco_sim.dial import env as dial_env  # noqa: E402
+from taco_sim.dial.augment import JOINTS  # noqa: E402
 from taco_ref import evaluate, model as model_mod, policy  # noqa: E402
-
-JOINTS = 9
-"""obs[:9] are the joints, obs[9 + 3 d : 12 + 3 d] digit d's key offset (spec/dial.md §3)."""
 
 
 def other_key_permutations(seed, K=dial_env.K):

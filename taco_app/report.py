@@ -192,12 +192,14 @@ def cell_sketches(r):
     return sketches
 
 
-def cell_subtask_success(r):
+def cell_subtask_success(r, sketches=None):
     """A row's per-sub-task success (evaluate.subtask_success), or None: recorded in the cell, else
-    rebuilt from its task_progress and its test sketches (cell_sketches)."""
+    rebuilt from its task_progress and its test sketches (cell_sketches(r), unless given)."""
     if r.get("subtask_success"):
         return r["subtask_success"]
-    sketches = cell_sketches(r) if r.get("task_progress") else None
+    if not r.get("task_progress"):
+        return None
+    sketches = cell_sketches(r) if sketches is None else sketches
     return None if sketches is None else evaluate.subtask_success(sketches, r["task_progress"])
 
 
@@ -214,20 +216,24 @@ def subtask_table(results, domain):
     spec/evaluation.md eq. (7)) beside its task accuracy and the task accuracy those shares give
     if sub-tasks fail independently (independent_accuracy: "product"), one row per (algo, size,
     seed), its lowest entry in bold; "" when no cell has it."""
-    rows = [(r, cell_subtask_success(r)) for r in results]
-    rows = [(r, ok) for r, ok in rows if ok]
+    rows = []
+    for r in results:
+        sketches = cell_sketches(r)                       # drawn once: the shares and "product"
+        ok = cell_subtask_success(r, sketches)
+        if ok:
+            rows.append((r, ok, sketches))
     if not rows:
         return ""
     vocab = taco_sim.get(domain).vocab
     lines = ["| sub-task success by sub-task, % | demos | seed | task acc. | product | "
              + " | ".join(vocab) + " |", "|---|---:|---:|---:|---:|" + "---:|" * len(vocab)]
     for algo in ALGOS:
-        for r, ok in sorted((x for x in rows if x[0]["algo"] == algo), key=lambda x: (x[0]["size"], x[0]["seed"])):
+        for r, ok, sketches in sorted((x for x in rows if x[0]["algo"] == algo),
+                                      key=lambda x: (x[0]["size"], x[0]["seed"])):
             shares = {int(k): 100 * done / reached for k, (done, reached) in ok.items()}
             low = min(shares, key=shares.get)
             cells = [("-" if k not in shares else f"**{shares[k]:.0f}**" if k == low else f"{shares[k]:.0f}")
                      for k in range(len(vocab))]
-            sketches = cell_sketches(r)
             product = "-" if sketches is None else f"{100 * independent_accuracy(sketches, ok):.1f}"
             lines.append(f"| {LABELS[algo]} | {r['size']} | {r['seed']} | {100 * r['task_accuracy']:.1f} | "
                          f"{product} | " + " | ".join(cells) + " |")

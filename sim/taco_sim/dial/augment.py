@@ -11,6 +11,7 @@ never a sub-task label or a segmentation, so TACO stays label-free.
 """
 import numpy as np
 
+from taco_ref.config import MAX_VIEWS
 from taco_sim.dial.env import DIGIT_SLOTS, K, STANDARD_LAYOUT, slot_positions
 
 JOINTS = 9
@@ -19,11 +20,11 @@ TOLERANCE = 1e-4
 """m: how far a key, placed back from its offset, may lie from its slot (float32 states: ~1e-7)."""
 
 
-def layout_of(state):
+def layout_of(state, slots=None):
     """(K,) slot of each digit in one state (D,), read from its key offsets: the fingertip f is
     the one of the candidates slot - offset[0] that puts every key on a slot. ValueError when no
-    candidate does (not a Dial state)."""
-    slots = slot_positions()                                              # (S, 3)
+    candidate does (not a Dial state). slots: slot_positions(), if the caller has it."""
+    slots = slot_positions() if slots is None else slots                  # (S, 3)
     offsets = np.asarray(state, dtype=np.float64)[JOINTS:JOINTS + 3 * K].reshape(K, 3)
     for f in slots - offsets[0]:                                          # (3,) a fingertip candidate
         dist = np.linalg.norm(offsets[:, None, :] + f - slots[None], axis=2)  # (K, S)
@@ -38,17 +39,17 @@ def relayout_unused_keys(batch, rng):
     """In place: for every demonstration of the batch (taco_ref.data.Demos), the digits not in
     its sketch go to a uniformly random assignment of the digit slots (DIGIT_SLOTS, as in
     sample_layout) its sketch's digits leave free (redrawn if that makes the standard layout,
-    which training never shows), the same for all
-    of its steps; its states' offsets of those keys move with them. Uses rng (a numpy Generator)
-    once per demonstration."""
+    which training never shows), the same for all of its steps; its states' offsets of those
+    keys move with them. Uses rng (a numpy Generator) once per demonstration."""
     slots = slot_positions()
     states = batch.states
     for j in range(batch.n):
         T = int(batch.traj_len[j])
-        layout = layout_of(states[j, 0])
+        layout = layout_of(states[j, 0], slots)
         pressed = sorted({int(k) for k in batch.sketch[j, :batch.sketch_len[j]]})
         others = [d for d in range(K) if d not in pressed]
-        free = [s for s in DIGIT_SLOTS.tolist() if s not in set(layout[pressed].tolist())]
+        taken = set(layout[pressed].tolist())
+        free = [s for s in DIGIT_SLOTS.tolist() if s not in taken]
         while True:
             new = layout.copy()
             new[others] = rng.permutation(free)
@@ -60,7 +61,6 @@ def relayout_unused_keys(batch, rng):
 
 VIEW_SEED = 70_000
 """The permutations of other_key_views come from np.random.default_rng([VIEW_SEED, k, i])."""
-MAX_VIEWS = 256
 
 
 def other_key_permutation(subtask, i):

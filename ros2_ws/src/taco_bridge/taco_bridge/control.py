@@ -42,10 +42,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from taco_ref import policy
+from taco_ref import evaluate, policy
 from taco_ref.runner import SketchRunner
 from taco_sim import dial
-from taco_sim.dial.augment import other_key_views
 from taco_sim.dial.env import load_model as load_arm
 
 from taco_bridge import keypad
@@ -195,7 +194,7 @@ class Controller:
         n_views = int((model.config or {}).get("views", 1))   # the model's execution setting
         self.runner = SketchRunner(model.params, model.policy, model.vocab, limits=limits,
                                    max_subtask_time=max_subtask_time, stop_threshold=stop_threshold,
-                                   views=None if n_views == 1 else (lambda k, s: other_key_views(k, s, n_views)))
+                                   views=evaluate.state_views(dial.DOMAIN, n_views))
         self.on_end = on_end
         self.press_rule = keypad.PressRule()
         self.run = None                   # the Run in progress, or the last one
