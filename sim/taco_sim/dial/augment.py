@@ -11,7 +11,6 @@ never a sub-task label or a segmentation, so TACO stays label-free.
 """
 import numpy as np
 
-from taco_ref.config import MAX_VIEWS
 from taco_sim.dial.env import DIGIT_SLOTS, K, STANDARD_LAYOUT, slot_positions
 
 JOINTS = 9
@@ -61,6 +60,8 @@ def relayout_unused_keys(batch, rng):
 
 VIEW_SEED = 70_000
 """The permutations of other_key_views come from np.random.default_rng([VIEW_SEED, k, i])."""
+MAX_VIEWS = 256
+"""taco_ref.config.MAX_VIEWS (domains import only taco_ref.data: tests/test_layout.py)."""
 
 
 def other_key_permutation(subtask, i):
