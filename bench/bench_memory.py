@@ -10,7 +10,8 @@ resident set size (os.wait4's ru_maxrss for that child). The commands:
 - taco align on --n-align demonstrations of each domain, collected here (seed 11);
 - taco rollout of one PIN with the torque model (a contact sheet PNG; needs offscreen GL);
 - taco train --resume: --n-train demonstrations of the Dial with the shipped model's config
-  (dial-small: nets [200, 100] / [150, 50]), stopped after one epoch, resumed for the second;
+  (dial: the paper's nets [300, 200, 100], augmentation), stopped after one epoch, resumed for
+  the second;
 - `taco --help`, the floor every command starts from (NumPy, MuJoCo, every domain imported).
 
 With --image-data DIR (a frame directory of the image Dial, e.g. the paper-scale set the
@@ -125,8 +126,8 @@ def main():
     train_data = os.path.join(tmp, "train.npz")
     data.save(data.load(os.path.join(tmp, "dial.npz")).subset(range(n_train)), train_data)
     run = os.path.join(tmp, "run")
-    small = ["--config", "dial-small", "--set", "epochs=2"]
-    subprocess.run(taco + ["train", "--data", train_data, "--out", run, "--stop-after", "1"] + small,
+    shipped = ["--config", "dial", "--set", "epochs=2"]
+    subprocess.run(taco + ["train", "--data", train_data, "--out", run, "--stop-after", "1"] + shipped,
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     commands = [("taco --help (the floor: NumPy, MuJoCo, every domain)", taco + ["--help"])]
@@ -143,8 +144,8 @@ def main():
     commands += [
         ("taco rollout dial, PIN 0 5 1 6", taco + ["rollout", "--model", os.path.join(MODELS, "dial"), "--domain",
                                                   "dial", "--sketch", "0 5 1 6", "--out", os.path.join(tmp, "r.png")]),
-        (f"taco train --resume, {n_train} Dial demonstrations (dial-small), 1 epoch",
-         taco + ["train", "--data", train_data, "--out", run, "--resume"] + small),
+        (f"taco train --resume, {n_train} Dial demonstrations (dial), 1 epoch",
+         taco + ["train", "--data", train_data, "--out", run, "--resume"] + shipped),
     ]
     print(f"address-space limit {limit / 1e9:g} GB; peak RSS of each command (its own process, "
           f"forked from a small launcher)\n")

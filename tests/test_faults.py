@@ -514,7 +514,7 @@ def test_shipped_models_run_under_an_address_space_limit(model, dial_data, tmp_p
                     "--out", tmp_path / "sheet.png"],
     }
     if model == "dial":
-        config = ["--config", "dial-small", "--set", "epochs=2"]
+        config = ["--config", "dial", "--set", "epochs=2"]                # the shipped model's
         run = tmp_path / "run"
         assert cli.main([str(a) for a in ["train", "--data", dial_data / "dial.npz", "--out", run,
                                           "--stop-after", "1"] + config]) == 0
