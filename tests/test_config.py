@@ -67,6 +67,12 @@ def test_each_domain_config_loads_and_the_name_of_a_shipped_config_works():
     for name in taco_sim.names():
         config.load(name)
     assert config.load(None, "dial-small").act_hidden == [200, 100]
+    # the Dial's recipe moves and averages over the keys a sub-task does not press (spec/dial.md
+    # §9, training.md §11); the velocity variant and the small nets keep both off until measured
+    dial = config.load("dial")
+    assert (dial.augment, dial.views) == (True, 8)
+    for name in ("dial-velocity", "dial-small", "dial-image-small", "navworld"):
+        assert (config.load(None, name).augment, config.load(None, name).views) == (False, 1), name
     with pytest.raises(FileNotFoundError, match="no shipped config of that name"):
         config.load(None, "no-such-config")
 
