@@ -72,7 +72,8 @@ def test_each_domain_config_loads_and_the_name_of_a_shipped_config_works():
     dial = config.load("dial")
     assert (dial.augment, dial.views) == (True, 8)
     for name in ("dial-velocity", "dial-small", "dial-image-small", "navworld"):
-        assert (config.load(None, name).augment, config.load(None, name).views) == (False, 1), name
+        cfg = config.load(None, name)
+        assert (cfg.augment, cfg.views) == (False, 1), name
     with pytest.raises(FileNotFoundError, match="no shipped config of that name"):
         config.load(None, "no-such-config")
 
