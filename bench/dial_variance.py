@@ -18,13 +18,19 @@ is scored on the same test PINs with the same episode seeds, except where those 
 
 For each factor: the task accuracies, their standard deviation, and the binomial standard error
 sqrt(p (1 - p) / M) of one accuracy on M PINs, beside which the two evaluation factors are
-read. Models are saved under OUT/models (a rerun trains only the missing ones); figures go to
-OUT/variance.json and a markdown table to stdout.
+read. Every model decides over the config's `views` of each state, as `taco evaluate` does.
+Models are saved under OUT/models (a rerun trains only the missing ones); --base takes an
+existing model (e.g. the shipped one) as the base run after checking that its config and data
+are the base's; --factors measures some factors only (and trains only their models). Figures go
+to OUT/variance.json and a markdown table to stdout.
 
     python bench/dial_variance.py --algo taco --out results/dial-variance/taco
     python bench/dial_variance.py --algo gtbc --levels 3 --n-tasks 500 --set lr_decay=none
+    python bench/dial_variance.py --base sim/taco_sim/dial/models/dial --factors "minibatch order" \
+        "test PIN set" "rollout's own noise" --out OUT
 """
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -37,7 +43,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import taco_sim  # noqa: E402
-from taco_ref import evaluate, files, model as model_mod, train  # noqa: E402
+from taco_ref import config as config_ref, evaluate, files, model as model_mod, train  # noqa: E402
 from taco_app import config as config_mod, experiment  # noqa: E402
 
 
@@ -63,8 +69,32 @@ def trained(out, name, demos, cfg, validate, order=None):
     return model
 
 
+FACTORS = ("training seed", "minibatch order", "float rounding", "test PIN set", "rollout's own noise")
+
+
 def score(model, dom, sketches, episode_seed):
-    return evaluate.task_accuracy(model, dom.task_env, sketches, seed=episode_seed)["task_accuracy"]
+    views = evaluate.state_views(dom, model.config.get("views", 1))
+    return evaluate.task_accuracy(model, dom.task_env, sketches, seed=episode_seed, views=views)["task_accuracy"]
+
+
+def base_model(path, cfg, demos):
+    """The model at path as the base run: ValueError naming --base unless it was trained with
+    cfg's settings (seed and dtype included) on demos."""
+    model = model_mod.load(path)
+    want, have = dataclasses.asdict(cfg), dataclasses.asdict(train.TrainConfig.from_dict(model.config))
+    differ = [k for k in config_ref.fields_read_by(cfg.algo) if want[k] != have[k]]
+    if differ:
+        raise ValueError(f"--base {path}: trained with other settings than the base run's: "
+                         + ", ".join(f"{k}={have[k]!r} (base: {want[k]!r})" for k in differ))
+    data = model.info.get("data", {})
+    for key in ("domain", "seed", "sketch_len"):
+        if data.get(key) != demos.meta.get(key):
+            raise ValueError(f"--base {path}: trained on data with {key}={data.get(key)!r}, the base run's "
+                             f"has {demos.meta.get(key)!r}")
+    if model.info.get("train_size", 0) + model.info.get("held_out_size", 0) != demos.n:
+        raise ValueError(f"--base {path}: trained on {model.info.get('train_size', 0) + model.info.get('held_out_size', 0)}"
+                         f" demonstrations, the base run on {demos.n}")
+    return model
 
 
 def main(argv=None):
@@ -75,6 +105,10 @@ def main(argv=None):
     ap.add_argument("--levels", type=int, default=3, help="values per factor, the base included")
     ap.add_argument("--n-tasks", type=int, default=500)
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--factors", nargs="+", choices=FACTORS, default=list(FACTORS), metavar="FACTOR",
+                    help=f"the factors to measure (default: all of {', '.join(FACTORS)})")
+    ap.add_argument("--base", default=None, metavar="MODEL",
+                    help="an existing model directory as the base run (checked against its settings and data)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     dom = taco_sim.get(args.domain)
@@ -93,31 +127,36 @@ def main(argv=None):
 
     levels = range(args.levels)
     base_cfg = config()
-    models = {"base": trained(args.out, "seed0", demos, base_cfg, validator(base_cfg))}
-    for s in levels[1:]:
-        cfg = config(seed=s)
-        models[f"seed{s}"] = trained(args.out, f"seed{s}", demos, cfg, validator(cfg))
-    for o in levels[1:]:
-        models[f"order{o}"] = trained(args.out, f"order{o}", demos, base_cfg, validator(base_cfg), order=o)
+    models = {"base": (base_model(args.base, base_cfg, demos) if args.base
+                       else trained(args.out, "seed0", demos, base_cfg, validator(base_cfg)))}
+    if "training seed" in args.factors:
+        for s in levels[1:]:
+            cfg = config(seed=s)
+            models[f"seed{s}"] = trained(args.out, f"seed{s}", demos, cfg, validator(cfg))
+    if "minibatch order" in args.factors:
+        for o in levels[1:]:
+            models[f"order{o}"] = trained(args.out, f"order{o}", demos, base_cfg, validator(base_cfg), order=o)
     other = "float64" if base_cfg.dtype == "float32" else "float32"
-    cfg = config(dtype=other)
-    models[other] = trained(args.out, other, demos, cfg, validator(cfg))
+    if "float rounding" in args.factors:
+        cfg = config(dtype=other)
+        models[other] = trained(args.out, other, demos, cfg, validator(cfg))
 
     sketch_lists = [dom.test_sketches(args.n_tasks, np.random.default_rng(evaluate.TEST_SKETCH_SEED + i))
                     for i in levels]
     episode_seeds = [evaluate.EPISODE_SEED + i for i in levels]
     base_score = score(models["base"], dom, sketch_lists[0], episode_seeds[0])
-    factors = {
-        "training seed": [base_score] + [score(models[f"seed{s}"], dom, sketch_lists[0], episode_seeds[0])
-                                         for s in levels[1:]],
-        "minibatch order": [base_score] + [score(models[f"order{o}"], dom, sketch_lists[0], episode_seeds[0])
-                                           for o in levels[1:]],
-        "float rounding": [base_score, score(models[other], dom, sketch_lists[0], episode_seeds[0])],
-        "test PIN set": [base_score] + [score(models["base"], dom, sketch_lists[i], episode_seeds[0])
+    scores = {
+        "training seed": lambda: [score(models[f"seed{s}"], dom, sketch_lists[0], episode_seeds[0])
+                                  for s in levels[1:]],
+        "minibatch order": lambda: [score(models[f"order{o}"], dom, sketch_lists[0], episode_seeds[0])
+                                    for o in levels[1:]],
+        "float rounding": lambda: [score(models[other], dom, sketch_lists[0], episode_seeds[0])],
+        "test PIN set": lambda: [score(models["base"], dom, sketch_lists[i], episode_seeds[0])
+                                 for i in levels[1:]],
+        "rollout's own noise": lambda: [score(models["base"], dom, sketch_lists[0], episode_seeds[i])
                                         for i in levels[1:]],
-        "rollout's own noise": [base_score] + [score(models["base"], dom, sketch_lists[0], episode_seeds[i])
-                                               for i in levels[1:]],
     }
+    factors = {k: [base_score] + scores[k]() for k in FACTORS if k in args.factors}
     binomial = float(np.sqrt(base_score * (1 - base_score) / args.n_tasks))
     rows = {k: {"task_accuracy": v, "sd": float(np.std(v, ddof=1))} for k, v in factors.items()}
     report = dict(domain=args.domain, algo=args.algo, size=args.size, n_tasks=args.n_tasks,
