@@ -317,3 +317,22 @@ def test_a_model_with_views_decides_over_them_in_the_bridge():
     views = controller(viewed).runner.views
     state = dial.observe(PLAUSIBLE_Q, np.array([0.0, 0.5, 0.3]), KEY_POS)
     np.testing.assert_array_equal(views(3, state), other_key_views(3, state, 4))
+
+
+def test_bridge_offline_bench_counts_dialled_pins(tmp_path, capsys):
+    """bench/bridge_offline.py runs this control step over the protocol's test PINs: the shipped
+    velocity model dials the first ones; a model whose STOP never fires dials none (time-outs)."""
+    import importlib.util
+    import json
+    import os
+    from taco_ref.model import save
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "bridge_offline.py")
+    spec = importlib.util.spec_from_file_location("bridge_offline", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bench.main([taco_sim.get("dial-velocity").models["default"], "--interface", "velocity", "--n-tasks", "2"])
+    report = json.loads(capsys.readouterr().out)
+    assert (report["n_tasks"], report["dialled"], report["interface"]) == (2, 2, "velocity")
+    save(random_model(stop_bias=-50.0), str(tmp_path / "never-stops"))
+    bench.main([str(tmp_path / "never-stops"), "--n-tasks", "1"])
+    assert json.loads(capsys.readouterr().out)["dialled"] == 0

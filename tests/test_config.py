@@ -68,10 +68,12 @@ def test_each_domain_config_loads_and_the_name_of_a_shipped_config_works():
         config.load(name)
     assert config.load(None, "dial-small").act_hidden == [200, 100]
     # the Dial's recipe moves and averages over the keys a sub-task does not press (spec/dial.md
-    # §9, training.md §11); the velocity variant and the small nets keep both off until measured
-    dial = config.load("dial")
-    assert (dial.augment, dial.views) == (True, 8)
-    for name in ("dial-velocity", "dial-small", "dial-image-small", "navworld"):
+    # §9, training.md §11), and so does the velocity variant (sigma scaled to its actions); the
+    # small nets keep both off until measured
+    dial, velocity = config.load("dial"), config.load(None, "dial-velocity")
+    assert (dial.augment, dial.views) == (velocity.augment, velocity.views) == (True, 8)
+    assert velocity.act_hidden == dial.act_hidden == [300, 200, 100] and velocity.sigma == 0.1
+    for name in ("dial-small", "dial-image-small", "navworld"):
         cfg = config.load(None, name)
         assert (cfg.augment, cfg.views) == (False, 1), name
     with pytest.raises(FileNotFoundError, match="no shipped config of that name"):
