@@ -31,26 +31,15 @@ import taco_sim  # noqa: E402
 from taco_ref import evaluate  # noqa: E402
 from taco_ref.model import load  # noqa: E402
 from taco_sim import dial  # noqa: E402
-from taco_bridge.control import Controller, joint_bounds  # noqa: E402
+from taco_bridge.control import Controller, joint_bounds, run_offline  # noqa: E402
 
 INTERFACES = {"effort": ("dial", dial.TORQUE_LIMITS), "velocity": ("dial-velocity", dial.VELOCITY_LIMITS)}
 
 
 def dial_pin(ctl, env, sketch, velocity):
-    """Run the controller's control step on env until the run ends (no keypad topic: the press
-    rule reads the fingertip, as the node does without /dial/pressed); True if the PIN was
-    dialled."""
-    run = ctl.start(sketch, 0.0)
-    for t in range(dial.budget(len(sketch))):
-        now = t * dial.CONTROL_DT
-        ctl.joint_state(env.qpos, now)
-        command = ctl.tick(now)
-        if not run.in_progress:
-            break
-        if velocity:
-            env.velocity_step(command)
-        else:
-            env.step(command)
+    """True if the controller's control step dialled sketch on env (no keypad topic: the press
+    rule reads the fingertip, as the node does without /dial/pressed)."""
+    run = run_offline(ctl, env, sketch, env.velocity_step if velocity else env.step)
     return run.outcome == "done" and list(env.presses) == list(sketch)
 
 

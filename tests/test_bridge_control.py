@@ -22,7 +22,7 @@ from taco_ref.policy import PolicyConfig, init_params
 from taco_sim import dial
 
 from taco_bridge import keypad
-from taco_bridge.control import DELIVERY_MARGIN, OUTCOMES, Controller, joint_bounds
+from taco_bridge.control import DELIVERY_MARGIN, OUTCOMES, Controller, joint_bounds, run_offline
 
 PLAUSIBLE_Q = np.concatenate([dial.HOME, [1.2] * 3])      # (J,) home pose, fingers closed
 LOW, HIGH = joint_bounds(0.25)                              # (J,), (J,)
@@ -249,17 +249,7 @@ def test_implausible_and_stale_joint_states():
 # (c) the control step on taco_sim's DialEnv
 # ----------------------------------------------------------------------------------------------
 
-def dial_offline(ctl, env, sketch, step):
-    """Run the controller on env until the run ends; returns the run."""
-    run = ctl.start(sketch, 0.0)
-    for t in range(dial.budget(len(sketch))):
-        now = t * dial.CONTROL_DT
-        ctl.joint_state(env.qpos, now)
-        command = ctl.tick(now)
-        if not run.in_progress:
-            break
-        step(command)
-    return run
+dial_offline = run_offline                 # the control step on DialEnv, as bench/bridge_offline.py runs it
 
 
 @pytest.mark.parametrize("sketch", [[7, 7, 2], [5, 5, 1], [0, 0, 0], [3, 8, 2, 7, 4, 1, 5]])

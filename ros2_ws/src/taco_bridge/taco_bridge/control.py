@@ -469,3 +469,18 @@ class Controller:
                 'completed': list(run.completed), 'stop_times': [float(t) for t in run.stop_times],
                 'keypad': run.keypad, 'pressed': list(run.presses), 'steps': int(run.steps),
                 'elapsed': float(run.ended - run.started), 'message': run.message}
+
+
+def run_offline(ctl, env, sketch, step):
+    """Run the controller ctl's control step on a taco_sim DialEnv, without ROS, until the run
+    ends or the PIN's step budget is spent: joint state, tick, then step(command) (env.step for
+    torques, env.velocity_step for velocities). Returns the run."""
+    run = ctl.start(sketch, 0.0)
+    for t in range(dial.budget(len(sketch))):
+        now = t * dial.CONTROL_DT
+        ctl.joint_state(env.qpos, now)
+        command = ctl.tick(now)
+        if not run.in_progress:
+            break
+        step(command)
+    return run
