@@ -364,6 +364,7 @@ class FrameStates:
     states[idx, :T']  with idx an index array, list, range or slice -> FrameStates (no read)
     states[b, t]      with integer arrays b, t of one shape         -> ndarray (b.shape + (H, W, C))
     states[n]         one demonstration, padded to T                 -> ndarray (T, H, W, C)
+    states[n, :T']    the same, its first T' steps (any slice of time) -> ndarray
     np.asarray(states)                                              -> the whole padded ndarray
     Padding frames (t >= T_n) read as zeros, as the .npz format writes them. Pickled, it is
     its directory and selection: a worker process reopens the files.
@@ -405,6 +406,8 @@ class FrameStates:
         if not (isinstance(key, tuple) and len(key) == 2):
             raise TypeError(f"FrameStates: index with [idx, :T], [b, t] or [n], got {key!r}")
         first, second = key
+        if isinstance(first, (int, np.integer)) and isinstance(second, slice):
+            return self[first][second]                    # as an ndarray: (T', H, W, C)
         if isinstance(second, slice):
             if second.start not in (None, 0) or second.step not in (None, 1):
                 raise TypeError(f"FrameStates: the time index must be :T, got {second!r}")
