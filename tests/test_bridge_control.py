@@ -249,9 +249,6 @@ def test_implausible_and_stale_joint_states():
 # (c) the control step on taco_sim's DialEnv
 # ----------------------------------------------------------------------------------------------
 
-dial_offline = run_offline                 # the control step on DialEnv, as bench/bridge_offline.py runs it
-
-
 @pytest.mark.parametrize("sketch", [[7, 7, 2], [5, 5, 1], [0, 0, 0], [3, 8, 2, 7, 4, 1, 5]])
 def test_repeated_digits_offline(sketch):
     """The controller's control step (release step + press rule) on taco_sim's DialEnv: every
@@ -262,7 +259,7 @@ def test_repeated_digits_offline(sketch):
         ctl = controller(model=model, period=dial.CONTROL_DT)
         env = dial.DialEnv()
         env.reset(seed=seed, layout="standard")
-        run = dial_offline(ctl, env, sketch, env.step)
+        run = run_offline(ctl, env, sketch, env.step)
         assert run.outcome == "done" and env.presses == sketch, (seed, env.presses)
     if sketch[0] == sketch[1]:            # the plain runner, for contrast
         env = dial.DialEnv()
@@ -290,7 +287,7 @@ def test_velocity_interface_dials_offline():
         def step(command):
             commands.append(command)
             env.velocity_step(command)
-        run = dial_offline(ctl, env, sketch, step)
+        run = run_offline(ctl, env, sketch, step)
         assert run.outcome == "done" and env.presses == sketch, (sketch, env.presses)
         assert all(c.shape == (6,) and (np.abs(c) <= dial.VELOCITY_LIMITS + 1e-12).all() for c in commands)
         assert not math.isnan(ctl.result(run)["elapsed"])
