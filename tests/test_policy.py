@@ -300,6 +300,32 @@ def _fixed_image_case():
     return cfg, params, case, R
 
 
+@given(n=st.integers(0, 3), H=st.integers(1, 5), W=st.integers(1, 5), C=st.integers(1, 4),
+       dtype=st.sampled_from([np.float32, np.float64]), integer=st.booleans(), strided=st.booleans(),
+       seed=seeds)
+def test_image_input_is_the_per_channel_normalisation(n, H, W, C, dtype, integer, strided, seed):
+    """policy.image_input is (x - m_c) / sigma_c per channel, computed as x / sigma_c - m_c /
+    sigma_c in dtype: bit for bit what the plain broadcast of the (C,) statistics gives, for
+    pixel counts and float images, contiguous or strided, with no image at all, into a fresh
+    array (the input is never written)."""
+    rng = np.random.default_rng(seed)
+    shape = (n, H, 2 * W if strided else W, C)
+    images = (rng.integers(0, 256, size=shape, dtype=np.uint8) if integer
+              else rng.normal(100.0, 50.0, size=shape))
+    if strided:
+        images = images[:, :, ::2]
+    before = images.copy()
+    params = {"norm.mean": rng.uniform(0.0, 255.0, size=C), "norm.std": rng.uniform(0.5, 80.0, size=C)}
+    x = policy.image_input(params, images, dtype)
+    scale = (1.0 / params["norm.std"]).astype(dtype)
+    expected = np.multiply(images, scale, dtype=dtype) - params["norm.mean"].astype(dtype) * scale
+    assert x.dtype == dtype and x.shape == images.shape
+    np.testing.assert_array_equal(x, expected)
+    np.testing.assert_allclose(x, (images - params["norm.mean"]) / params["norm.std"],
+                               rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-5)
+    np.testing.assert_array_equal(images, before)
+
+
 def test_acting_on_one_image_agrees_with_evaluate():
     """policy.act on one image runs the core on it alone and gives the STOP probability and the
     action mean that evaluate scores for that image."""
