@@ -813,6 +813,32 @@ def test_conv2d_matches_autograd(case):
         close(got, want, f"d{what}")
 
 
+@pytest.mark.parametrize("shape, W_shape, stride, fold", [
+    ((3, 112, 112, 3), (5, 5, 3, 10), 2, 3),     # the paper's first layer: Wo = 54
+    ((2, 64, 64, 3), (5, 5, 3, 10), 2, 3),       # the reduced scale's: Wo = 30
+    ((2, 9, 18, 2), (3, 4, 2, 7), 2, 2),         # Wo = 8: two pixels a row
+    ((2, 9, 17, 2), (3, 4, 2, 7), 3, 1),         # Wo = 5: neither 3 nor 2 divides it
+    ((2, 54, 54, 10), (5, 5, 10, 5), 2, 1),      # the paper's second layer: K = 250, not folded
+])
+def test_conv2d_folds_short_narrow_layers_and_agrees_unfolded(monkeypatch, shape, W_shape, stride, fold):
+    """nn._fold picks g output pixels per patch row for short, narrow layers (FOLD_MAX_K), and
+    the folded forward pass and dW equal the unfolded ones (FOLD_MAX_K = 0) to rounding."""
+    rng = np.random.default_rng(7)
+    x, W, b = rng.normal(size=shape), rng.normal(size=W_shape), rng.normal(size=W_shape[3])
+    kh, kw, C, O = W_shape
+    Wo = nn.conv_output_size(shape[2], kw, stride)
+    assert nn._fold(kh * kw * C, O, Wo) == fold
+    out, cache = nn.conv2d_forward(x, W, b, stride)
+    R = rng.normal(size=out.shape)
+    grads = nn.conv2d_backward(R, cache)
+    monkeypatch.setattr(nn, "FOLD_MAX_K", 0)
+    assert nn._fold(kh * kw * C, O, Wo) == 1
+    out1, cache1 = nn.conv2d_forward(x, W, b, stride)
+    close(out, out1, "forward")
+    for got, want, what in zip(grads, nn.conv2d_backward(R, cache1), "xWb"):
+        close(got, want, f"d{what}")
+
+
 @given(conv_case())
 def test_conv2d_in_float32_keeps_its_dtype_and_matches_float64(case):
     """spec/policy.md eq. (11), (12), (14): float32 in, float32 out, within float32 rounding of the
