@@ -15,6 +15,7 @@ the evaluation is taco_ref.evaluate.protocol, the same as `taco evaluate`'s.
 """
 import os
 import platform
+import sys
 import time
 
 import numpy as np
@@ -70,6 +71,13 @@ def collected(directory, spec):
     return demos if same else None
 
 
+def _epoch_lines(cell):
+    """train's progress for a cell of hours (one with a run directory): a line on stderr after
+    every epoch, named by the cell, so a log shows how far each running cell has got."""
+    name = f"{cell['domain']}-{cell['algo']}-n{cell['size']}-seed{cell['seed']}"
+    return lambda line: print(f"{name}: {line}", file=sys.stderr, flush=True)
+
+
 def run(cell, demos=None, test_demos=None, run_dir=None):
     """One cell's figures (a dict): task_accuracy, subtask_accuracy, n_tasks, align_<decoder>
     for every decoder, task_accuracy_by_length (with test_lengths), epochs, policy_epochs,
@@ -79,7 +87,8 @@ def run(cell, demos=None, test_demos=None, run_dir=None):
     demos, test_demos: the cell's training and held-out data (`collect(data_specs(cell)[i])`);
     collected here when not given. run_dir: train there, with a checkpoint after every epoch,
     continuing the checkpoint found there (`run_dir_of`: the image Dial's cells, hours long,
-    survive an interruption at the last epoch instead of starting again).
+    survive an interruption at the last epoch instead of starting again), and a line on stderr
+    after every epoch.
     """
     dom = taco_sim.get(cell["domain"])
     train_spec, test_spec = data_specs(cell)
@@ -89,8 +98,8 @@ def run(cell, demos=None, test_demos=None, run_dir=None):
     validate = (evaluate.validation_rollouts(dom, cfg.select_tasks, cell["seed"], cell["train_sketch_len"])
                 if cfg.select == "rollouts" else None)
     resume = run_dir is not None and os.path.exists(os.path.join(run_dir, train.CHECKPOINT_META))
-    model = train.train(demos, cfg, progress=False, validate=validate, out_dir=run_dir, resume=resume,
-                        augment=dom.augment)
+    model = train.train(demos, cfg, progress=False if run_dir is None else _epoch_lines(cell),
+                        validate=validate, out_dir=run_dir, resume=resume, augment=dom.augment)
     acc = evaluate.protocol(model, dom, cell["n_tasks"], cell["seed"], lengths=cell.get("test_lengths") or (),
                             views=cfg.views)
     both = evaluate.alignment_accuracies(model, test_demos)

@@ -359,6 +359,9 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
     (same config and data), so an interrupted run ends exactly as an uninterrupted one would.
     A run already in out_dir is replaced only with overwrite=True (prepare_out_dir).
     stop_after=N returns None after N epochs of this call, leaving the checkpoint to resume from.
+    progress: True rewrites one line on log after every epoch (a terminal's progress line), a
+    callable is called with that line instead (one call per epoch: a log file's, or a grid
+    cell's, which prefixes its name), False says nothing.
     DivergedError if the loss stops being finite or exceeds DIVERGED_LOSS per step.
 
     TACO with cfg.restarts = N > 1 trains N runs one after the other (run r checkpoints in
@@ -436,18 +439,21 @@ def _train_run(demos, cfg, restart, out_dir, resume, log, progress, stop_after, 
         run.checkpoint()                          # a run stopped before its first epoch resumes too
     epochs = 0
     while run.stage_index < len(run.job.stages):
+        rewrite = progress and not callable(progress)  # a line rewritten in place on log
         if stop_after is not None and epochs >= stop_after:
-            if progress and epochs:
+            if rewrite and epochs:
                 print(file=log)                   # end the progress line
             return None, epochs
         if run.stage_done():
             run.next_stage()
-            if progress:
+            if rewrite:
                 print(file=log)
         else:
             run.epoch()
             epochs += 1
-            if progress:
+            if callable(progress):
+                progress(run.progress_line())
+            elif progress:
                 print(f"\r{run.progress_line()}", end="", file=log, flush=True)
         run.checkpoint()
     return run.model(), epochs

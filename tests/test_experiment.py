@@ -281,10 +281,11 @@ def test_the_report_rebuilds_a_cells_subtask_success_from_its_progress_and_the_p
     assert report.subtask_table([dict(row, task_progress=None)], "navworld") == ""
 
 
-def test_a_cell_interrupted_mid_training_continues_from_its_checkpoint(tmp_path):
+def test_a_cell_interrupted_mid_training_continues_from_its_checkpoint(tmp_path, capsys):
     """A cell of the image Dial trains for hours: with a run directory it checkpoints every
     epoch, and run again after an interruption it continues there and gives the figures of an
-    uninterrupted cell. Only streaming domains get one, named by the cell's key."""
+    uninterrupted cell, with a line on stderr, named by the cell, for each epoch it runs. Only
+    streaming domains get one, named by the cell's key."""
     from taco_ref import train
     c = cell("taco", size=12)
     demos, test_demos = (experiment.collect(s) for s in experiment.data_specs(c))
@@ -292,7 +293,10 @@ def test_a_cell_interrupted_mid_training_continues_from_its_checkpoint(tmp_path)
     run_dir = tmp_path / "run"
     cfg = train.TrainConfig.from_dict(dict(c["config"], algo="taco", seed=0))
     assert train.train(demos, cfg, out_dir=run_dir, stop_after=1, progress=False) is None   # "killed"
+    capsys.readouterr()
     resumed = experiment.run(c, demos, test_demos, run_dir=str(run_dir))
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("navworld-taco-n12-seed0: [taco ")]
+    assert lines and len(lines) == resumed["epochs"] - 1 and " epoch " in lines[-1]   # all but the first
     resumed.pop("train_seconds"), whole.pop("train_seconds")
     assert resumed == whole
     assert experiment.run_dir_of(str(tmp_path), c) is None                   # navworld: no checkpoints
