@@ -235,7 +235,7 @@ def image_input(params, images, dtype):
 
     Computed as x / sigma_c - m_c / sigma_c (two passes over a (n H, W C) view, the statistics
     tiled along a row: a ufunc broadcasting a (C,) operand runs its inner loop C = 3 elements
-    at a time, four times slower). float32 subnormals (spec/training.md
+    at a time, three to four times slower). float32 subnormals (spec/training.md
     eq. (12)) are flushed, a pass skipped where none can arise: for integer pixels and every
     |m_c| either 0 or >= 2^-40 (a mean of pixel counts is) with sigma_c <= 1e6 (< 2^20), both
     terms are 0 or at least 2^-60, and a nonzero difference of two such float32 numbers is at
@@ -243,7 +243,7 @@ def image_input(params, images, dtype):
     images = np.asarray(images)
     mean, std = params["norm.mean"].astype(dtype), params["norm.std"]
     scale = (1.0 / std).astype(dtype)
-    x = images.astype(dtype)                             # (n, H, W, C) a fresh array, ours to write
+    x = images.astype(dtype, order="C")                  # (n, H, W, C) a fresh C-order array, ours to write
     rows = x.reshape(-1, x.shape[-2] * x.shape[-1])      # (n H, W C) a view
     rows *= np.tile(scale, x.shape[-2])                  # x / sigma, in dtype: one pass
     rows -= np.tile(mean * scale, x.shape[-2])           # (x - m) / sigma: a second

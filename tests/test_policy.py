@@ -301,19 +301,21 @@ def _fixed_image_case():
 
 
 @given(n=st.integers(0, 3), H=st.integers(1, 5), W=st.integers(1, 5), C=st.integers(1, 4),
-       dtype=st.sampled_from([np.float32, np.float64]), integer=st.booleans(), strided=st.booleans(),
-       seed=seeds)
-def test_image_input_is_the_per_channel_normalisation(n, H, W, C, dtype, integer, strided, seed):
+       dtype=st.sampled_from([np.float32, np.float64]), integer=st.booleans(),
+       layout=st.sampled_from(["C", "strided", "F"]), seed=seeds)
+def test_image_input_is_the_per_channel_normalisation(n, H, W, C, dtype, integer, layout, seed):
     """policy.image_input is (x - m_c) / sigma_c per channel, computed as x / sigma_c - m_c /
     sigma_c in dtype: bit for bit what the plain broadcast of the (C,) statistics gives, for
-    pixel counts and float images, contiguous or strided, with no image at all, into a fresh
-    array (the input is never written)."""
+    pixel counts and float images, contiguous, strided or in Fortran order, with no image at
+    all, into a fresh array (the input is never written)."""
     rng = np.random.default_rng(seed)
-    shape = (n, H, 2 * W if strided else W, C)
+    shape = (n, H, 2 * W if layout == "strided" else W, C)
     images = (rng.integers(0, 256, size=shape, dtype=np.uint8) if integer
               else rng.normal(100.0, 50.0, size=shape))
-    if strided:
+    if layout == "strided":
         images = images[:, :, ::2]
+    elif layout == "F":
+        images = np.asfortranarray(images)
     before = images.copy()
     params = {"norm.mean": rng.uniform(0.0, 255.0, size=C), "norm.std": rng.uniform(0.5, 80.0, size=C)}
     x = policy.image_input(params, images, dtype)
