@@ -256,10 +256,6 @@ class Grid:
     seconds: float = 0.0
 
 
-def _name(cell):
-    return f"{cell['domain']}-{cell['algo']}-n{cell['size']}-seed{cell['seed']}"
-
-
 def run_grid(cells, ex, out_dir=None, retries=2, force=False, progress=None, refresh=5.0):
     """Run cells (dicts as experiment.run takes them) on executor ex; returns a Grid.
 
@@ -298,7 +294,7 @@ def run_grid(cells, ex, out_dir=None, retries=2, force=False, progress=None, ref
         else:
             fut = ex.submit(experiment.run_cell, cells[what], *(data[s]["arg"] for s in needs[what]),
                             experiment.run_dir_of(out_dir, cells[what]),
-                            name=_name(cells[what]))
+                            name=experiment.cell_name(cells[what]))
         pending[fut] = (kind, what)
 
     def release(i):
@@ -408,5 +404,5 @@ def summary(grid):
              f"from results.json), {len(grid.failures)} failed; {grid.seconds:.0f} s"]
     if grid.stale:
         lines.append(f"{grid.stale} cell files held another config (cell_key): recomputed")
-    lines += [f"FAILED {_name(f['cell'])}: {f['error']}" for f in grid.failures]
+    lines += [f"FAILED {experiment.cell_name(f['cell'])}: {f['error']}" for f in grid.failures]
     return lines

@@ -71,10 +71,15 @@ def collected(directory, spec):
     return demos if same else None
 
 
+def cell_name(cell):
+    """A cell's name in logs and task names: <domain>-<algo>-n<size>-seed<seed>."""
+    return f"{cell['domain']}-{cell['algo']}-n{cell['size']}-seed{cell['seed']}"
+
+
 def _epoch_lines(cell):
     """train's progress for a cell of hours (one with a run directory): a line on stderr after
     every epoch, named by the cell, so a log shows how far each running cell has got."""
-    name = f"{cell['domain']}-{cell['algo']}-n{cell['size']}-seed{cell['seed']}"
+    name = cell_name(cell)
     return lambda line: print(f"{name}: {line}", file=sys.stderr, flush=True)
 
 
