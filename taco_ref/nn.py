@@ -602,6 +602,15 @@ def _fold(K, O, Wo):
     return next((g for g in (3, 2) if Wo % g == 0), 1)
 
 
+def _folded_windows(x, W, stride):
+    """(windows, g, Ho, Wo) of conv2d(x, W, stride): the strided view `_patches` with the fold g
+    that `_fold` picks for this layer; the forward pass and dW read the same one."""
+    kh, kw, C, O = W.shape
+    Ho, Wo = conv_output_size(x.shape[1], kh, stride), conv_output_size(x.shape[2], kw, stride)
+    g = _fold(kh * kw * C, O, Wo)
+    return _patches(x, kh, kw, stride, g), g, Ho, Wo
+
+
 def _folded_weights(W, stride, fold):
     """W_mat of g = fold pixels a row: (kh (s (g - 1) + kw) C, g O) with
     [(p, q', c), (r, o)] = W[p, q' - s r, c, o] where 0 <= q' - s r < kw, else 0; with g = 1 W
@@ -677,10 +686,8 @@ def conv2d_forward(x, W, b, stride):
     out    | (N, Ho, Wo, O)   | Ho = floor((H - kh) / s) + 1, Wo likewise (conv_output_size)
     """
     x, W, stride = _check_conv(x, W, b, stride)
-    kh, kw, C, O = W.shape
-    N, Ho, Wo = x.shape[0], conv_output_size(x.shape[1], kh, stride), conv_output_size(x.shape[2], kw, stride)
-    g = _fold(kh * kw * C, O, Wo)
-    windows = _patches(x, kh, kw, stride, g)              # (N, Ho, Wo / g, kh, s (g - 1) + kw, C) a view
+    N, O = x.shape[0], W.shape[3]
+    windows, g, Ho, Wo = _folded_windows(x, W, stride)   # (N, Ho, Wo / g, kh, s (g - 1) + kw, C) a view
     out = np.empty((N, Ho, Wo, O), x.dtype)               # rows (n, i, J) x columns (r, o): the same memory
     _patch_products(windows, _folded_weights(W, stride, g), out.reshape(N * Ho * Wo // g, g * O))
     out += np.asarray(b, x.dtype)                         # (N, Ho, Wo, O) bias on every pixel
@@ -726,9 +733,8 @@ def conv2d_backward(dout, cache, input_grad=True):
     x, W, stride = cache
     kh, kw, C, O = W.shape
     s = stride
-    N, Ho, Wo = x.shape[0], conv_output_size(x.shape[1], kh, s), conv_output_size(x.shape[2], kw, s)
-    g = _fold(kh * kw * C, O, Wo)                         # as the forward pass folded
-    windows = _patches(x, kh, kw, s, g)                   # (N, Ho, Wo / g, kh, kw', C), kw' = s (g - 1) + kw
+    N = x.shape[0]
+    windows, g, Ho, Wo = _folded_windows(x, W, s)         # as the forward pass: (N, Ho, Wo / g, kh, kw', C)
     R, kw_ = Ho * Wo // g, windows.shape[4]               # rows of P per image, the windows' width
     K = kh * kw_ * C
     dout = _floats(dout)
