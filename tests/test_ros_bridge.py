@@ -1069,7 +1069,11 @@ def test_diagnostics(nodes, listener, tmp_path):
                                                if t > after), None), 5.0, "a diagnostics message")
     status = latest(t0 + 2.0)
     values = {kv.key: kv.value for kv in status.values}
-    assert status.name == "/taco_policy: control loop" and status.level == DiagnosticStatus.OK, (status, values)
+    assert status.name == "/taco_policy: control loop", status
+    # OK, unless the machine delayed a tick (a loaded CI runner): a WARN then names overruns alone
+    assert status.level == DiagnosticStatus.OK or (
+        status.level == DiagnosticStatus.WARN and int(values["overruns"]) > 0
+        and all(p.endswith(" overruns") for p in status.message.split("; "))), (status, values)
     for key in ("rate achieved (Hz)", "target rate (Hz)", "overruns", "stale joint states",
                 "watchdog trips", "rejected sketches", "longest tick (ms)", "lifecycle"):
         assert key in values, key
