@@ -86,7 +86,8 @@ def _epoch_lines(cell):
 def run(cell, demos=None, test_demos=None, run_dir=None):
     """One cell's figures (a dict): task_accuracy, subtask_accuracy, n_tasks, align_<decoder>
     for every decoder, task_accuracy_by_length (with test_lengths), epochs, policy_epochs,
-    best_held_out_loss, train_loglik, train_seconds.
+    best_held_out_loss, train_loglik, train_seconds (every process's), train_earlier (what the
+    processes before this one spent: train.NO_TIME's fields).
 
     cell: the CELL_FIELDS and config (TrainConfig settings; algo and seed are the cell's).
     demos, test_demos: the cell's training and held-out data (`collect(data_specs(cell)[i])`);
@@ -114,7 +115,8 @@ def run(cell, demos=None, test_demos=None, run_dir=None):
                 **{f"align_subtask_{k}": v for k, v in by_subtask.items()},
                 epochs=len(model.info["history"]), policy_epochs=len(policy_stage),
                 best_held_out_loss=min(h["held_out_loss"] for h in policy_stage),
-                train_loglik=model.info.get("train_loglik"), train_seconds=model.info["seconds"])
+                train_loglik=model.info.get("train_loglik"), train_seconds=model.info["seconds"],
+                train_earlier=model.info["earlier"])
 
 
 def versions():
@@ -140,17 +142,21 @@ def run_dir_of(out_dir, cell):
 def run_cell(cell, demos, test_demos, run_dir=None):
     """The cell task: `run` plus what makes its result a record (the contents of its cell file):
     key, cell, config (full), data (seeds, sizes, fingerprints), figures, seconds (wall time of
-    the cell where it ran), cpu_seconds (its process's CPU time: the cost on one core, whatever
-    else shared the machine), train_seconds, versions, and the BLAS thread variables it ran with (the thread
-    count changes float64 sums in the last bit: engine._single_threaded)."""
+    the cell where it ran), cpu_seconds (its CPU time: the cost on one core, whatever else
+    shared the machine), processes (how many worked on it: a cell with a run directory resumed
+    after an interruption counts the earlier ones' time, to their last checkpoint, in both),
+    train_seconds, versions, and the BLAS thread variables it ran with (the thread count
+    changes float64 sums in the last bit: engine._single_threaded)."""
     start, start_cpu = time.time(), time.process_time()
     figures = run(cell, demos, test_demos, run_dir)
     train_seconds = figures.pop("train_seconds")          # timings are not figures: they vary
+    earlier = figures.pop("train_earlier")
     data = {}
     for name, spec, d in zip(("train", "test"), data_specs(cell), (demos, test_demos)):
         data[name] = {"n": spec[1], "sketch_len": spec[2], "seed": spec[3], "fingerprint": d.fingerprint()}
     return {"key": cell_key(cell), "key_version": KEY_VERSION, "cell": {k: cell.get(k) for k in CELL_FIELDS},
             "config": full_config(cell), "data": data, "figures": figures,
-            "seconds": time.time() - start,
-            "cpu_seconds": time.process_time() - start_cpu, "train_seconds": train_seconds, "versions": versions(),
+            "seconds": earlier["seconds"] + time.time() - start,
+            "cpu_seconds": earlier["cpu_seconds"] + time.process_time() - start_cpu,
+            "processes": earlier["processes"] + 1, "train_seconds": train_seconds, "versions": versions(),
             "threads": {v: os.environ.get(v) for v in BLAS_THREAD_VARS}}

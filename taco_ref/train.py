@@ -185,6 +185,10 @@ def _save_checkpoint(out_dir, job, state, adam, best, average=None):
     files.write_bytes(os.path.join(out_dir, CHECKPOINT_META), json.dumps(meta, indent=1, sort_keys=True).encode())
 
 
+NO_TIME = {"seconds": 0.0, "cpu_seconds": 0.0, "processes": 0}
+"""A run's cost before its first process (_Run.spent); also an earlier checkpoint's, which did
+not record it."""
+
 _CHECKPOINT_FIELDS = {"stage": int, "epoch": int, "bad_epochs": int, "saves": int, "history": list,
                       "config": dict, "adam": dict, "rng": dict, "arrays_file": str,
                       "arrays_sha256": str}
@@ -224,6 +228,13 @@ def _check_progress(meta, path, job):
             or (meta["stage"] < len(job.stages) and current != meta["epoch"])):
         bad("history", f"one record per epoch run, stage by stage: {meta['epoch']} of stage "
                        f"{meta['stage']} so far")
+    spent = meta.get("spent")                      # absent from checkpoints written before it was kept
+    if spent is not None and not (isinstance(spent, dict) and set(spent) == set(NO_TIME)
+            and all(_number(spent[k]) and spent[k] >= 0 for k in ("seconds", "cpu_seconds"))
+            and isinstance(spent["processes"], int) and not isinstance(spent["processes"], bool)
+            and spent["processes"] >= 1):
+        bad("spent", "an object {seconds, cpu_seconds, processes}: non-negative numbers and a "
+                     "positive count")
     step_count = meta["adam"].get("step_count")
     if isinstance(step_count, bool) or not isinstance(step_count, int) or step_count < 0:
         bad("adam", "an object with step_count a non-negative integer")
@@ -413,7 +424,11 @@ def select_restart(models):
                 "epochs": len(m.info["history"])} for r, m in enumerate(models)]
     chosen = models[best]
     chosen.info = dict(chosen.info, restarts=summary, restart=best,
-                       seconds=sum(m.info["seconds"] for m in models))
+                       **{k: sum(m.info[k] for m in models) for k in ("seconds", "cpu_seconds")},
+                       processes=max(m.info["processes"] for m in models),   # the runs follow each other
+                       earlier={"seconds": sum(m.info["earlier"]["seconds"] for m in models),
+                                "cpu_seconds": sum(m.info["earlier"]["cpu_seconds"] for m in models),
+                                "processes": max(m.info["earlier"]["processes"] for m in models)})
     return chosen
 
 
@@ -481,7 +496,8 @@ class _Run:
         self.average = None                       # the policy stage's EMA of the trainable arrays
         self.fingerprint = demos.fingerprint() if out_dir is not None else None
         self.sets = {}                            # stage -> (training set, held-out set)
-        self.t0 = time.time()
+        self.t0, self.cpu0 = time.time(), time.process_time()
+        self.earlier = dict(NO_TIME)              # what processes before this one spent on the run
 
     @property
     def stage_index(self):
@@ -500,6 +516,7 @@ class _Run:
             self.adam = self.job.optimiser(self.stage)
             self.adam.load_state(arrays, meta["adam"])
         self.rng.bit_generator.state = meta["rng"]
+        self.earlier = dict(meta.get("spent") or NO_TIME)
         saved = {k[len("ema."):]: v for k, v in arrays.items() if k.startswith("ema.")}
         if saved:
             names = policy.trainable(self.job.params)
@@ -644,8 +661,16 @@ class _Run:
         if self.out_dir is not None:
             self.state["saves"] += 1
             _save_checkpoint(self.out_dir, self.job, dict(self.state, rng=self.rng.bit_generator.state,
-                                                          data_sha256=self.fingerprint),
+                                                          data_sha256=self.fingerprint, spent=self.spent()),
                              self.adam, self.best, self.average)
+
+    def spent(self):
+        """What the run has cost so far, over every process that worked on it (each to its last
+        checkpoint: the work of a process stopped later is lost, and not counted):
+        {seconds (wall), cpu_seconds (process CPU time), processes}."""
+        return {"seconds": self.earlier["seconds"] + time.time() - self.t0,
+                "cpu_seconds": self.earlier["cpu_seconds"] + time.process_time() - self.cpu0,
+                "processes": self.earlier["processes"] + 1}
 
     def progress_line(self):
         cfg, state, last = self.cfg, self.state, self.state["history"][-1]
@@ -658,9 +683,12 @@ class _Run:
                 f"  held-out {last['held_out_loss']:8.4f}  best {best}  {time.time() - self.t0:6.1f}s")
 
     def model(self):
+        spent = self.spent()
         info = {"history": self.state["history"], "train_size": self.train_set.n,
                 "held_out_size": self.held_out.n, "data": self.demos.meta,
-                "seconds": time.time() - self.t0, "run_seed": run_seed(self.cfg.seed, self.restart)}
+                "seconds": spent["seconds"], "cpu_seconds": spent["cpu_seconds"],
+                "processes": spent["processes"], "earlier": dict(self.earlier),
+                "run_seed": run_seed(self.cfg.seed, self.restart)}
         if self.job.algorithm.runs is not None:   # runs are kept by this (select_restart)
             info["train_loglik"] = -mean_loss(self.job, self.job.stages[-1], self.train_set)
         return self.job.model(info)

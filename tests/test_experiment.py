@@ -42,7 +42,9 @@ def test_a_cell_record_holds_its_config_data_and_figures_and_data_given_equal_da
     record = experiment.run_cell(c, demos, test_demos)
     alone = experiment.run(c)
     alone.pop("train_seconds")
+    assert alone.pop("train_earlier") == {"seconds": 0.0, "cpu_seconds": 0.0, "processes": 0}
     assert record["figures"] == alone
+    assert record["processes"] == 1 and record["cpu_seconds"] > 0
     assert record["key"] == cellkeys.cell_key(c)
     assert record["config"]["act_hidden"] == [16] and record["config"]["algo"] == "gtbc"
     assert record["config"]["lr"] > 0                       # defaults included: the full config
@@ -294,11 +296,18 @@ def test_a_cell_interrupted_mid_training_continues_from_its_checkpoint(tmp_path,
     cfg = train.TrainConfig.from_dict(dict(c["config"], algo="taco", seed=0))
     assert train.train(demos, cfg, out_dir=run_dir, stop_after=1, progress=False) is None   # "killed"
     capsys.readouterr()
-    resumed = experiment.run(c, demos, test_demos, run_dir=str(run_dir))
+    first = json.loads((run_dir / train.CHECKPOINT_META).read_text())["spent"]
+    assert first["processes"] == 1 and first["cpu_seconds"] > 0 and first["seconds"] > 0
+    record = experiment.run_cell(c, demos, test_demos, run_dir=str(run_dir))
+    resumed = record["figures"]
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("navworld-taco-n12-seed0: [taco ")]
     assert lines and len(lines) == resumed["epochs"] - 1 and " epoch " in lines[-1]   # all but the first
-    resumed.pop("train_seconds"), whole.pop("train_seconds")
+    whole.pop("train_seconds"), whole.pop("train_earlier")
     assert resumed == whole
+    # the cell's cost counts the interrupted process's time (to its checkpoint) and this one's
+    assert record["processes"] == 2
+    assert record["cpu_seconds"] > first["cpu_seconds"] and record["seconds"] > first["seconds"]
+    assert record["train_seconds"] > first["seconds"]
     assert experiment.run_dir_of(str(tmp_path), c) is None                   # navworld: no checkpoints
     image_cell = dict(c, domain="dial-image-small", train_sketch_len=4)
     path = experiment.run_dir_of(str(tmp_path), image_cell)

@@ -814,6 +814,27 @@ def checkpoint_history_that_is_not_a_record(base, tmp, capsys):
     expect(capsys, _resume(base, out), 2, "cannot resume", "best_loss")
 
 
+@pytest.mark.parametrize("spent", [{"seconds": -1.0, "cpu_seconds": 1.0, "processes": 1},
+                                   {"seconds": 1.0, "cpu_seconds": 1.0, "processes": 0},
+                                   {"seconds": 1.0, "cpu_seconds": "1", "processes": 1}, [1, 2]])
+def test_checkpoint_with_a_bad_record_of_its_cost(base, tmp_path, capsys, spent):
+    out = _stopped_run(base, tmp_path, capsys)
+    meta = json.loads((out / "checkpoint.json").read_text())
+    meta["spent"] = spent
+    (out / "checkpoint.json").write_text(json.dumps(meta))
+    expect(capsys, _resume(base, out), 2, "cannot resume", "'spent'")
+
+
+def test_a_checkpoint_written_before_its_cost_was_kept_resumes(base, tmp_path, capsys):
+    out = _stopped_run(base, tmp_path, capsys)
+    meta = json.loads((out / "checkpoint.json").read_text())
+    assert meta.pop("spent")["processes"] == 1
+    (out / "checkpoint.json").write_text(json.dumps(meta))
+    assert run(capsys, _resume(base, out)) == (0, "")
+    info = json.loads((out / "model" / "model.json").read_text())["info"]
+    assert info["processes"] == 1 and info["earlier"]["processes"] == 0     # counted from the resume
+
+
 @pytest.mark.parametrize("sigma", ["inf", "1e6", "nan", "-0.1"])
 def test_dart_noise_is_bounded_before_collecting(tmp_path, capsys, sigma):
     expect(capsys, ["collect", "navworld", "--n", "2", "--dart-sigma", sigma, "--out", tmp_path / "d.npz"],

@@ -681,10 +681,14 @@ def test_restarts_select_by_likelihood_not_by_order():
     Checks spec/training.md eq. (8)."""
     class M:
         def __init__(self, ll):
-            self.info = {"train_loglik": ll, "run_seed": 0, "seconds": 1.0,
+            self.info = {"train_loglik": ll, "run_seed": 0, "seconds": 1.0, "cpu_seconds": 0.5,
+                         "processes": 2, "earlier": {"seconds": 0.25, "cpu_seconds": 0.125, "processes": 1},
                          "history": [{"stage": "policy", "held_out_loss": -ll}]}
     picked = train.select_restart([M(-2.0), M(-1.5), M(-1.9)])
-    assert picked.info["restart"] == 1 and picked.info["seconds"] == 3.0
+    assert picked.info["restart"] == 1 and picked.info["seconds"] == 3.0 and picked.info["cpu_seconds"] == 1.5
+    # the runs follow each other in the same processes: their times add up, their processes do not
+    assert picked.info["processes"] == 2
+    assert picked.info["earlier"] == {"seconds": 0.75, "cpu_seconds": 0.375, "processes": 1}
     assert train.select_restart([M(-1.0), M(-1.0)]).info["restart"] == 0
 
 
