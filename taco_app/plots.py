@@ -110,6 +110,17 @@ def _spread(n, width):
     return np.linspace(-width, width, n) if n > 1 else np.zeros(1)
 
 
+SIZE_MARGIN = 0.15
+"""Decades of log axis left either side of the smallest and largest dataset size."""
+
+
+def size_limits(sizes):
+    """The x range (log axis) of a plot against dataset size: the sizes with SIZE_MARGIN either
+    side, so that the algorithms' offsets (_spread) stay small beside it; matplotlib's own limits
+    put one size's points at the two edges of the axes."""
+    return min(sizes) / 10 ** SIZE_MARGIN, max(sizes) * 10 ** SIZE_MARGIN
+
+
 def plot(results, path):
     """Task and alignment accuracy against dataset size, one line per algorithm: mean ± std over
     seeds as error bars, every seed as a point (paper figures 4, 5, 7; PNG)."""
@@ -133,6 +144,7 @@ def plot(results, path):
     axes[1].set_title("alignment accuracy (argmax of forward variables)")
     for ax in axes:
         ax.set_xscale("log")
+        ax.set_xlim(*size_limits(sizes))
         ax.set_xticks(sizes, [str(s) for s in sizes])
         ax.minorticks_off()
         ax.set_xlabel("demonstrations")

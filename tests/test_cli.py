@@ -320,3 +320,24 @@ def test_rollout_rejects_an_unknown_sub_task(trained, tmp_path, capsys):
     assert cli.main(["rollout", "--model", str(trained / "model"), "--domain", "navworld",
                      "--sketch", "purple", "--out", str(tmp_path / "x.png")]) == 2
     assert "purple" in one_line_error(capsys, "rollout")
+
+
+
+@pytest.mark.slow        # matplotlib renders a figure
+@pytest.mark.parametrize("sizes", [[1200], [200, 400, 800, 1200]])
+def test_accuracy_plot_keeps_each_size_s_points_together(sizes, tmp_path, monkeypatch):
+    """With one dataset size matplotlib's own limits put the algorithms' points at the two edges
+    of the axes; the plot's x range keeps each size's points within a third of it."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+    from taco_app import plots
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    results = [{"algo": a, "size": s, "seed": 0, "task_accuracy": 0.5, "align_forward_argmax": 0.9}
+               for a in ("taco", "gtbc", "ctcbc-mlp") for s in sizes]
+    plots.plot(results, tmp_path / "accuracy.png")
+    for ax in figures[0].axes:
+        low, high = np.log10(ax.get_xlim())
+        for s in sizes:
+            x = np.log10(s) + plots._spread(3, 0.04)
+            assert low < x.min() and x.max() < high and (x.max() - x.min()) <= (high - low) / 3, (s, low, high)
