@@ -7,9 +7,11 @@ Run with that command's arguments (its --out pointed at a copy of the grid), `ta
 must find every cell of the grid (their keys, taco_app.cellkeys, version 1 for the older files)
 and compute none: a key that changes under committed cells would make them run again. The
 tables README.md shows between `<!-- table: results/<grid> -->` markers must equal what
-`python -m taco_app.report README.md` writes from the cells.
+`python -m taco_app.report README.md` writes from the cells. Figures a page computes from
+other committed outputs (results/dial-image/more-pins) are recomputed from them.
 """
 import glob
+import json
 import os
 import re
 import shlex
@@ -80,3 +82,32 @@ def test_readme_tables_are_the_generated_ones():
     text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     assert len(report.GENERATED.findall(text)) >= 3
     assert report.fill_tables(text, ROOT) == text
+
+
+def test_more_pins_figures_are_the_committed_outcomes():
+    """results/dial-image's "400 more test PINs" table: every figure recomputed from the
+    committed `taco evaluate` outputs (more-pins/) and the cells' own 100 PINs."""
+    from taco_ref import evaluate
+    grid = os.path.join(ROOT, "results", "dial-image")
+    text = open(os.path.join(grid, "README.md"), encoding="utf-8").read()
+    more, cell = {}, {}
+    for algo in ("taco", "gtbc"):
+        with open(os.path.join(grid, "more-pins", f"{algo}.json"), encoding="utf-8") as f:
+            more[algo] = json.load(f)
+        with open(os.path.join(grid, "cells", "dial-image", algo, "n1200", "seed0.json"), encoding="utf-8") as f:
+            cell[algo] = json.load(f)["figures"]["outcomes"]
+        assert more[algo]["n_tasks"] == len(more[algo]["outcomes"]) == 400
+    pct = lambda v: f"{100 * v:.1f}"
+    interval = lambda d, lo, hi: f"{pct(d)} [{pct(lo)}, +{pct(hi)}]".replace("-", "−")
+    for algo, name in (("taco", "TACO"), ("gtbc", "GT-BC")):
+        outcomes = more[algo]["outcomes"]
+        lo, hi = evaluate.wilson_interval(outcomes.count("1"), 400)
+        whole = cell[algo] + outcomes
+        lo5, hi5 = evaluate.wilson_interval(whole.count("1"), 500)
+        row = (f"| {name} | {pct(outcomes.count('1') / 400)} [{pct(lo)}, {pct(hi)}] | "
+               f"{pct(more[algo]['subtask_accuracy'])} | {pct(whole.count('1') / 500)} [{pct(lo5)}, {pct(hi5)}] |")
+        assert row in text, row
+    d400 = interval(*evaluate.paired_difference_interval(more["taco"]["outcomes"], more["gtbc"]["outcomes"]))
+    d500 = interval(*evaluate.paired_difference_interval(cell["taco"] + more["taco"]["outcomes"],
+                                                         cell["gtbc"] + more["gtbc"]["outcomes"]))
+    assert f"400: {d400} |" in text and f"500: **{d500}** |" in text, (d400, d500)
