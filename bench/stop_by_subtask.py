@@ -1,0 +1,133 @@
+"""Where does a model's STOP fire on demonstrations, sub-task by sub-task? Alignment ends and
+STOP probabilities along held-out demonstrations, grouped by sub-task.
+
+A test rollout fails at a key when the active sub-policy says STOP before its sub-task is done
+(taco_ref.evaluate.classify_failure). Two causes look alike there: the model was trained on
+an alignment that ends the sub-task too early (TACO learns its STOP labels from its own
+alignment), or the alignment is right and the STOP net is eager anyway. On demonstrations the
+two can be told apart. For every segment k of every held-out demonstration (the true labels'
+steps t with labels[t] = k; the sub-policy of sketch[k] acts on each of them and should STOP on
+the first step of segment k + 1):
+
+  end offset    last step the decoder assigns to k minus the true last step (negative: the
+                model's alignment ends the sub-task early), per decoder, segments before the
+                sketch's last
+  eager         share of segments where P(STOP | s_t) > threshold on a step the sub-policy
+                should act on: a rollout through these very states would stop there
+  P at last     mean P(STOP) on the segment's last acting step (should be near 0)
+  P at stop     mean P(STOP) on the step it should stop on, the next segment's first (near 1)
+
+taco_ref.evaluate.scores gives P(STOP) (the lattice's log_stop, by sketch position) and
+lattice_alignments the decoded positions, the same as `taco align` uses.
+
+    python bench/stop_by_subtask.py --model RUN/model --data HELDOUT [--model RUN2/model ...]
+"""
+import argparse
+import os
+import sys
+from pathlib import Path
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from taco_ref import data, evaluate, model as model_mod  # noqa: E402
+
+DECODERS = ("forward_argmax", "viterbi")
+
+
+def segment_rows(labels, traj_len, sketch, sketch_len, paths, log_stop, threshold=0.5):
+    """One row per segment of a batch: (sub-task id, {decoder: end offset or None}, eager,
+    P(STOP) on its last acting step, P(STOP) on its stop step or None for the sketch's last).
+
+    Symbol    | Shape      | Meaning
+    labels    | (B, T)     | true sketch position of each step
+    traj_len  | (B,)       | steps of each demonstration
+    sketch    | (B, L)     | sub-task ids
+    sketch_len| (B,)       | sketch positions in use
+    paths     | {d: (B, T)}| decoded sketch positions
+    log_stop  | (B, T, L)  | log P(STOP | s_t) of the sub-policy at sketch position k
+    """
+    rows = []
+    for i in range(labels.shape[0]):
+        T, L = int(traj_len[i]), int(sketch_len[i])
+        lab = labels[i, :T]
+        for k in range(L):
+            steps = np.flatnonzero(lab == k)
+            if steps.size == 0:
+                raise ValueError(f"labels: demonstration {i} has no step at sketch position {k} "
+                                 f"of {L}; expected every position of the sketch to be visited")
+            last = int(steps[-1])
+            p = np.exp(log_stop[i, steps, k])
+            offsets = {}
+            for d, path in paths.items():
+                decoded = np.flatnonzero(path[i, :T] == k)
+                offsets[d] = int(decoded[-1]) - last if k < L - 1 and decoded.size else None
+            at_stop = float(np.exp(log_stop[i, last + 1, k])) if k < L - 1 else None
+            rows.append((int(sketch[i, k]), offsets, bool((p > threshold).any()), float(p[-1]), at_stop))
+    return rows
+
+
+def summary(rows, decoders=DECODERS):
+    """{sub-task id: figures} over rows of segment_rows: segments, per decoder the mean end
+    offset and the share of exact ends, eager share, mean P(STOP) at the last and stop steps."""
+    out = {}
+    for sub in sorted({r[0] for r in rows}):
+        mine = [r for r in rows if r[0] == sub]
+        fig = {"segments": len(mine), "eager": float(np.mean([r[2] for r in mine])),
+               "p_last": float(np.mean([r[3] for r in mine]))}
+        stops = [r[4] for r in mine if r[4] is not None]
+        fig["p_stop"] = float(np.mean(stops)) if stops else None
+        for d in decoders:
+            off = np.array([r[1][d] for r in mine if r[1].get(d) is not None])
+            fig[f"{d}_offset"] = float(off.mean()) if off.size else None
+            fig[f"{d}_exact"] = float(np.mean(off == 0)) if off.size else None
+        out[sub] = fig
+    return out
+
+
+def measure(model, demos, threshold=0.5, batch_size=16):
+    """summary() of every held-out demonstration, a pass batch at a time."""
+    evaluate.check_compatible(model, demos)
+    rows = []
+    for batch in data.batches(demos, data.pass_batch_size(demos, batch_size)):
+        paths = evaluate.lattice_alignments(model, batch, DECODERS)
+        _, log_stop, _ = evaluate.scores(model, batch)
+        rows += segment_rows(batch.labels, batch.traj_len, batch.sketch, batch.sketch_len, paths,
+                             log_stop, threshold)
+    return summary(rows)
+
+
+def table(name, figures, vocab):
+    fmt = lambda v, f: "-" if v is None else f.format(v)
+    lines = [f"| {name} | segments | end offset, fwd argmax (exact) | end offset, Viterbi (exact) "
+             f"| eager | P(STOP) last step | P(STOP) stop step |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for sub, f in figures.items():
+        lines.append(f"| {vocab[sub]} | {f['segments']} | "
+                     + " | ".join(f"{fmt(f[d + '_offset'], '{:+.2f}')} ({fmt(f[d + '_exact'], '{:.0%}')})"
+                                  for d in DECODERS)
+                     + f" | {f['eager']:.0%} | {f['p_last']:.2f} | {fmt(f['p_stop'], '{:.2f}')} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, action="append", help="a model directory (repeatable)")
+    ap.add_argument("--data", required=True, help="held-out demonstrations (.npz or a frames directory)")
+    ap.add_argument("--stop-threshold", type=float, default=0.5, metavar="P",
+                    help="a sub-policy stops when P(STOP | state) exceeds P (as taco evaluate)")
+    args = ap.parse_args(argv)
+    if not 0.0 < args.stop_threshold < 1.0:
+        ap.error(f"--stop-threshold must lie in (0, 1), got {args.stop_threshold}")
+    demos = data.load(args.data)
+    for path in args.model:
+        model = model_mod.load(path)
+        print(table(f"{model.algo}: {path}", measure(model, demos, args.stop_threshold), demos.vocab))
+        print(flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
