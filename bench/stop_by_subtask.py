@@ -71,11 +71,12 @@ def segment_rows(labels, traj_len, sketch, sketch_len, paths, log_stop, threshol
 
 
 def summary(rows, decoders=DECODERS):
-    """{sub-task id: figures} over rows of segment_rows: segments, per decoder the mean end
-    offset and the share of exact ends, eager share, mean P(STOP) at the last and stop steps."""
+    """{sub-task id: figures} over rows of segment_rows, and "all" over every segment:
+    segments, per decoder the mean end offset and the share of exact ends, eager share, mean
+    P(STOP) at the last and stop steps."""
     out = {}
-    for sub in sorted({r[0] for r in rows}):
-        mine = [r for r in rows if r[0] == sub]
+    for sub in sorted({r[0] for r in rows}) + ["all"]:
+        mine = rows if sub == "all" else [r for r in rows if r[0] == sub]
         fig = {"segments": len(mine), "eager": float(np.mean([r[2] for r in mine])),
                "p_last": float(np.mean([r[3] for r in mine]))}
         stops = [r[4] for r in mine if r[4] is not None]
@@ -105,7 +106,7 @@ def table(name, figures, vocab):
     lines = [f"| {name} | segments | end offset, fwd argmax (exact) | end offset, Viterbi (exact) "
              f"| eager | P(STOP) last step | P(STOP) stop step |", "|---|---:|---:|---:|---:|---:|---:|"]
     for sub, f in figures.items():
-        lines.append(f"| {vocab[sub]} | {f['segments']} | "
+        lines.append(f"| {'all' if sub == 'all' else vocab[sub]} | {f['segments']} | "
                      + " | ".join(f"{fmt(f[d + '_offset'], '{:+.2f}')} ({fmt(f[d + '_exact'], '{:.0%}')})"
                                   for d in DECODERS)
                      + f" | {f['eager']:.0%} | {f['p_last']:.2f} | {fmt(f['p_stop'], '{:.2f}')} |")

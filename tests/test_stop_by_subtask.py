@@ -42,6 +42,8 @@ def test_figures_of_a_hand_made_lattice():
     assert figures[3]["forward_argmax_offset"] == -0.5 and figures[3]["forward_argmax_exact"] == 0.5
     assert figures[3]["p_stop"] == pytest.approx(0.8) and figures[3]["p_last"] == pytest.approx(0.3)
     assert figures[4]["p_stop"] is None and figures[4]["viterbi_offset"] is None
+    assert figures["all"]["segments"] == 5 and figures["all"]["eager"] == 0.2
+    assert figures["all"]["forward_argmax_offset"] == 0.0 and figures["all"]["p_stop"] == pytest.approx((0.9 + 0.8 + 0.7) / 3)
     assert "| 3 | 2 | -0.50 (50%) | +0.00 (100%) | 50% | 0.30 | 0.80 |" in m.table("x", figures, [str(i) for i in range(6)])
     with pytest.raises(ValueError, match="labels: demonstration 0 has no step at sketch position 2"):
         m.segment_rows(labels[:1], traj_len[:1], sketch[:1], np.array([3]), paths, np.log(p))
