@@ -5,7 +5,8 @@ A test rollout fails at a key when the active sub-policy says STOP before its su
 (taco_ref.evaluate.classify_failure). Two causes look alike there: the model was trained on
 an alignment that ends the sub-task too early (TACO learns its STOP labels from its own
 alignment), or the alignment is right and the STOP net is eager anyway. On demonstrations the
-two can be told apart. For every segment k of every held-out demonstration (the true labels'
+two can be told apart, with the trained model's own alignment standing in for the ones it was
+trained on. For every segment k of every held-out demonstration (the true labels'
 steps t with labels[t] = k; the sub-policy of sketch[k] acts on each of them and should STOP on
 the first step of segment k + 1):
 
@@ -18,7 +19,8 @@ the first step of segment k + 1):
   P at stop     mean P(STOP) on the step it should stop on, the next segment's first (near 1)
 
 taco_ref.evaluate.scores gives P(STOP) (the lattice's log_stop, by sketch position) and
-lattice_alignments the decoded positions, the same as `taco align` uses.
+lattice_alignments the positions decoded on the TACO lattice of the model's sub-policies: for
+TACO and GT-BC the alignment `taco align` reports (CTC-BC's reports its classifier's).
 
     python bench/stop_by_subtask.py --model RUN/model --data HELDOUT [--model RUN2/model ...]
 """
