@@ -18,8 +18,9 @@ the first step of segment k + 1):
   P at last     mean P(STOP) on the segment's last acting step (should be near 0)
   P at stop     mean P(STOP) on the step it should stop on, the next segment's first (near 1)
 
-taco_ref.evaluate.scores gives P(STOP) (the lattice's log_stop, by sketch position) and
-lattice_alignments the positions decoded on the TACO lattice of the model's sub-policies: for
+taco_ref.evaluate.scores gives P(STOP) (the lattice's log_stop, by sketch position) and the
+lattice that taco_ref.align's decoders read (as evaluate.lattice_alignments does), one pass of
+the nets for both: the positions decoded on the TACO lattice of the model's sub-policies, for
 TACO and GT-BC the alignment `taco align` reports (CTC-BC's reports its classifier's).
 
     python bench/stop_by_subtask.py --model RUN/model --data HELDOUT [--model RUN2/model ...]
@@ -35,7 +36,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from taco_ref import data, evaluate, model as model_mod  # noqa: E402
+from taco_ref import align, data, evaluate, model as model_mod  # noqa: E402
 
 DECODERS = ("forward_argmax", "viterbi")
 
@@ -96,8 +97,9 @@ def measure(model, demos, threshold=0.5, batch_size=16):
     evaluate.check_compatible(model, demos)
     rows = []
     for batch in data.batches(demos, data.pass_batch_size(demos, batch_size)):
-        paths = evaluate.lattice_alignments(model, batch, DECODERS)
-        _, log_stop, _ = evaluate.scores(model, batch)
+        lattice = evaluate.scores(model, batch)           # one pass of the nets serves both
+        paths = {d: align.DECODERS[d](*lattice, batch.traj_len, batch.sketch_len) for d in DECODERS}
+        log_stop = lattice[1]
         rows += segment_rows(batch.labels, batch.traj_len, batch.sketch, batch.sketch_len, paths,
                              log_stop, threshold)
     return summary(rows)
