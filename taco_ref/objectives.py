@@ -60,6 +60,31 @@ def taco(params, cfg, batch, terminal_stop=False, stop_dropout=None, temperature
     return -temperature * res.loglik.sum(), policy.backward(d, cache)
 
 
+def taco_viterbi(params, cfg, batch, terminal_stop=False, stop_dropout=None):
+    """Hard-EM TACO: each sub-policy trained on the lattice's own most probable alignment;
+    spec/objectives.md eq. (9): -sum_b max_z s_b(z) and its gradient.
+
+    One pass of the nets scores every valid entry as objectives.taco does; align.align_viterbi
+    decodes the best path from those scores, and the gradient is minus that path's indicators
+    (path_indicators), handed to the same backward. The path is piecewise constant in the
+    parameters, so away from ties this is the exact gradient of the max (and BC on the decoded
+    path, objectives.bc, gives the same loss and gradient with a second pass of the nets).
+    """
+    scores, cache = policy.evaluate(params, cfg, batch, valid_mask(batch),
+                                    _final_mask(batch, terminal_stop), stop_dropout)
+    path = align.align_viterbi(scores["log_act"], scores["log_stop"], scores["log_go"],
+                               batch.traj_len, batch.sketch_len)
+    L = batch.sketch.shape[1]
+    act, stop, go, final = path_indicators(path, batch.traj_len, batch.sketch_len, L, terminal_stop)
+    loglik = (act * scores["log_act"]).sum() + (stop * scores["log_stop"]).sum() \
+        + (go * scores["log_go"]).sum()
+    d = {"log_act": -act, "log_stop": -stop, "log_go": -go}
+    if terminal_stop:
+        loglik += (final * scores["log_final_stop"]).sum()
+        d["log_final_stop"] = -final
+    return -loglik, policy.backward(d, cache)
+
+
 def even_split_labels(traj_len, sketch_len, T):
     """The label-free warm-up's segmentation; spec/objectives.md eq. (8).
 

@@ -186,6 +186,41 @@ def test_tempered_taco_rejects_a_temperature_below_one():
         objectives.taco(params, cfg, batch, temperature=0.5)
 
 
+@pytest.mark.parametrize("terminal_stop", [False, True])
+@pytest.mark.parametrize("discrete", [False, True])
+def test_viterbi_taco_is_minus_the_best_brute_force_path(terminal_stop, discrete):
+    """spec/objectives.md eq. (9): loss = -sum_b max_z log p(z) over every path z."""
+    batch = tiny_batch(12, B=4, T=6, discrete=discrete)
+    cfg, params = tiny_params(batch, 13, discrete)
+    loss, _ = objectives.taco_viterbi(params, cfg, batch, terminal_stop=terminal_stop)
+    out = full_scores(params, cfg, batch)
+    expected = 0.0
+    for b in range(batch.n):
+        (act, stop, go), final = row_scores(out, batch, b)
+        expected -= max(bf.path_logprob(z, act, stop, go, final if terminal_stop else None)
+                        for z in bf.paths(*act.shape))
+    np.testing.assert_allclose(loss, expected, rtol=1e-10)
+    assert loss >= objectives.taco(params, cfg, batch, terminal_stop=terminal_stop)[0]
+
+
+@pytest.mark.parametrize("terminal_stop", [False, True])
+def test_viterbi_taco_gradient_is_bc_on_the_decoded_path(terminal_stop):
+    """spec/objectives.md eq. (9): the gradient is objectives.bc's on the best
+    path, and matches central differences (the path does not change under a small step)."""
+    from taco_ref import align
+    batch = tiny_batch(14)
+    cfg, params = tiny_params(batch, 15, hidden=(4, 3))
+    loss, grads = objectives.taco_viterbi(params, cfg, batch, terminal_stop)
+    out = full_scores(params, cfg, batch)
+    path = align.align_viterbi(out["log_act"], out["log_stop"], out["log_go"], batch.traj_len, batch.sketch_len)
+    bc_loss, bc_grads = objectives.bc(params, cfg, batch, path, terminal_stop)
+    np.testing.assert_allclose(loss, bc_loss, rtol=1e-12)
+    for name in bc_grads:
+        np.testing.assert_allclose(grads[name], bc_grads[name], rtol=1e-10, atol=1e-12, err_msg=name)
+    check_central_differences(lambda p: objectives.taco_viterbi(p, cfg, batch, terminal_stop)[0],
+                              params, grads, sorted(grads), seed=16)
+
+
 @given(st.lists(st.tuples(st.integers(1, 12), st.integers(0, 60)), min_size=1, max_size=6))
 def test_even_split_labels_follow_their_definition(rows):
     """spec/objectives.md eq. (8): y_t = floor(t L_b / T_b) for t < T_b, -1 after; segments

@@ -235,6 +235,7 @@ def test_resume_without_a_checkpoint(tmp_path, nav_small):
     ("temperature_epochs", 200), ("temperature_epochs", -1), ("restarts", 0), ("restarts", 1.5),
     ("dtype", "float16"), ("dtype", 32), ("act_l2", -1e-3), ("stop_l2", float("inf")), ("act_l2", "x"), ("lr_decay", "linear"),
     ("epoch_size", -1), ("epoch_size", 2.5), ("epoch_size", True), ("views", 0), ("views", 257), ("views", 1.5),
+    ("taco_targets", "hard"),
 ])
 def test_train_config_rejects_bad_values_naming_the_field(key, value):
     with pytest.raises(ValueError, match=f"^{key} must"):
@@ -645,6 +646,27 @@ def test_trainer_anneals_the_temperature_and_holds_off_early_stopping(nav_small,
     assert training[:4] == pytest.approx([3.0, 2.5, 2.0, 1.5]) and set(training[4:]) == {1.0}
     assert {temp for is_train, _, temp in seen if not is_train} == {1.0}
     assert len(model.info["history"]) >= 5
+
+
+def test_viterbi_targets_train_on_the_best_path_and_select_on_the_marginal(nav_small, monkeypatch):
+    """taco_targets "viterbi": every training batch of the TACO stage goes to
+    objectives.taco_viterbi (with the STOP dropout of its epoch), every held-out batch to
+    objectives.taco, so early stopping reads the same marginal likelihood as plain TACO."""
+    seen = spy_on_taco(monkeypatch)
+    hard, real = [], objectives.taco_viterbi
+
+    def spy(params, cfg, batch, terminal_stop=False, stop_dropout=None):
+        hard.append(0.0 if stop_dropout is None else stop_dropout.rate)
+        return real(params, cfg, batch, terminal_stop, stop_dropout)
+
+    monkeypatch.setattr(objectives, "taco_viterbi", spy)
+    cfg = config(epochs=2, batch_size=27, taco_targets="viterbi", stop_dropout=0.5)
+    model = train.train(nav_small, cfg, progress=False)
+    assert hard and set(hard) <= {0.5, 0.5 * cfg.dropout_decay}
+    assert seen and not any(is_train for is_train, _, _ in seen)
+    assert [h["stage"] for h in model.info["history"]].count("policy") == 2
+    with pytest.raises(ValueError, match="^taco_targets 'viterbi' .* temperature_epochs"):
+        TrainConfig(taco_targets="viterbi", temperature=2.0, temperature_epochs=1)
 
 
 @pytest.fixture(scope="module")

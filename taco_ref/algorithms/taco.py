@@ -4,16 +4,18 @@ spec/training.md §6-7.
 
 Stages: "warmup" (warmup_epochs of BC on the even split of every demonstration into its
 sketch's L segments, objectives.even_split_labels; its last parameters are handed on), then
-"policy" (objectives.taco, tempered over its first temperature_epochs); restarts runs are kept
+"policy" (objectives.taco, tempered over its first temperature_epochs; objectives.taco_viterbi
+with taco_targets "viterbi"); restarts runs are kept
 by training likelihood (spec/training.md eq. (8)).
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 from taco_ref import objectives
 from taco_ref.algorithms import Algorithm, Stage, register, stop_dropout
 
 SUB_POLICIES = ("act.", "stop.")
+TARGETS = ("posterior", "viterbi")
 
 
 @dataclass
@@ -31,6 +33,12 @@ class TacoConfig:
     temperature_epochs: int = 0
     """Epochs of the TACO stage over which the temperature falls to 1. Early stopping and the
     best-parameter copy start once it is 1."""
+    taco_targets: str = field(default="posterior", metadata={"before": "posterior"})
+    """What the TACO stage trains each sub-policy on: "posterior", every step weighted by the
+    alignment posterior (objectives.taco, the paper's eq. (8)); "viterbi", hard EM on the
+    lattice's own best alignment of each minibatch (objectives.taco_viterbi), an ablation that
+    takes the posterior's spread out of the STOP nets' labels. Held-out losses, early stopping
+    and the choice among restarts use the marginal likelihood either way."""
     restarts: int = 1
     """Independent runs (same split, different initialisation and batch order); the model kept
     is the run with the highest TACO log-likelihood per step on the training set
@@ -42,6 +50,11 @@ class TacoConfig:
         for name in ("warmup_epochs", "temperature_epochs"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {getattr(self, name)!r}")
+        if self.taco_targets not in TARGETS:
+            raise ValueError(f"taco_targets must be one of {', '.join(TARGETS)}, got {self.taco_targets!r}")
+        if self.taco_targets == "viterbi" and self.temperature_epochs:
+            raise ValueError("taco_targets 'viterbi' trains on one alignment, which tempering does not "
+                             f"change: set temperature_epochs to 0, got {self.temperature_epochs!r}")
         if not 1.0 <= self.temperature < float("inf"):
             raise ValueError(f"temperature must be a finite number >= 1, got {self.temperature!r}")
         if self.temperature_epochs >= self.epochs:
@@ -65,6 +78,9 @@ def _warmup_loss(job, batch, rng, epoch, train):
 
 
 def _taco_loss(job, batch, rng, epoch, train):
+    if train and job.cfg.taco_targets == "viterbi":
+        return objectives.taco_viterbi(job.params, job.policy_cfg, batch, job.cfg.terminal_stop,
+                                       stop_dropout=stop_dropout(job.cfg, rng, epoch, train))
     temp = temperature(job.cfg, epoch) if train else 1.0
     return objectives.taco(job.params, job.policy_cfg, batch, job.cfg.terminal_stop, temperature=temp,
                            stop_dropout=stop_dropout(job.cfg, rng, epoch, train))
