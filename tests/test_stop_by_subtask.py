@@ -29,24 +29,69 @@ def test_figures_of_a_hand_made_lattice():
     p = np.full((2, 7, 3), 0.1)
     p[0, :, 0] = [0.1, 0.6, 0.2, 0.9, 0.1, 0.1, 0.1]    # sub-task 3: eager at step 1, stops at 3
     p[1, :, 0] = [0.1, 0.3, 0.8, 0.1, 0.1, 0.1, 0.1]    # sub-task 5 (position 0): stops at 2
-    p[1, :, 1] = [0.1, 0.1, 0.1, 0.4, 0.7, 0.1, 0.1]    # sub-task 3 (position 1): stops at 4
-    rows = m.segment_rows(labels, traj_len, sketch, sketch_len, paths, np.log(p))
-    assert [r[0] for r in rows] == [3, 5, 5, 3, 4]
-    assert rows[0][1] == {"forward_argmax": -1, "viterbi": 0} and rows[0][2] is True
-    assert rows[0][3:] == pytest.approx((0.2, 0.9))
-    assert rows[1][1] == {"forward_argmax": None, "viterbi": None} and rows[1][4] is None  # last position
-    assert rows[2][1] == {"forward_argmax": 1, "viterbi": 0} and rows[2][2] is False
-    assert rows[3][3:] == pytest.approx((0.4, 0.7))
+    p[1, :, 1] = [0.1, 0.1, 0.1, 0.6, 0.7, 0.1, 0.1]    # sub-task 3 (position 1): eager on its last step 3
+    xi_stop, xi_go = np.zeros((2, 7, 3)), np.zeros((2, 7, 3))
+    xi_stop[0, 1:4, 0] = [0.1, 0.3, 0.6]        # demo 0, position 0 (last acting step 2)
+    xi_go[0, 2, 0] = 0.6                        # label on step 2: 0.3 / (0.3 + 0.6)
+    xi_stop[1, 2:4, 1] = [0.5, 0.5]             # demo 1, position 1 (last acting step 3)
+    xi_go[1, 3, 1] = 0.0                        # label on step 3: 0.5 / 0.5
+    rows = m.segment_rows(labels, traj_len, sketch, sketch_len, paths, np.log(p), xi_stop, xi_go)
+    figs = lambda r: (r.p_last, r.p_stop, r.target_last, r.p_early)
+    assert [r.subtask for r in rows] == [3, 5, 5, 3, 4]
+    assert rows[0].offsets == {"forward_argmax": -1, "viterbi": 0} and rows[0].eager and not rows[0].eager_on_last
+    assert figs(rows[0]) == pytest.approx((0.2, 0.9, 1 / 3, 0.4))
+    assert rows[1].offsets == {"forward_argmax": None, "viterbi": None}           # the sketch's last
+    assert figs(rows[1])[1:] == (None, None, None)
+    assert rows[2].offsets == {"forward_argmax": 1, "viterbi": 0} and not rows[2].eager
+    assert rows[2].target_last is None and rows[2].p_early == 0.0    # nothing reaches its last step
+    assert figs(rows[3]) == pytest.approx((0.6, 0.7, 1.0, 1.0)) and rows[3].eager and rows[3].eager_on_last
     figures = m.summary(rows)
-    assert figures[3]["segments"] == 2 and figures[3]["eager"] == 0.5
+    assert figures[3]["segments"] == 2 and figures[3]["eager"] == 1.0 and figures[3]["eager_on_last"] == 0.5
+    assert figures[5]["eager"] == 0.0 and figures[5]["eager_on_last"] is None
     assert figures[3]["forward_argmax_offset"] == -0.5 and figures[3]["forward_argmax_exact"] == 0.5
-    assert figures[3]["p_stop"] == pytest.approx(0.8) and figures[3]["p_last"] == pytest.approx(0.3)
+    assert figures[3]["p_stop"] == pytest.approx(0.8) and figures[3]["p_last"] == pytest.approx(0.4)
+    assert figures[3]["target_last"] == pytest.approx((1 / 3 + 1.0) / 2) and figures[5]["target_last"] is None
+    assert figures["all"]["p_early"] == pytest.approx((0.4 + 0.0 + 1.0) / 3)
     assert figures[4]["p_stop"] is None and figures[4]["viterbi_offset"] is None
-    assert figures["all"]["segments"] == 5 and figures["all"]["eager"] == 0.2
+    assert figures["all"]["segments"] == 5 and figures["all"]["eager"] == 0.4
     assert figures["all"]["forward_argmax_offset"] == 0.0 and figures["all"]["p_stop"] == pytest.approx((0.9 + 0.8 + 0.7) / 3)
-    assert "| 3 | 2 | -0.50 (50%) | +0.00 (100%) | 50% | 0.30 | 0.80 |" in m.table("x", figures, [str(i) for i in range(6)])
+    assert "| 3 | 2 | -0.50 (50%) | +0.00 (100%) | 100% (50%) | 0.40 | 0.80 | 0.67 | 0.70 |" in m.table("x", figures, [str(i) for i in range(6)])
     with pytest.raises(ValueError, match="labels: demonstration 0 has no step at sketch position 2"):
-        m.segment_rows(labels[:1], traj_len[:1], sketch[:1], np.array([3]), paths, np.log(p))
+        m.segment_rows(labels[:1], traj_len[:1], sketch[:1], np.array([3]), paths, np.log(p), xi_stop, xi_go)
+
+
+def test_early_end_and_label_match_enumerated_alignments():
+    """P(early end) and the posterior STOP label, from the forward-backward posteriors, equal
+    their definitions summed over every alignment of a random lattice (paths enumerated and
+    scored here, independently of taco_ref.align)."""
+    import itertools
+
+    from taco_ref import align
+    m = bench()
+    rng = np.random.default_rng(3)
+    T, L = 7, 3
+    log_act = rng.normal(size=(1, T, L))
+    p_stop = rng.uniform(0.05, 0.95, size=(1, T, L))
+    log_stop, log_go = np.log(p_stop), np.log1p(-p_stop)
+    labels = np.array([[0, 0, 1, 1, 1, 2, 2]])
+    fb = align.taco_forward_backward(log_act, log_stop, log_go)
+    rows = m.segment_rows(labels, np.array([T]), np.array([[0, 1, 2]]), np.array([L]), {},
+                          log_stop, fb.d_stop, fb.d_go)
+    paths = []                                  # monotone paths from 0 to L - 1, one step at a time
+    for moves in itertools.product((0, 1), repeat=T - 1):
+        z = np.concatenate([[0], np.cumsum(moves)])
+        if z[-1] == L - 1:
+            paths.append(z)
+    logp = np.array([log_act[0, 0, z[0]] + sum(log_act[0, t, z[t]] + (log_stop[0, t, z[t - 1]] if z[t] != z[t - 1]
+                                                                        else log_go[0, t, z[t]]) for t in range(1, T))
+                     for z in paths])
+    w = np.exp(logp - np.logaddexp.reduce(logp))
+    for k, last in ((0, 1), (1, 4)):
+        early = sum(wi for wi, z in zip(w, paths) if np.flatnonzero(z == k)[-1] < last)
+        at = [(wi, z[last] != k) for wi, z in zip(w, paths) if z[last - 1] == k]
+        label = sum(wi for wi, moved in at if moved) / sum(wi for wi, _ in at)
+        assert rows[k].p_early == pytest.approx(early, abs=1e-12)
+        assert rows[k].target_last == pytest.approx(label, abs=1e-12)
 
 
 def test_runs_on_a_trained_model(tmp_path, capsys):
