@@ -8,7 +8,8 @@ must find every cell of the grid (their keys, taco_app.cellkeys, version 1 for t
 and compute none: a key that changes under committed cells would make them run again. The
 tables README.md shows between `<!-- table: results/<grid> -->` markers must equal what
 `python -m taco_app.report README.md` writes from the cells. Figures a page computes from
-other committed outputs (results/dial-image/more-pins) are recomputed from them.
+other committed outputs (results/dial-image/more-pins, results/dial-image-small/ablation) are
+recomputed from them.
 """
 import glob
 import json
@@ -111,3 +112,57 @@ def test_more_pins_figures_are_the_committed_outcomes():
     d500 = interval(*evaluate.paired_difference_interval(cell["taco"] + more["taco"]["outcomes"],
                                                          cell["gtbc"] + more["gtbc"]["outcomes"]))
     assert f"400: {d400} |" in text and f"500: **{d500}** |" in text, (d400, d500)
+
+
+ABLATIONS = (("viterbi", "hard labels (`taco_targets=viterbi`)"), ("nowarm", "no warm-up (`warmup_epochs=0`)"))
+
+
+def ablation_rows(grid_dir):
+    """The rows of results/dial-image-small's ablation table, computed from the committed
+    `taco evaluate` outputs (ablation/taco-*-seed<s>.json), the seed's TACO and GT-BC cells and
+    the `bench/stop_by_subtask.py` tables (ablation/stop-by-subtask-seed<s>.md)."""
+    from taco_ref import evaluate
+    pct = lambda v: f"{100 * v:.1f}"
+    signed = lambda v: f"{'+' if v >= 0 else '−'}{pct(abs(v))}"
+    rows = []
+    for table in sorted(glob.glob(os.path.join(grid_dir, "ablation", "stop-by-subtask-seed*.md"))):
+        seed = int(re.search(r"seed(\d+)\.md$", table).group(1))
+        stops, model = {}, None
+        for line in open(table, encoding="utf-8"):
+            if line.startswith("| taco: ") or line.startswith("| gtbc: "):
+                model = line.split(": ", 1)[1].split(" |", 1)[0]
+            elif line.startswith("| all |"):
+                stops[model] = " | ".join(c.strip() for c in line.strip().strip("|").split("|")[4:8])
+        runs = [("TACO (the cell)", "taco", None), *((name, "taco", kind) for kind, name in ABLATIONS),
+                ("GT-BC (the cell)", "gtbc", None)]
+        taco_cell = None
+        for name, algo, kind in runs:
+            if kind is None:
+                with open(os.path.join(grid_dir, "cells", "dial-image-small", algo, "n200", f"seed{seed}.json"),
+                          encoding="utf-8") as f:
+                    figures = json.load(f)["figures"]
+                model = next(m for m in stops if f"/{algo}/n200/seed{seed}-" in m)
+            else:
+                with open(os.path.join(grid_dir, "ablation", f"taco-{kind}-seed{seed}.json"), encoding="utf-8") as f:
+                    figures = json.load(f)
+                model = next(m for m in stops if f"/ablation/taco-{kind}-seed{seed}/" in m)
+            outcomes = figures["outcomes"]
+            assert figures["n_tasks"] == len(outcomes) == 100
+            taco_cell = outcomes if taco_cell is None else taco_cell
+            lo, hi = evaluate.wilson_interval(outcomes.count("1"), 100)
+            d, dlo, dhi = evaluate.paired_difference_interval(outcomes, taco_cell)
+            diff = "" if name.startswith("TACO") else f"{signed(d)} [{signed(dlo)}, {signed(dhi)}]"
+            rows.append(f"| {seed} | {name} | {pct(outcomes.count('1') / 100)} [{pct(lo)}, {pct(hi)}] | {diff} | "
+                        f"{pct(figures['subtask_accuracy'])} | {pct(figures['align_viterbi'])} | {stops[model]} |")
+    return rows
+
+
+def test_ablation_figures_are_the_committed_outputs():
+    """results/dial-image-small's ablation table: every figure recomputed from the committed
+    evaluation outputs, cells and STOP tables."""
+    grid = os.path.join(ROOT, "results", "dial-image-small")
+    text = open(os.path.join(grid, "README.md"), encoding="utf-8").read()
+    rows = ablation_rows(grid)
+    assert len(rows) >= 4
+    for row in rows:
+        assert row in text, row
