@@ -74,14 +74,8 @@ def taco_viterbi(params, cfg, batch, terminal_stop=False, stop_dropout=None):
                                     _final_mask(batch, terminal_stop), stop_dropout)
     path = align.align_viterbi(scores["log_act"], scores["log_stop"], scores["log_go"],
                                batch.traj_len, batch.sketch_len)
-    L = batch.sketch.shape[1]
-    act, stop, go, final = path_indicators(path, batch.traj_len, batch.sketch_len, L, terminal_stop)
-    loglik = (act * scores["log_act"]).sum() + (stop * scores["log_stop"]).sum() \
-        + (go * scores["log_go"]).sum()
-    d = {"log_act": -act, "log_stop": -stop, "log_go": -go}
-    if terminal_stop:
-        loglik += (final * scores["log_final_stop"]).sum()
-        d["log_final_stop"] = -final
+    indicators = path_indicators(path, batch.traj_len, batch.sketch_len, batch.sketch.shape[1], terminal_stop)
+    loglik, d = _indicated(scores, *indicators, terminal_stop)
     return -loglik, policy.backward(d, cache)
 
 
@@ -145,13 +139,20 @@ def bc(params, cfg, batch, labels, terminal_stop=False, stop_dropout=None):
     mask = (act + stop + go) > 0
     scores, cache = policy.evaluate(params, cfg, batch, mask, final > 0 if terminal_stop else None,
                                     stop_dropout)
+    loglik, d = _indicated(scores, act, stop, go, final, terminal_stop)
+    return -loglik, policy.backward(d, cache)
+
+
+def _indicated(scores, act, stop, go, final, terminal_stop):
+    """The log-likelihood of the scores path_indicators selects, and its gradient with respect
+    to each score array (the indicators; d is handed negated, for the loss)."""
     loglik = (act * scores["log_act"]).sum() + (stop * scores["log_stop"]).sum() \
         + (go * scores["log_go"]).sum()
     d = {"log_act": -act, "log_stop": -stop, "log_go": -go}
     if terminal_stop:
         loglik += (final * scores["log_final_stop"]).sum()
         d["log_final_stop"] = -final
-    return -loglik, policy.backward(d, cache)
+    return loglik, d
 
 
 def soft_bc(params, cfg, batch, weights, stop_targets, stop_dropout=None):
