@@ -96,6 +96,18 @@ def row_scores(out, batch, b):
             out["log_final_stop"][b, :L_b])
 
 
+def path_logprobs(params, cfg, batch, terminal_stop):
+    """Per row, the log-probability of every alignment path (brute-force enumeration) on the
+    policy's own scores, with the terminal STOP factor when on."""
+    out = full_scores(params, cfg, batch)
+    rows = []
+    for b in range(batch.n):
+        (act, stop, go), final = row_scores(out, batch, b)
+        rows.append([bf.path_logprob(z, act, stop, go, final if terminal_stop else None)
+                     for z in bf.paths(*act.shape)])
+    return rows
+
+
 def logsumexp(values):
     m = max(values)
     return m + np.log(sum(np.exp(v - m) for v in values))
@@ -128,12 +140,7 @@ def test_taco_loss_is_minus_brute_force_loglik(terminal_stop, discrete):
     batch = tiny_batch(0, discrete=discrete)
     cfg, params = tiny_params(batch, 1, discrete)
     loss, _ = objectives.taco(params, cfg, batch, terminal_stop=terminal_stop)
-    out = full_scores(params, cfg, batch)
-    expected = 0.0
-    for b in range(batch.n):
-        (act, stop, go), final = row_scores(out, batch, b)
-        expected -= logsumexp([bf.path_logprob(z, act, stop, go, final if terminal_stop else None)
-                               for z in bf.paths(*act.shape)])
+    expected = -sum(logsumexp(row) for row in path_logprobs(params, cfg, batch, terminal_stop))
     np.testing.assert_allclose(loss, expected, rtol=1e-10)
 
 
@@ -157,13 +164,8 @@ def test_tempered_taco_is_the_brute_force_free_energy(terminal_stop, temperature
     batch = tiny_batch(7)
     cfg, params = tiny_params(batch, 8)
     loss, _ = objectives.taco(params, cfg, batch, terminal_stop=terminal_stop, temperature=temperature)
-    out = full_scores(params, cfg, batch)
-    expected = 0.0
-    for b in range(batch.n):
-        (act, stop, go), final = row_scores(out, batch, b)
-        expected -= temperature * logsumexp(
-            [bf.path_logprob(z, act, stop, go, final if terminal_stop else None) / temperature
-             for z in bf.paths(*act.shape)])
+    expected = -sum(temperature * logsumexp([v / temperature for v in row])
+                    for row in path_logprobs(params, cfg, batch, terminal_stop))
     np.testing.assert_allclose(loss, expected, rtol=1e-10)
 
 
@@ -193,12 +195,7 @@ def test_viterbi_taco_is_minus_the_best_brute_force_path(terminal_stop, discrete
     batch = tiny_batch(12, B=4, T=6, discrete=discrete)
     cfg, params = tiny_params(batch, 13, discrete)
     loss, _ = objectives.taco_viterbi(params, cfg, batch, terminal_stop=terminal_stop)
-    out = full_scores(params, cfg, batch)
-    expected = 0.0
-    for b in range(batch.n):
-        (act, stop, go), final = row_scores(out, batch, b)
-        expected -= max(bf.path_logprob(z, act, stop, go, final if terminal_stop else None)
-                        for z in bf.paths(*act.shape))
+    expected = -sum(max(row) for row in path_logprobs(params, cfg, batch, terminal_stop))
     np.testing.assert_allclose(loss, expected, rtol=1e-10)
     assert loss >= objectives.taco(params, cfg, batch, terminal_stop=terminal_stop)[0]
 

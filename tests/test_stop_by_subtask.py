@@ -2,6 +2,7 @@
 at the right steps (a hand-made lattice), and the script runs on a model `taco train` made."""
 import importlib.util
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -9,6 +10,8 @@ import pytest
 from taco_app import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "spec", "vectors"))
+import brute_force as bf  # noqa: E402  (spec/vectors is not a package)
 
 
 def bench():
@@ -63,9 +66,7 @@ def test_figures_of_a_hand_made_lattice():
 def test_early_end_and_label_match_enumerated_alignments():
     """P(early end) and the posterior STOP label, from the forward-backward posteriors, equal
     their definitions summed over every alignment of a random lattice (paths enumerated and
-    scored here, independently of taco_ref.align)."""
-    import itertools
-
+    scored by spec/vectors/brute_force.py, independently of taco_ref.align)."""
     from taco_ref import align
     m = bench()
     rng = np.random.default_rng(3)
@@ -77,14 +78,8 @@ def test_early_end_and_label_match_enumerated_alignments():
     fb = align.taco_forward_backward(log_act, log_stop, log_go)
     rows = m.segment_rows(labels, np.array([T]), np.array([[0, 1, 2]]), np.array([L]), {},
                           log_stop, fb.d_stop, fb.d_go)
-    paths = []                                  # monotone paths from 0 to L - 1, one step at a time
-    for moves in itertools.product((0, 1), repeat=T - 1):
-        z = np.concatenate([[0], np.cumsum(moves)])
-        if z[-1] == L - 1:
-            paths.append(z)
-    logp = np.array([log_act[0, 0, z[0]] + sum(log_act[0, t, z[t]] + (log_stop[0, t, z[t - 1]] if z[t] != z[t - 1]
-                                                                        else log_go[0, t, z[t]]) for t in range(1, T))
-                     for z in paths])
+    paths = [np.array(z) for z in bf.paths(T, L)]
+    logp = np.array([bf.path_logprob(z, log_act[0], log_stop[0], log_go[0]) for z in paths])
     w = np.exp(logp - np.logaddexp.reduce(logp))
     for k, last in ((0, 1), (1, 4)):
         early = sum(wi for wi, z in zip(w, paths) if np.flatnonzero(z == k)[-1] < last)
