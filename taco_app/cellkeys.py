@@ -9,7 +9,8 @@ and its training config. Its key is the SHA-256 of ``canonical(cell)``:
   are the seed's (TRAIN_DATA_SEED + seed, TEST_DATA_SEED + seed), so the seed stands for them;
 - ``config``: the TrainConfig fields the cell's algorithm reads (the shared ones and its own
   section, taco_ref.config.fields_read_by), minus those that cannot change its run: sigma_init
-  unless sigma is learned, select_tasks and select_from unless epochs are chosen by rollouts;
+  unless sigma is learned, select_tasks and select_from unless epochs are chosen by rollouts,
+  train_core without a convolutional core (state vectors);
   epoch_size enters as what it decides, the passes per epoch at this size. A field added to
   the config later declares, in its dataclass field's metadata, the value ``before`` under
   which a run is the run from before the field existed; at that value it is left out, so the
@@ -60,18 +61,27 @@ def full_config(cell):
     return asdict(training_config(cell))
 
 
+def inert(cfg):
+    """The fields of cfg that cannot change its run: sigma_init unless sigma is learned,
+    select_tasks and select_from unless epochs are chosen by rollouts, train_core without a
+    convolutional core."""
+    names = set()
+    if cfg.sigma != "learned":
+        names.add("sigma_init")
+    if cfg.select != "rollouts":
+        names.update(("select_tasks", "select_from"))
+    if not cfg.conv_channels:
+        names.add("train_core")
+    return names
+
+
 def canonical(cell):
     """The canonical form of a cell (module docstring): everything that decides its figures."""
     cfg = training_config(cell)
     full = asdict(cfg)
     before = {f.name: f.metadata["before"] for f in fields(cfg) if "before" in f.metadata}
     config = {k: full[k] for k in config_mod.fields_read_by(cfg.algo)
-              if not (k in before and full[k] == before[k])}
-    if cfg.sigma != "learned":
-        config.pop("sigma_init", None)
-    if cfg.select != "rollouts":
-        config.pop("select_tasks", None)
-        config.pop("select_from", None)
+              if not (k in before and full[k] == before[k]) and k not in inert(cfg)}
     n_train = cell["size"] - data_mod.holdout_count(cell["size"], cfg.holdout_fraction)
     config["passes_per_epoch"] = train.passes_per_epoch(config.pop("epoch_size"), n_train)
     return {"version": KEY_VERSION, **{k: cell.get(k) for k in CELL_FIELDS}, "config": config}

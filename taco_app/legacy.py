@@ -51,12 +51,13 @@ def cell_key_v1(cell):
 
 
 def _neutral(cell, name, value):
-    """A field younger than version 1 is neutral where the cell's algorithm does not read it, or
-    where it holds the value it declares (metadata["before"]) under which a run is the run from
-    before the field existed."""
+    """A field younger than version 1 is neutral where the cell's algorithm does not read it,
+    where it cannot change the cell's run (cellkeys.inert), or where it holds the value it
+    declares (metadata["before"]) under which a run is the run from before the field existed."""
     from taco_ref import config as config_mod
     declared = {f.name: f.metadata for f in dataclass_fields(train.TrainConfig)}.get(name, {})
     return (name not in config_mod.fields_read_by(cell["algo"])
+            or name in cellkeys.inert(cellkeys.training_config(cell))
             or ("before" in declared and value == declared["before"]))
 
 

@@ -149,6 +149,11 @@ class SharedConfig:
     """Image states only: square kernel size of each conv layer (paper: [5, 5, 3])."""
     conv_strides: list = field(default_factory=list, metadata={"before": []})
     """Image states only: stride of each conv layer (paper: [2, 2, 1])."""
+    train_core: bool = field(default=True, metadata={"before": False})
+    """Image states only: the stages that train the sub-policies train the convolutional core
+    with them (the paper's end-to-end training; spec/training.md §2). false keeps the core at its
+    random initialisation (fixed random conv features), which is what every image run computed
+    before this field existed; cell keys leave it out at false and for state vectors."""
 
     def __post_init__(self):
         _coerce(self)

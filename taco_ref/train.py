@@ -74,7 +74,10 @@ class _Job:
         self.stages = list(self.specs)
 
     def names(self, stage):
-        return [k for k in self.params if k.startswith(self.specs[stage].params)]
+        """The parameters the stage trains: those of its prefixes, less the shared
+        convolutional core when the config freezes it (train_core false)."""
+        frozen = () if self.cfg.train_core else ("core.",)
+        return [k for k in self.params if k.startswith(self.specs[stage].params) and not k.startswith(frozen)]
 
     def lr(self, stage):
         return self.specs[stage].lr(self.cfg)

@@ -102,3 +102,20 @@ def test_a_cell_file_is_matched_by_the_key_of_its_own_version():
     assert not cells.matches({"key": V1_KEYS["taco"], "key_version": 2}, cell)
     assert not cells.matches({"key": V2_KEYS["taco"], "key_version": 3}, cell)
     assert not cells.matches({"key": V1_KEYS["taco"]}, dial_cell("taco", ema=0.99))
+
+
+@pytest.mark.parametrize("train_core", [True, False])
+def test_train_core_enters_a_key_only_where_a_core_is_trained(train_core):
+    """train_core is keyed only for image cells that train their core: image cells computed
+    before the field existed (the core left at its initial values) keep their keys at false,
+    and no cell of state vectors moves whatever its value (they have no core)."""
+    vectors = dial_cell("taco", train_core=train_core)
+    assert "train_core" not in cellkeys.canonical(vectors)["config"]
+    assert cellkeys.cell_key(vectors) == V2_KEYS["taco"]
+    conv = dict(conv_channels=[10, 5, 3], conv_kernels=[5, 5, 3], conv_strides=[2, 2, 1])
+    image = dict(dial_cell("taco", **conv), domain="dial-image-small", size=200, n_tasks=100, test_lengths=[5])
+    keyed = cellkeys.canonical(dict(image, config=dict(image["config"], train_core=train_core)))["config"]
+    assert ("train_core" in keyed) == train_core
+    frozen = cellkeys.cell_key(dict(image, config=dict(image["config"], train_core=False)))
+    assert (cellkeys.cell_key(dict(image, config=dict(image["config"], train_core=train_core))) == frozen) \
+        == (not train_core)

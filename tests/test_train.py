@@ -1124,6 +1124,45 @@ def test_training_on_a_frame_directory_reads_at_most_a_minibatch_of_images(image
     assert model.params["core.W1"].shape == (3, 3, 3, 2)
 
 
+@pytest.mark.parametrize("train_core", [True, False])
+@pytest.mark.parametrize("algo", ["taco", "gtbc", "ctcbc-mlp"])
+def test_the_stages_that_train_the_nets_train_the_shared_core(monkeypatch, algo, train_core):
+    """spec/training.md §2: every stage that trains the sub-policies takes its Adam step on the
+    shared core too (the first step of a stage moves each entry with a nonzero gradient by lr
+    against its sign); with train_core false the core keeps its initial values. CTC-BC's
+    classifier stage trains the classifier's own core either way and never the policies'."""
+    cfg = TrainConfig.from_dict(dict(IMAGE, algo=algo, epochs=2, warmup_epochs=1, lr=1e-2,
+                                     dtype="float64", train_core=train_core))
+    first_steps = []                                   # (names, lr, before, gradients, after)
+    real_step = optim.Adam.step
+
+    def step(self, params, grads):
+        first = self.step_count == 0
+        before = {k: v.copy() for k, v in params.items()} if first else None
+        real_step(self, params, grads)
+        if first:
+            first_steps.append((list(self.m), self.lr, before, {k: np.copy(g) for k, g in grads.items()},
+                                {k: v.copy() for k, v in params.items()}))
+    monkeypatch.setattr(optim.Adam, "step", step)
+    train.train(image_demos(), cfg, progress=False)
+    assert len(first_steps) == {"taco": 2, "gtbc": 1, "ctcbc-mlp": 2}[algo]
+    core = [f"core.{w}{i}" for i in range(2) for w in "Wb"]
+    for names, lr, before, grads, after in first_steps:
+        classifier = any(n.startswith("ctc.") for n in names)
+        trains_core = train_core and not classifier
+        assert all((name in names) == trains_core for name in core), names
+        for name in core:
+            if trains_core:                    # Adam's first step: lr g / (|g| + eps)
+                g = grads[name]
+                assert np.abs(g).max() > 0, name
+                np.testing.assert_allclose(after[name], before[name] - lr * g / (np.abs(g) + 1e-8),
+                                           rtol=1e-12, atol=1e-15, err_msg=name)
+            else:
+                assert np.array_equal(after[name], before[name]), name
+        if classifier:
+            assert {"ctc.core.W0", "ctc.core.b0", "ctc.core.W1", "ctc.core.b1"} <= set(names)
+
+
 @pytest.mark.parametrize("algo", ["taco", "ctcbc-gru"])
 def test_image_training_resumes_exactly_and_saves_its_core(tmp_path, image_dir, algo):
     """The core's parameters (and CTC-BC's classifier core) are checkpointed with the nets: an

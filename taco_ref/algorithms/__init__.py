@@ -39,6 +39,12 @@ from taco_ref import nn, optim
 _REGISTRY = {}
 
 
+SUB_POLICIES = ("act.", "stop.", "core.")
+"""The parameters of the sub-policies: every sub-task's action and STOP nets and, with image
+states, the convolutional core they share (the trainer leaves "core." out when the config's
+train_core is false)."""
+
+
 def _lr(cfg):
     return cfg.lr
 

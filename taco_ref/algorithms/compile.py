@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from taco_ref import evaluate, nn, objectives, policy
-from taco_ref.algorithms import Algorithm, Stage, register, stop_dropout
+from taco_ref.algorithms import SUB_POLICIES, Algorithm, Stage, register, stop_dropout
 
 PREFIX = "cmp."
 EPS = 1e-6
@@ -319,7 +319,7 @@ def _align(model, demos, decoders):
     return out
 
 
-POLICY = Stage("policy", ("act.", "stop.", PREFIX), _loss)
+POLICY = Stage("policy", SUB_POLICIES + (PREFIX,), _loss)
 
 register(Algorithm(
     name="compile", label="CompILE", section=CompileConfig, stages=lambda cfg: (POLICY,), init=_init,

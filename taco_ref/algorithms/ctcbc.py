@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from taco_ref import align, data, nn, objectives, policy
-from taco_ref.algorithms import Algorithm, Stage, register, stop_dropout
+from taco_ref.algorithms import SUB_POLICIES, Algorithm, Stage, register, stop_dropout
 
 WEIGHTINGS = ("argmax", "alpha")
 
@@ -135,7 +135,7 @@ def _align(model, demos, decoders):
 
 
 CTC = Stage("ctc", ("ctc.",), _ctc_loss, lr=lambda cfg: cfg.ctc_lr, policy=False)
-POLICY = Stage("policy", ("act.", "stop."), _policy_loss, sets=_sets)
+POLICY = Stage("policy", SUB_POLICIES, _policy_loss, sets=_sets)
 
 
 def _stages(cfg):

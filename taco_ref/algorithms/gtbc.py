@@ -4,7 +4,7 @@ reference that TACO is measured against; spec/objectives.md eq. (2).
 One stage, "policy": objectives.bc on batch.labels (the sketch position of every step).
 """
 from taco_ref import objectives
-from taco_ref.algorithms import Algorithm, Stage, register, stop_dropout
+from taco_ref.algorithms import SUB_POLICIES, Algorithm, Stage, register, stop_dropout
 
 
 def _loss(job, batch, rng, epoch, train):
@@ -12,7 +12,7 @@ def _loss(job, batch, rng, epoch, train):
                          stop_dropout=stop_dropout(job.cfg, rng, epoch, train))
 
 
-POLICY = Stage("policy", ("act.", "stop."), _loss)
+POLICY = Stage("policy", SUB_POLICIES, _loss)
 
 register(Algorithm(
     name="gtbc", label="GT-BC", stages=lambda cfg: (POLICY,),

@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 
 
 from taco_ref import objectives
-from taco_ref.algorithms import Algorithm, Stage, register, stop_dropout
+from taco_ref.algorithms import SUB_POLICIES, Algorithm, Stage, register, stop_dropout
 
-SUB_POLICIES = ("act.", "stop.")
 TARGETS = ("posterior", "viterbi")
 
 
