@@ -34,15 +34,15 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional
 
-from taco_ref import nn, optim
+from taco_ref import nn, optim, policy
 
 _REGISTRY = {}
 
 
-SUB_POLICIES = ("act.", "stop.", "core.")
-"""The parameters of the sub-policies: every sub-task's action and STOP nets and, with image
-states, the convolutional core they share (the trainer leaves "core." out when the config's
-train_core is false)."""
+SUB_POLICIES = policy.TRAINABLE_PREFIXES
+"""The parameters of the sub-policies ("act.", "stop.", "core."): every sub-task's action and
+STOP nets and, with image states, the convolutional core they share (the trainer leaves "core."
+out when the config's train_core is false)."""
 
 
 def _lr(cfg):
