@@ -1,7 +1,6 @@
 """bench/dial_variance.py: the factors chosen are the factors measured (and trained), an existing
 model is taken as the base run only with the base run's settings and data, and every model
 decides over the config's views, as `taco evaluate` does."""
-import importlib.util
 import json
 import os
 
@@ -9,15 +8,8 @@ import pytest
 
 from taco_ref import evaluate
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["act_hidden=[8]", "stop_hidden=[8]", "epochs=1", "patience=1", "views=2"]
 
-
-def bench():
-    spec = importlib.util.spec_from_file_location("dial_variance", os.path.join(REPO, "bench", "dial_variance.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def run(module, out, *extra, sets=TINY):
@@ -26,8 +18,8 @@ def run(module, out, *extra, sets=TINY):
 
 
 @pytest.mark.slow
-def test_chosen_factors_a_checked_base_model_and_views(tmp_path, monkeypatch):
-    module = bench()
+def test_chosen_factors_a_checked_base_model_and_views(tmp_path, monkeypatch, bench_script):
+    module = bench_script("dial_variance")
     views_seen = []
     task_accuracy = evaluate.task_accuracy
 

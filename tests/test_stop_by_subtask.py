@@ -1,6 +1,5 @@
 """bench/stop_by_subtask.py: a segment's end offset, eager STOP and STOP probabilities are read
 at the right steps (a hand-made lattice), and the script runs on a model `taco train` made."""
-import importlib.util
 import os
 import sys
 
@@ -14,16 +13,9 @@ sys.path.insert(0, os.path.join(REPO, "spec", "vectors"))
 import brute_force as bf  # noqa: E402  (spec/vectors is not a package)
 
 
-def bench():
-    spec = importlib.util.spec_from_file_location("stop_by_subtask",
-                                                  os.path.join(REPO, "bench", "stop_by_subtask.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
-
-def test_figures_of_a_hand_made_lattice():
-    m = bench()
+def test_figures_of_a_hand_made_lattice(bench_script):
+    m = bench_script("stop_by_subtask")
     labels = np.array([[0, 0, 0, 1, 1, 1, 0], [0, 0, 1, 1, 2, 2, 2]])   # demo 0: 6 steps, a pad
     traj_len, sketch_len = np.array([6, 7]), np.array([2, 3])
     sketch = np.array([[3, 5, 0], [5, 3, 4]])
@@ -63,12 +55,12 @@ def test_figures_of_a_hand_made_lattice():
         m.segment_rows(labels[:1], traj_len[:1], sketch[:1], np.array([3]), paths, np.log(p), xi_stop, xi_go)
 
 
-def test_early_end_and_label_match_enumerated_alignments():
+def test_early_end_and_label_match_enumerated_alignments(bench_script):
     """P(early end) and the posterior STOP label, from the forward-backward posteriors, equal
     their definitions summed over every alignment of a random lattice (paths enumerated and
     scored by spec/vectors/brute_force.py, independently of taco_ref.align)."""
     from taco_ref import align
-    m = bench()
+    m = bench_script("stop_by_subtask")
     rng = np.random.default_rng(3)
     T, L = 7, 3
     log_act = rng.normal(size=(1, T, L))
@@ -89,15 +81,15 @@ def test_early_end_and_label_match_enumerated_alignments():
         assert rows[k].target_last == pytest.approx(label, abs=1e-12)
 
 
-def test_runs_on_a_trained_model(tmp_path, capsys):
+def test_runs_on_a_trained_model(tmp_path, capsys, bench_script):
     for name, n, seed in (("nav.npz", 20, 1), ("test.npz", 6, 2)):
         assert cli.main(["collect", "navworld", "--n", str(n), "--sketch-len", "2", "--seed", str(seed),
                          "--out", str(tmp_path / name)]) == 0
     assert cli.main(["train", "--data", str(tmp_path / "nav.npz"), "--out", str(tmp_path / "run"), "--seed", "0",
                      "--set", "epochs=1", "--set", "act_hidden=[8]", "--set", "stop_hidden=[8]"]) == 0
     capsys.readouterr()
-    assert bench().main(["--model", str(tmp_path / "run" / "model"), "--data", str(tmp_path / "test.npz")]) == 0
+    assert bench_script("stop_by_subtask").main(["--model", str(tmp_path / "run" / "model"), "--data", str(tmp_path / "test.npz")]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("| taco: ") and len([r for r in out if r.startswith("| ") and "|---" not in r]) >= 3
     with pytest.raises(SystemExit):
-        bench().main(["--model", "x", "--data", "y", "--stop-threshold", "1.5"])
+        bench_script("stop_by_subtask").main(["--model", "x", "--data", "y", "--stop-threshold", "1.5"])
