@@ -31,8 +31,9 @@ def cell_key_v1(cell):
     less V1_LEFT_OUT_AT, sigma_init unless sigma is learned, select_tasks and select_from unless
     select is "rollouts", and epoch_size where it makes one pass per epoch. None when the cell
     sets a field that did not exist then away from its neutral value (no such cell was written)."""
-    full = asdict(cellkeys.training_config(cell))
-    if any(k not in V1_FIELDS and not _neutral(cell, k, v) for k, v in full.items()):
+    cfg = cellkeys.training_config(cell)
+    full, inert = asdict(cfg), cellkeys.inert(cfg)
+    if any(k not in V1_FIELDS and not _neutral(cell, k, v, inert) for k, v in full.items()):
         return None
     config = {k: full[k] for k in V1_FIELDS}
     fields = {k: cell.get(k) for k in cellkeys.CELL_FIELDS}
@@ -50,14 +51,15 @@ def cell_key_v1(cell):
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
-def _neutral(cell, name, value):
+def _neutral(cell, name, value, inert):
     """A field younger than version 1 is neutral where the cell's algorithm does not read it,
-    where it cannot change the cell's run (cellkeys.inert), or where it holds the value it
-    declares (metadata["before"]) under which a run is the run from before the field existed."""
+    where it cannot change the cell's run (inert: cellkeys.inert of its config), or where it
+    holds the value it declares (metadata["before"]) under which a run is the run from before
+    the field existed."""
     from taco_ref import config as config_mod
     declared = {f.name: f.metadata for f in dataclass_fields(train.TrainConfig)}.get(name, {})
     return (name not in config_mod.fields_read_by(cell["algo"])
-            or name in cellkeys.inert(cellkeys.training_config(cell))
+            or name in inert
             or ("before" in declared and value == declared["before"]))
 
 
