@@ -13,6 +13,7 @@ Protocol: spec/evaluation.md §4-6.
 Domains come from taco_sim's registry (taco_sim.get(name), the contract in taco_sim/domain.py);
 the evaluation is taco_ref.evaluate.protocol, the same as `taco evaluate`'s.
 """
+import importlib.metadata
 import os
 import platform
 import sys
@@ -22,7 +23,7 @@ import numpy as np
 
 import taco_ref
 import taco_sim
-from taco_ref import data as data_mod, evaluate, train
+from taco_ref import data as data_mod, evaluate, provenance, train
 from taco_app.cellkeys import CELL_FIELDS, KEY_VERSION, cell_key, full_config
 
 TRAIN_DATA_SEED, TEST_DATA_SEED = 10_000, 20_000
@@ -39,7 +40,9 @@ def data_specs(cell):
 
 def collect(spec, data_dir=None):
     """The data task: domain.collect(n, sketch_len, seed) for spec = (domain, n, sketch_len, seed);
-    deterministic, so any worker (or a later run) collects the same Demos (same fingerprint).
+    deterministic on one kind of machine, so any worker of that kind (or a later run) collects
+    the same Demos (same fingerprint); another CPU's BLAS kernels can round the Dial expert's
+    arithmetic otherwise and collect other draws (taco_ref.provenance).
 
     A domain whose data is larger than memory (Domain.streams: the image Dial) collects into
     the frame directory data_dir/<domain>-n<n>-L<sketch_len>-seed<seed> and the task returns
@@ -120,9 +123,16 @@ def run(cell, demos=None, test_demos=None, run_dir=None):
 
 
 def versions():
-    """The software a figure was computed with."""
+    """The software a figure was computed with (mujoco and scipy: the domains' physics and the
+    Dial expert's inverse kinematics, which decide the demonstrations' bits)."""
+    found = {}
+    for package in ("scipy", "mujoco"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            found[package] = None
     return {"taco_ref": taco_ref.__version__, "numpy": np.__version__,
-            "python": platform.python_version()}
+            "python": platform.python_version(), **found}
 
 
 BLAS_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -145,8 +155,10 @@ def run_cell(cell, demos, test_demos, run_dir=None):
     the cell where it ran), cpu_seconds (its CPU time: the cost on one core, whatever else
     shared the machine), processes (how many worked on it: a cell with a run directory resumed
     after an interruption counts the earlier ones' time, to their last checkpoint, in both),
-    train_seconds, versions, and the BLAS thread variables it ran with (the thread count
-    changes float64 sums in the last bit: engine._single_threaded)."""
+    train_seconds, versions, the BLAS thread variables it ran with (the thread count
+    changes float64 sums in the last bit: engine._single_threaded) and the machine it ran on
+    (taco_ref.provenance.machine: the CPU and the BLAS kernels, which change them too; the
+    machine that collected each data set is in that set's meta, collected_on)."""
     start, start_cpu = time.time(), time.process_time()
     figures = run(cell, demos, test_demos, run_dir)
     train_seconds = figures.pop("train_seconds")          # timings are not figures: they vary
@@ -159,4 +171,4 @@ def run_cell(cell, demos, test_demos, run_dir=None):
             "seconds": earlier["seconds"] + time.time() - start,
             "cpu_seconds": earlier["cpu_seconds"] + time.process_time() - start_cpu,
             "processes": earlier["processes"] + 1, "train_seconds": train_seconds, "versions": versions(),
-            "threads": {v: os.environ.get(v) for v in BLAS_THREAD_VARS}}
+            "threads": {v: os.environ.get(v) for v in BLAS_THREAD_VARS}, "machine": provenance.machine()}

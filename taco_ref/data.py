@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from taco_ref import files
+from taco_ref import files, provenance
 from taco_ref.files import atomic_write
 
 FORMAT_VERSION = 1
@@ -104,6 +104,13 @@ class Demos:
         """Raise DataError naming the field and what was expected; return self when valid."""
         validate(self)
         return self
+
+
+def collected_on():
+    """meta["collected_on"] of a set collected now: the machine collecting it
+    (taco_ref.provenance.machine), whose CPU and BLAS kernels decide a collection's last bits
+    (spec/data.md §4, §6). Every domain's collect records it."""
+    return provenance.machine()
 
 
 def assemble(states, actions, labels, final_states, sketches, vocab, meta):

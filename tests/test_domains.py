@@ -55,6 +55,7 @@ def test_collected_demonstrations_validate_and_match_the_declaration(dom, demos)
     assert isinstance(demos, data.Demos) and demos.n == N
     demos.validate()
     assert demos.meta["domain"] == dom.name and tuple(demos.vocab) == tuple(dom.vocab)
+    assert set(demos.meta["collected_on"]) == {"cpu", "machine", "blas", "numpy_simd"}
     assert demos.states.shape[2:] == dom.obs_shape and demos.discrete == dom.discrete
     assert int(np.prod(dom.obs_shape)) == dom.state_dim
     if not dom.discrete:

@@ -1,5 +1,6 @@
 """taco_app.experiment: one real (tiny) cell end to end, cell records and files, the
 migration of results.json, and the report's tables (the engine: tests/test_engine.py)."""
+import importlib.metadata
 import json
 import os
 import re
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 import taco_sim
-from taco_ref import evaluate
+from taco_ref import evaluate, provenance
 from taco_app import cellkeys, cells, experiment, legacy, report
 
 TINY = dict(act_hidden=[16], stop_hidden=[16], ctc_hidden=[8], epochs=2, patience=2)
@@ -46,6 +47,9 @@ def test_a_cell_record_holds_its_config_data_and_figures_and_data_given_equal_da
     assert record["figures"] == alone
     assert record["processes"] == 1 and record["cpu_seconds"] > 0
     assert record["key"] == cellkeys.cell_key(c)
+    assert record["versions"]["mujoco"] == importlib.metadata.version("mujoco")
+    assert record["machine"]["cpu"] == provenance.machine()["cpu"]
+    assert demos.meta["collected_on"]["cpu"] == record["machine"]["cpu"]
     assert record["config"]["act_hidden"] == [16] and record["config"]["algo"] == "gtbc"
     assert record["config"]["lr"] > 0                       # defaults included: the full config
     assert record["data"]["train"] == {"n": 12, "sketch_len": 3, "seed": 10_000,

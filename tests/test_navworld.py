@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
+from taco_ref import provenance
 from taco_ref.data import Demos, DataError
 from taco_sim import navworld
 
@@ -286,8 +287,10 @@ def test_collected_demos_are_valid(demos):
     assert demos.states.shape[::2] == (300, 8) and demos.actions.shape[::2] == (300, 2)
     assert demos.sketch.shape == (300, 3) and (demos.sketch_len == 3).all()
     assert demos.vocab == navworld.VOCAB and not demos.discrete
-    assert demos.meta == {"domain": "navworld", "action_type": "continuous", "sketch_len": 3,
-                          "dart_sigma": navworld.DART_SIGMA, "seed": 7, "discarded": 0}
+    meta = dict(demos.meta)
+    assert meta.pop("collected_on")["cpu"] == provenance.machine()["cpu"]
+    assert meta == {"domain": "navworld", "action_type": "continuous", "sketch_len": 3,
+                    "dart_sigma": navworld.DART_SIGMA, "seed": 7, "discarded": 0}
     assert all(len(set(s)) == 3 for s in demos.sketch.tolist())
     assert len({tuple(s) for s in demos.sketch.tolist()}) == 24      # every ordered 3-of-4 sketch drawn
     assert (demos.traj_len <= navworld.budget(3)).all()

@@ -44,7 +44,7 @@ import itertools
 
 import numpy as np
 
-from taco_ref.data import assemble
+from taco_ref.data import assemble, collected_on
 from taco_sim import sketch_array
 from taco_sim.domain import (Domain, SketchProgress, check_collect_args, check_dart_sigma,
                              collect_sketches, package_file, register)
@@ -360,7 +360,7 @@ def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=
     meta = {"domain": "navworld", "action_type": "continuous", "sketch_len": int(L),
             "dart_sigma": float(dart_sigma),
             "seed": int(seed) if isinstance(seed, (int, np.integer)) else None,
-            "discarded": discarded}
+            "discarded": discarded, "collected_on": collected_on()}
     return assemble([states[i, :t] for i, t in enumerate(traj_len)], [actions[i, :t] for i, t in enumerate(traj_len)],
                     [labels[i, :t] for i, t in enumerate(traj_len)], final_state, sketches, VOCAB, meta)
 

@@ -31,7 +31,7 @@ import os
 import numpy as np
 import yaml
 
-from taco_ref.data import assemble
+from taco_ref.data import assemble, collected_on
 from taco_sim.domain import check_collect_args
 from taco_sim.craft import world as cw
 
@@ -415,7 +415,7 @@ def collect(n, sketch_len=None, seed=0, dart_eps=DART_EPS, sketches=None, progre
             "sketch_len": None if sketch_len is None else int(sketch_len),
             "dart_eps": float(dart_eps), "tasks": [TASK_NAMES[t] for t in tasks],
             "seed": int(seed) if isinstance(seed, (int, np.integer)) else None,
-            "discarded": discarded}
+            "discarded": discarded, "collected_on": collected_on()}
     return assemble([d[0] for d in demos], [d[1] for d in demos], [d[2] for d in demos],
                     [d[3] for d in demos], [TASK_SKETCHES[t] for t in chosen], VOCAB, meta)
 

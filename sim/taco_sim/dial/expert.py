@@ -41,7 +41,7 @@ from typing import Callable
 
 import numpy as np
 
-from taco_ref.data import assemble
+from taco_ref.data import assemble, collected_on
 from taco_sim import sketch_array
 from taco_sim.domain import SketchProgress, check_collect_args, check_dart_sigma, collect_sketches
 from taco_sim.dial.env import (ACTION_DIM, FINGERS_CLOSED, HOME, K, PHYSICS_DT, SLOTS,
@@ -431,6 +431,6 @@ def collect_variant(variant, n, sketch_len, seed, dart_sigma=DART_SIGMA, sketche
             "dart_sigma": float(dart_sigma),
             "seed": int(seed) if isinstance(seed, (int, np.integer)) else None,
             "discarded": int(sum(r[4] for r in results)), "subsample": SUBSAMPLE,
-            "physics_dt": PHYSICS_DT}
+            "physics_dt": PHYSICS_DT, "collected_on": collected_on()}
     return assemble([r[0] for r in results], [r[1] for r in results], [r[2] for r in results],
                     [r[3] for r in results], sketches, VOCAB, meta)

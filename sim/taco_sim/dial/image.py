@@ -33,7 +33,7 @@ import mujoco
 import numpy as np
 
 import taco_ref.data as data_mod
-from taco_ref.data import Demos
+from taco_ref.data import Demos, collected_on
 from taco_sim.domain import (RenderingUnavailable, check_collect_args, check_dart_sigma,
                              collect_sketches)
 from taco_sim.dial.env import ACTION_DIM, PHYSICS_DT, SUBSAMPLE, TORQUE_LIMITS, VOCAB
@@ -234,7 +234,8 @@ def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=
     meta = {"domain": config.name, "action_type": "continuous", "sketch_len": int(sketch_len),
             "dart_sigma": float(dart_sigma), "seed": int(seed) if isinstance(seed, (int, np.integer)) else None,
             "discarded": int(sum(d[4] for d in demos)), "subsample": SUBSAMPLE, "physics_dt": PHYSICS_DT,
-            "camera": CAMERA, "image_size": config.size, "layout": "standard"}
+            "camera": CAMERA, "image_size": config.size, "layout": "standard",
+            "collected_on": collected_on()}
     if writer is None:
         states = np.zeros((n, T) + config.image_shape, np.uint8)
         for i, d in enumerate(demos):
