@@ -270,6 +270,15 @@ def chunk_name(i):
     return f"frames-{i:05d}.npy"
 
 
+def part_name(i):
+    """File name of the part of frame chunk i: what its collection needs besides the frames to
+    rebuild the chunk's demonstrations, and the key of the job that made it (FrameWriter.reuse)."""
+    return f"part-{i:05d}.npz"
+
+
+_PART_RECORD = ("key", "lengths", "digests")
+
+
 def save(demos, path):
     """Validate and write demos to path, atomically: an .npz file, or, for image states, a
     frame directory when path does not end in .npz (`save_frames`)."""
@@ -499,8 +508,10 @@ CHUNK_BYTES = 2 ** 27
 
 class FrameWriter:
     """Writes a frame directory piece by piece (collection streams each chunk as it is made):
-    write_chunk(i, [frames of each demonstration]) in any order and process, then finish.
-    The old index is removed first, so a directory is complete only once finish has run."""
+    write_chunk(i, [frames of each demonstration]) in any order and process, or reuse(i, key)
+    of a chunk an interrupted collection of the same job left, then finish. The old index and
+    final.npy are removed first, so a directory is complete only once finish has run; finish
+    removes every chunk it did not write or reuse, and the parts."""
 
     def __init__(self, directory, image_shape):
         self.directory = os.path.abspath(os.fspath(directory))
@@ -509,10 +520,42 @@ class FrameWriter:
             raise DataError(f"{directory}: exists and is not a directory")
         os.makedirs(self.directory, exist_ok=True)
         files.remove_stale_temporaries(self.directory)
-        for name in os.listdir(self.directory):
-            if name == INDEX or name == FINAL or (name.startswith("frames-") and name.endswith(".npy")):
+        for name in (INDEX, FINAL):
+            if os.path.lexists(os.path.join(self.directory, name)):
                 os.unlink(os.path.join(self.directory, name))
         self.chunks = {}
+
+    def reuse(self, i, key):
+        """The part of chunk i ({name: array} as write_frame_chunk was given it) when the
+        directory holds chunk i as the job named key wrote it: its part file records exactly
+        key, and the chunk file's header, size and every demonstration's frames match the
+        part's lengths and SHA-256 digests (the frames are read once to check them). The
+        chunk's record is kept as if written now. None otherwise (missing, another job's,
+        unreadable, or not the frames its part describes): the chunk is to be made again."""
+        part = os.path.join(self.directory, part_name(i))
+        chunk = os.path.join(self.directory, chunk_name(i))
+        if not (os.path.isfile(part) and os.path.isfile(chunk)):
+            return None
+        try:
+            arrays = files.open_npz(part, DataError, "frame chunk part")
+            if (any(name not in arrays for name in _PART_RECORD) or arrays["key"].ndim != 0
+                    or arrays["key"].dtype.kind != "U" or str(arrays["key"]) != key):
+                return None
+            lengths, digests = arrays["lengths"], arrays["digests"]
+            if (lengths.ndim != 1 or lengths.dtype.kind not in "iu" or len(lengths) < 1 or (lengths < 1).any()
+                    or digests.shape != (len(lengths), 32) or digests.dtype != np.uint8):
+                return None
+            offset = files.npy_offset(chunk, np.uint8, (int(lengths.sum()),) + self.image_shape, DataError)
+            start = 0
+            for T_n, digest in zip(lengths.tolist(), digests):
+                frames = files.read_npy_rows(chunk, offset, self.image_shape, np.uint8, start, T_n, DataError)
+                if hashlib.sha256(frames.tobytes()).digest() != digest.tobytes():
+                    return None
+                start += T_n
+        except DataError:
+            return None
+        self.chunks[i] = {"lengths": lengths.astype(np.int64), "digests": digests}
+        return {name: value for name, value in arrays.items() if name not in _PART_RECORD}
 
     def write_chunk(self, i, demo_frames):
         """Write chunk i: the frames (T_n, H, W, C) uint8 of consecutive demonstrations; returns
@@ -548,22 +591,43 @@ class FrameWriter:
                           "chunks": len(order)}
         arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
         atomic_write(os.path.join(self.directory, INDEX), lambda f: np.savez_compressed(f, **arrays))
+        for name in os.listdir(self.directory):   # parts, and chunks of an earlier, larger set
+            stale = name.startswith("part-") and name.endswith(".npz")
+            if name.startswith("frames-") and name.endswith(".npy"):
+                number = name[len("frames-"):-len(".npy")]
+                stale = not (number.isdigit() and int(number) < len(order) and name == chunk_name(int(number)))
+            if stale:
+                os.unlink(os.path.join(self.directory, name))
         return load_frames(self.directory)
 
 
-def write_frame_chunk(directory, i, demo_frames, image_shape):
+def write_frame_chunk(directory, i, demo_frames, image_shape, part=None):
     """Chunk file i of a frame directory from the frames of consecutive demonstrations (a list
     of (T_n, H, W, C) uint8), written atomically; returns {lengths (n,), digests (n, 32)}.
-    Collection workers call it directly and hand the record to FrameWriter.add."""
+    Collection workers call it directly and hand the record to FrameWriter.add.
+
+    part = (key, {name: array}): what the collection needs besides the frames to rebuild these
+    demonstrations, and the key naming the job that made them; written to part_name(i) after
+    the chunk (an old part is removed before it), so that a collection of the same job run
+    again after an interruption reuses the chunk (FrameWriter.reuse)."""
     shape = tuple(image_shape)
     for f in demo_frames:
         if f.dtype != np.uint8 or f.ndim != 4 or f.shape[1:] != shape or len(f) < 1:
             raise DataError(f"frames: expected (T_n, H, W, C) = (T_n,) + {shape} uint8, got {f.dtype} {f.shape}")
+    if part is not None and (not isinstance(part[0], str) or set(part[1]) & set(_PART_RECORD)):
+        raise DataError(f"part: expected (key string, {{name: array}}) without the names {_PART_RECORD}")
+    part_path = os.path.join(directory, part_name(i))
+    if os.path.lexists(part_path):                  # a chunk and another job's part never pair
+        os.unlink(part_path)
     frames = np.concatenate(demo_frames) if len(demo_frames) > 1 else np.ascontiguousarray(demo_frames[0])
     atomic_write(os.path.join(directory, chunk_name(i)), lambda f: np.save(f, frames))
     digests = np.array([np.frombuffer(hashlib.sha256(np.ascontiguousarray(f).tobytes()).digest(), np.uint8)
                         for f in demo_frames])
-    return {"lengths": np.array([len(f) for f in demo_frames], np.int64), "digests": digests}
+    record = {"lengths": np.array([len(f) for f in demo_frames], np.int64), "digests": digests}
+    if part is not None:
+        key, arrays = part
+        atomic_write(part_path, lambda f: np.savez(f, **arrays, key=np.array(key), **record))
+    return record
 
 
 def _read_index(directory):

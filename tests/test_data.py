@@ -632,12 +632,92 @@ def test_a_frame_index_that_lies_about_its_chunks_is_refused(tmp_path):
 
 
 def test_writing_a_frame_directory_again_replaces_the_old_one(tmp_path):
-    """A new collection into the same directory first removes the old index and chunks, so an
-    interrupted one is never taken for the old set, and leaves only its own files."""
+    """A new collection into the same directory first removes the old index and final images,
+    so an interrupted one is never taken for the old set, and finish leaves only its own files
+    (the old set's later chunks go)."""
     data.save_frames(make_image_demos(N=5), tmp_path / "f", frames_per_chunk=4)
+    assert sum(n.startswith("frames-") for n in os.listdir(tmp_path / "f")) >= 3
     writer = data.FrameWriter(tmp_path / "f", (4, 3, 3))
-    assert os.listdir(tmp_path / "f") == []
+    assert data.INDEX not in os.listdir(tmp_path / "f") and data.FINAL not in os.listdir(tmp_path / "f")
+    with pytest.raises(DataError, match="demos.npz is missing"):
+        data.load(tmp_path / "f")
     new = make_image_demos(seed=3, N=2)
     writer.write_chunk(0, [new.states[n, :new.traj_len[n]] for n in range(2)])
     loaded = writer.finish(new, new.final_state)
     assert loaded.fingerprint() == new.fingerprint()
+    assert sorted(os.listdir(tmp_path / "f")) == sorted([data.INDEX, data.FINAL, data.chunk_name(0)])
+
+
+def write_parts(directory, demos, key, per=2):
+    """Chunks of `per` demonstrations of demos, each with a part under key holding its
+    demonstrations' numbers; returns the records."""
+    os.makedirs(directory, exist_ok=True)
+    records = []
+    for i, start in enumerate(range(0, demos.n, per)):
+        rows = range(start, min(start + per, demos.n))
+        records.append(data.write_frame_chunk(directory, i, [demos.states[n, :demos.traj_len[n]] for n in rows],
+                                              demos.image_shape, part=(key, {"rows": np.array(list(rows))})))
+    return records
+
+
+def test_a_chunk_with_its_part_is_reused_by_the_same_job_only(tmp_path):
+    """spec/data.md §10: a chunk whose part names the job's key, and whose frames match the
+    part's digests, is reused (its part's arrays back, its record kept); another key, a
+    missing part or chunk gives None; finish removes the parts."""
+    demos = make_image_demos(N=5)
+    records = write_parts(tmp_path / "f", demos, "job A")
+    assert sorted(n for n in os.listdir(tmp_path / "f") if n.startswith("part-")) == [
+        data.part_name(i) for i in range(3)]
+    writer = data.FrameWriter(tmp_path / "f", demos.image_shape)
+    assert writer.reuse(0, "job B") is None and writer.chunks == {}
+    part = writer.reuse(1, "job A")
+    assert part.keys() == {"rows"} and part["rows"].tolist() == [2, 3]
+    assert writer.chunks[1]["lengths"].tolist() == records[1]["lengths"].tolist()
+    np.testing.assert_array_equal(writer.chunks[1]["digests"], records[1]["digests"])
+    os.unlink(tmp_path / "f" / data.chunk_name(2))
+    assert writer.reuse(2, "job A") is None
+    assert writer.reuse(7, "job A") is None
+    assert writer.reuse(0, "job A")["rows"].tolist() == [0, 1]
+    writer.write_chunk(2, [demos.states[4, :demos.traj_len[4]]])
+    loaded = writer.finish(demos, demos.final_state)
+    assert loaded.fingerprint() == demos.fingerprint()
+    assert not any(n.startswith("part-") for n in os.listdir(tmp_path / "f"))
+
+
+@pytest.mark.parametrize("damage", [
+    lambda d: _flip_last_byte(d / data.chunk_name(0)),                        # other frames
+    lambda d: (d / data.chunk_name(0)).write_bytes((d / data.chunk_name(0)).read_bytes()[:-1]),
+    lambda d: np.save(d / data.chunk_name(0), np.zeros((1, 4, 3, 3), np.uint8)),
+    lambda d: (d / data.part_name(0)).write_bytes(b"not an archive"),
+    lambda d: np.savez(d / data.part_name(0), key=np.array("job A")),         # no lengths, digests
+])
+def test_a_damaged_chunk_or_part_is_made_again_not_reused(tmp_path, damage):
+    """Reuse reads the chunk's frames against the part's digests: changed, truncated or
+    reshaped frames, or a part that is not one, make the chunk a job to run again."""
+    demos = make_image_demos(N=4)
+    write_parts(tmp_path / "f", demos, "job A")
+    damage(tmp_path / "f")
+    writer = data.FrameWriter(tmp_path / "f", demos.image_shape)
+    assert writer.reuse(0, "job A") is None and 0 not in writer.chunks
+    assert writer.reuse(1, "job A")["rows"].tolist() == [2, 3]
+
+
+def _flip_last_byte(path):
+    blob = bytearray(path.read_bytes())
+    blob[-1] ^= 0xFF
+    path.write_bytes(bytes(blob))
+
+
+def test_writing_a_chunk_removes_another_jobs_part_first(tmp_path):
+    """A chunk written without a part (save_frames) never pairs with the part an earlier job
+    left under its number."""
+    demos = make_image_demos(N=4)
+    write_parts(tmp_path / "f", demos, "job A")
+    other = make_image_demos(seed=5, N=2)
+    data.write_frame_chunk(tmp_path / "f", 0, [other.states[n, :other.traj_len[n]] for n in range(2)],
+                           other.image_shape)
+    assert not (tmp_path / "f" / data.part_name(0)).exists()
+    assert data.FrameWriter(tmp_path / "f", demos.image_shape).reuse(0, "job A") is None
+    with pytest.raises(DataError, match="part: expected"):
+        data.write_frame_chunk(tmp_path / "f", 0, [other.states[0, :other.traj_len[0]]], other.image_shape,
+                               part=("job A", {"lengths": np.zeros(1)}))

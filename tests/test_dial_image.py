@@ -69,6 +69,73 @@ def test_streamed_collection_equals_collection_in_memory(tmp_path, workers):
     assert data.load(tmp_path / "f").fingerprint() == memory.fingerprint()
 
 
+class Interrupted(Exception):
+    pass
+
+
+def test_an_interrupted_collection_makes_only_its_unfinished_chunks(tmp_path, monkeypatch):
+    """spec/data.md §10: a collection into a directory stopped in its second chunk, run again,
+    reuses the first chunk (its part names the same job; its frames match their digests), makes
+    only the second, and gives the set of an uninterrupted run (same fingerprint) without the
+    parts; under another machine record it reuses nothing."""
+    made, fail_at = [], [5]
+    real = image._demo
+
+    def counting(task, sketch, seed, dart_sigma):
+        made.append(seed)
+        if len(made) == fail_at[0]:
+            raise Interrupted
+        return real(task, sketch, seed, dart_sigma)
+    monkeypatch.setattr(image, "_demo", counting)
+    out = tmp_path / "f"
+    with pytest.raises(Interrupted):
+        SMALL.collect(5, 1, seed=9, out=out)                         # chunks of 4 and 1: dies in the second
+    assert sorted(os.listdir(out)) == [data.chunk_name(0), data.part_name(0)]
+    made.clear(), fail_at.clear(), fail_at.append(0)
+    resumed = SMALL.collect(5, 1, seed=9, out=out)
+    assert len(made) == 1
+    made.clear()
+    assert resumed.fingerprint() == SMALL.collect(5, 1, seed=9).fingerprint() and len(made) == 5
+    assert sorted(os.listdir(out)) == sorted([data.INDEX, data.FINAL, data.chunk_name(0), data.chunk_name(1)])
+
+    made.clear(), fail_at.clear(), fail_at.append(5)
+    with pytest.raises(Interrupted):
+        SMALL.collect(5, 1, seed=9, out=out)
+    made.clear(), fail_at.clear(), fail_at.append(0)
+    monkeypatch.setattr(image, "collected_on", lambda: {"cpu": "another machine"})
+    SMALL.collect(5, 1, seed=9, out=out)
+    assert len(made) == 5
+
+
+def test_a_chunk_job_key_names_everything_that_decides_its_bytes():
+    """The key differs with the scale, a PIN, a seed, DART's sigma, the code and the machine,
+    and is the same text for the same job."""
+    seeds = np.random.SeedSequence(3).spawn(2)
+    base = dict(config=image.SMALL, sketches=np.array([[1, 2], [3, 4]]), seeds=seeds, dart_sigma=0.1,
+                code="c", machine={"cpu": "x"})
+    key = image._job_key(**base)
+    assert key == image._job_key(**dict(base, sketches=[[1, 2], [3, 4]], seeds=np.random.SeedSequence(3).spawn(2)))
+    for change in (dict(config=image.PAPER), dict(sketches=np.array([[1, 2], [3, 5]])),
+                   dict(seeds=np.random.SeedSequence(4).spawn(2)), dict(seeds=seeds[::-1]),
+                   dict(dart_sigma=0.2), dict(code="d"), dict(machine={"cpu": "y"})):
+        assert image._job_key(**dict(base, **change)) != key, change
+
+
+def test_a_part_rebuilds_its_demonstrations_or_is_refused():
+    """A part's arrays split back into each demonstration's actions, labels, final image and
+    attempts; arrays of other shapes than the chunk's lengths imply give None (made again)."""
+    record = {"lengths": np.array([2, 3])}
+    part = {"actions": np.arange(5 * 9.0).reshape(5, 9), "labels": np.array([0, 0, 0, 1, 1]),
+            "final": np.zeros((2, 8, 8, 3), np.uint8), "attempts": np.array([0, 2])}
+    demos = image._from_part(part, record, (8, 8, 3))
+    assert [d[1].shape for d in demos] == [(2, 9), (3, 9)] and demos[1][2].tolist() == [0, 1, 1]
+    assert demos[1][4] == 2 and demos[0][0] is None
+    for name, bad in (("actions", np.zeros((4, 9))), ("labels", np.zeros(6)), ("final", np.zeros((2, 4, 4, 3))),
+                      ("attempts", np.zeros(3))):
+        assert image._from_part(dict(part, **{name: bad}), record, (8, 8, 3)) is None, name
+    assert image._from_part({k: v for k, v in part.items() if k != "final"}, record, (8, 8, 3)) is None
+
+
 def test_workers_fork_until_the_process_renders_then_spawn(monkeypatch):
     """A process forked after this one created an OpenGL context hangs when it renders (Mesa's
     EGL), so collection forks only while none exists."""

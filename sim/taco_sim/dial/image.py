@@ -25,6 +25,8 @@ H, W   |              | image size (ImageConfig.size, square)
 obs    | (H, W, 3)    | uint8 RGB image of camera "workspace"
 A      |              | 9 joint torques, as the joint-state Dial
 """
+import hashlib
+import json
 import multiprocessing
 import os
 from dataclasses import dataclass
@@ -167,8 +169,9 @@ def _demo(task, sketch, seed, dart_sigma):
 def _chunk(job):
     """A chunk of demonstrations in one process (a fresh task and renderer each time: a worker
     process must not share an OpenGL context with its parent). With a directory, its frames go
-    to frame chunk `index` there and are not returned."""
-    config, index, sketches, seeds, dart_sigma, directory = job
+    to frame chunk `index` there, and the rest of each demonstration to the chunk's part under
+    the job's key (`_job_key`), and the frames are not returned."""
+    config, index, sketches, seeds, dart_sigma, directory, key = job
     task = DialImageTask(size=config.size)
     try:
         demos = [_demo(task, sketch, seed, dart_sigma) for sketch, seed in zip(sketches, seeds)]
@@ -176,9 +179,54 @@ def _chunk(job):
         task.camera.close()
     record = None
     if directory is not None:
-        record = data_mod.write_frame_chunk(directory, index, [d[0] for d in demos], config.image_shape)
+        part = {"actions": np.concatenate([d[1] for d in demos]), "labels": np.concatenate([d[2] for d in demos]),
+                "final": np.array([d[3] for d in demos]), "attempts": np.array([d[4] for d in demos], np.int64)}
+        record = data_mod.write_frame_chunk(directory, index, [d[0] for d in demos], config.image_shape,
+                                            part=(key, part))
         demos = [(None,) + d[1:] for d in demos]
     return index, demos, record
+
+
+def _from_part(part, record, image_shape):
+    """The demonstrations of a reused chunk, as _chunk returns them (frames None), from its part;
+    None where the part's arrays are not those of the chunk's demonstrations."""
+    lengths = record["lengths"]
+    n, total = len(lengths), int(lengths.sum())
+    shapes = {"actions": (total, ACTION_DIM), "labels": (total,), "final": (n,) + tuple(image_shape),
+              "attempts": (n,)}
+    if any(name not in part or part[name].shape != shape for name, shape in shapes.items()):
+        return None
+    bounds = np.cumsum(lengths)[:-1]
+    return [(None, actions, labels, final, int(attempts)) for actions, labels, final, attempts in
+            zip(np.split(part["actions"], bounds), np.split(part["labels"], bounds), part["final"], part["attempts"])]
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _code_digest():
+    """SHA-256 of the Dial package's code and scene (its .py and .xml files): what, besides the
+    seeds and the machine, decides the demonstrations a chunk holds."""
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(_PACKAGE)):
+        if name.endswith((".py", ".xml")):
+            h.update(name.encode() + b"\0")
+            with open(os.path.join(_PACKAGE, name), "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()
+
+
+def _job_key(config, sketches, seeds, dart_sigma, code, machine):
+    """The key of one chunk's job (JSON text): everything that decides its bytes (the scale,
+    its PINs and seeds, DART's sigma, the code, the library versions and the machine, whose
+    BLAS kernels round the expert's arithmetic: taco_ref.provenance), so that a chunk is
+    reused only by a collection that would have made it bit for bit."""
+    return json.dumps({"domain": config.name, "image_size": config.size,
+                       "sketches": np.asarray(sketches).tolist(),
+                       "seeds": [[int(s.entropy), [int(k) for k in s.spawn_key]] for s in seeds],
+                       "dart_sigma": float(dart_sigma), "code": code,
+                       "versions": {"numpy": np.__version__, "mujoco": mujoco.__version__},
+                       "machine": machine}, sort_keys=True)
 
 
 def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=None, workers=1,
@@ -190,6 +238,9 @@ def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=
     any workers, progress per chunk), on the standard layout. With out (a directory), the
     images are written there chunk by chunk as workers finish them (a frame directory,
     spec/data.md §10) and the returned set reads them lazily; otherwise they are held in memory.
+    Collecting into a directory an interrupted collection of the same job left reuses every
+    chunk it finished (same PINs, seeds, code, versions and machine: `_job_key`, checked
+    against the frames' digests) and makes only the rest.
     workers > 1 uses a pool of worker processes, each with its own OpenGL context (forked while
     this process has rendered nothing, spawned afterwards: `_pool_context`).
     """
@@ -200,7 +251,10 @@ def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=
     seeds = np.random.SeedSequence(rng.integers(2 ** 63)).spawn(n)
     writer = None if out is None else data_mod.FrameWriter(out, config.image_shape)
     directory = None if writer is None else writer.directory
-    jobs = [(config, i // CHUNK, sketches[i:i + CHUNK], seeds[i:i + CHUNK], float(dart_sigma), directory)
+    code, machine = (None, None) if writer is None else (_code_digest(), collected_on())
+    jobs = [(config, i // CHUNK, sketches[i:i + CHUNK], seeds[i:i + CHUNK], float(dart_sigma), directory,
+             None if writer is None else _job_key(config, sketches[i:i + CHUNK], seeds[i:i + CHUNK],
+                                                  dart_sigma, code, machine))
             for i in range(0, n, CHUNK)]
     results = [None] * len(jobs)
     done = 0
@@ -215,13 +269,21 @@ def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=
         if progress is not None:
             progress(done, n)
 
-    if workers > 1:
+    pending = []
+    for job in jobs:
+        part = None if writer is None else writer.reuse(job[1], job[-1])
+        reused = None if part is None else _from_part(part, writer.chunks[job[1]], config.image_shape)
+        if reused is None:
+            pending.append(job)
+        else:
+            keep((job[1], reused, writer.chunks[job[1]]))
+    if workers > 1 and pending:
         poses()                                              # solve IK before forking
         with _pool_context().Pool(workers) as pool:
-            for out_chunk in pool.imap(_chunk, jobs):
+            for out_chunk in pool.imap(_chunk, pending):
                 keep(out_chunk)
     else:
-        for job in jobs:
+        for job in pending:
             keep(_chunk(job))
     demos = [d for chunk in results for d in chunk]
     traj_len = np.array([len(d[1]) for d in demos], dtype=np.int64)
