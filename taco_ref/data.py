@@ -474,12 +474,16 @@ def frame_digests(demos):
     (frames t < T_n, C order): recorded ones for a frame directory, computed otherwise."""
     if isinstance(demos.states, FrameStates):
         return demos.states.digests()
-    return np.array([np.frombuffer(hashlib.sha256(np.ascontiguousarray(
-        demos.states[n, :int(demos.traj_len[n])]).tobytes()).digest(), np.uint8) for n in range(demos.n)])
+    return np.array([_digest(demos.states[n, :int(demos.traj_len[n])]) for n in range(demos.n)])
+
+
+def _digest(frames):
+    """(32,) uint8: the SHA-256 of an array's bytes in C order (a demonstration's frames)."""
+    return np.frombuffer(hashlib.sha256(np.ascontiguousarray(frames).tobytes()).digest(), np.uint8)
 
 
 def _final_digests(final):
-    return [hashlib.sha256(np.ascontiguousarray(f).tobytes()).digest() for f in final]
+    return [_digest(f).tobytes() for f in final]
 
 
 def save_frames(demos, directory, frames_per_chunk=None):
@@ -549,7 +553,7 @@ class FrameWriter:
             start = 0
             for T_n, digest in zip(lengths.tolist(), digests):
                 frames = files.read_npy_rows(chunk, offset, self.image_shape, np.uint8, start, T_n, DataError)
-                if hashlib.sha256(frames.tobytes()).digest() != digest.tobytes():
+                if not np.array_equal(_digest(frames), digest):
                     return None
                 start += T_n
         except DataError:
@@ -621,8 +625,7 @@ def write_frame_chunk(directory, i, demo_frames, image_shape, part=None):
         os.unlink(part_path)
     frames = np.concatenate(demo_frames) if len(demo_frames) > 1 else np.ascontiguousarray(demo_frames[0])
     atomic_write(os.path.join(directory, chunk_name(i)), lambda f: np.save(f, frames))
-    digests = np.array([np.frombuffer(hashlib.sha256(np.ascontiguousarray(f).tobytes()).digest(), np.uint8)
-                        for f in demo_frames])
+    digests = np.array([_digest(f) for f in demo_frames])
     record = {"lengths": np.array([len(f) for f in demo_frames], np.int64), "digests": digests}
     if part is not None:
         key, arrays = part
