@@ -114,28 +114,44 @@ def test_more_pins_figures_are_the_committed_outcomes():
     assert f"400: {d400} |" in text and f"500: **{d500}** |" in text, (d400, d500)
 
 
-ABLATIONS = (("viterbi", "hard labels (`taco_targets=viterbi`)"), ("nowarm", "no warm-up (`warmup_epochs=0`)"))
+ABLATIONS = (("warm", "warm-up (as the cell), this draw"), ("viterbi", "hard labels (`taco_targets=viterbi`)"),
+             ("nowarm", "no warm-up (`warmup_epochs=0`)"))
 
 
-def ablation_rows(grid_dir):
-    """The rows of results/dial-image-small's ablation table, computed from the committed
-    `taco evaluate` outputs (ablation/taco-*-seed<s>.json), the seed's TACO and GT-BC cells and
-    the `bench/stop_by_subtask.py` tables (ablation/stop-by-subtask-seed<s>.md)."""
+def stop_summaries(path):
+    """{model path: its "all" row's eager | P(STOP) last step | P(STOP) stop step | label} of a
+    `bench/stop_by_subtask.py` table."""
+    stops, model = {}, None
+    for line in open(path, encoding="utf-8"):
+        if line.startswith("| taco: ") or line.startswith("| gtbc: "):
+            model = line.split(": ", 1)[1].split(" |", 1)[0]
+        elif line.startswith("| all |"):
+            stops[model] = " | ".join(c.strip() for c in line.strip().strip("|").split("|")[4:8])
+    return stops
+
+
+def ablation_rows(grid_dir, cell_stops_in_grid=False):
+    """The rows of a grid's ablation table, computed from the committed `taco evaluate` outputs
+    (ablation/taco-<kind>-seed<s>.json), the seed's TACO and GT-BC cells and the
+    `bench/stop_by_subtask.py` tables: ablation/stop-by-subtask-seed<s>.md, and for the cells'
+    models, where cell_stops_in_grid, the grid's own stop-by-subtask-seed<s>.md (a grid whose
+    ablation ran on another machine's draw of the data than its cells). Each run's paired
+    difference is against the seed's "warm" run where there is one (TACO as the cell trains it,
+    on the ablation's draw of the data), else against the TACO cell."""
     from taco_ref import evaluate
     pct = lambda v: f"{100 * v:.1f}"
     signed = lambda v: f"{'+' if v >= 0 else '−'}{pct(abs(v))}"
     rows = []
     for table in sorted(glob.glob(os.path.join(grid_dir, "ablation", "stop-by-subtask-seed*.md"))):
         seed = int(re.search(r"seed(\d+)\.md$", table).group(1))
-        stops, model = {}, None
-        for line in open(table, encoding="utf-8"):
-            if line.startswith("| taco: ") or line.startswith("| gtbc: "):
-                model = line.split(": ", 1)[1].split(" |", 1)[0]
-            elif line.startswith("| all |"):
-                stops[model] = " | ".join(c.strip() for c in line.strip().strip("|").split("|")[4:8])
-        runs = [("TACO (the cell)", "taco", None), *((name, "taco", kind) for kind, name in ABLATIONS),
+        stops = stop_summaries(table)
+        if cell_stops_in_grid:
+            stops.update(stop_summaries(os.path.join(grid_dir, f"stop-by-subtask-seed{seed}.md")))
+        kinds = [(kind, name) for kind, name in ABLATIONS
+                 if os.path.exists(os.path.join(grid_dir, "ablation", f"taco-{kind}-seed{seed}.json"))]
+        runs = [("TACO (the cell)", "taco", None), *((name, "taco", kind) for kind, name in kinds),
                 ("GT-BC (the cell)", "gtbc", None)]
-        taco_cell = None
+        outputs = []
         for name, algo, kind in runs:
             if kind is None:
                 with open(os.path.join(grid_dir, "cells", "dial-image-small", algo, "n200", f"seed{seed}.json"),
@@ -146,14 +162,16 @@ def ablation_rows(grid_dir):
                 with open(os.path.join(grid_dir, "ablation", f"taco-{kind}-seed{seed}.json"), encoding="utf-8") as f:
                     figures = json.load(f)
                 model = next(m for m in stops if f"/ablation/taco-{kind}-seed{seed}/" in m)
+            assert figures["n_tasks"] == len(figures["outcomes"]) == 100
+            outputs.append((name, kind, figures, stops[model]))
+        base = next((f for _, kind, f, _ in outputs if kind == "warm"), outputs[0][2])["outcomes"]
+        for name, kind, figures, stop in outputs:
             outcomes = figures["outcomes"]
-            assert figures["n_tasks"] == len(outcomes) == 100
-            taco_cell = outcomes if taco_cell is None else taco_cell
             lo, hi = evaluate.wilson_interval(outcomes.count("1"), 100)
-            d, dlo, dhi = evaluate.paired_difference_interval(outcomes, taco_cell)
-            diff = "" if name.startswith("TACO") else f"{signed(d)} [{signed(dlo)}, {signed(dhi)}]"
+            d, dlo, dhi = evaluate.paired_difference_interval(outcomes, base)
+            diff = "" if outcomes is base else f"{signed(d)} [{signed(dlo)}, {signed(dhi)}]"
             rows.append(f"| {seed} | {name} | {pct(outcomes.count('1') / 100)} [{pct(lo)}, {pct(hi)}] | {diff} | "
-                        f"{pct(figures['subtask_accuracy'])} | {pct(figures['align_viterbi'])} | {stops[model]} |")
+                        f"{pct(figures['subtask_accuracy'])} | {pct(figures['align_viterbi'])} | {stop} |")
     return rows
 
 
@@ -164,5 +182,17 @@ def test_ablation_figures_are_the_committed_outputs():
     text = open(os.path.join(grid, "README.md"), encoding="utf-8").read()
     rows = ablation_rows(grid)
     assert len(rows) >= 4
+    for row in rows:
+        assert row in text, row
+
+
+def test_trained_core_ablation_figures_are_the_committed_outputs():
+    """results/dial-image-small-trained-core's ablation table (TACO without the warm-up): every
+    figure recomputed from the committed evaluation outputs, cells and STOP tables (the cells'
+    STOP tables are the grid's own: the ablation ran on another machine's draw of the data)."""
+    grid = os.path.join(ROOT, "results", "dial-image-small-trained-core")
+    text = open(os.path.join(grid, "README.md"), encoding="utf-8").read()
+    rows = ablation_rows(grid, cell_stops_in_grid=True)
+    assert len(rows) >= 3 and any("no warm-up" in row for row in rows)
     for row in rows:
         assert row in text, row
