@@ -10,7 +10,7 @@ and its training config. Its key is the SHA-256 of ``canonical(cell)``:
 - ``config``: the TrainConfig fields the cell's algorithm reads (the shared ones and its own
   section, taco_ref.config.fields_read_by), minus those that cannot change its run: sigma_init
   unless sigma is learned, select_tasks and select_from unless epochs are chosen by rollouts,
-  train_core without a convolutional core (state vectors);
+  train_core and ctc_core_dtype without a convolutional core (state vectors);
   epoch_size enters as what it decides, the passes per epoch at this size. A field added to
   the config later declares, in its dataclass field's metadata, the value ``before`` under
   which a run is the run from before the field existed; at that value it is left out, so the
@@ -63,15 +63,15 @@ def full_config(cell):
 
 def inert(cfg):
     """The fields of cfg that cannot change its run: sigma_init unless sigma is learned,
-    select_tasks and select_from unless epochs are chosen by rollouts, train_core without a
-    convolutional core."""
+    select_tasks and select_from unless epochs are chosen by rollouts, train_core and
+    ctc_core_dtype without a convolutional core."""
     names = set()
     if cfg.sigma != "learned":
         names.add("sigma_init")
     if cfg.select != "rollouts":
         names.update(("select_tasks", "select_from"))
     if not cfg.conv_channels:
-        names.add("train_core")
+        names.update(("train_core", "ctc_core_dtype"))
     return names
 
 

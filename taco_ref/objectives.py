@@ -208,16 +208,17 @@ def ctc_features(params, batch, discrete, n_actions, image_cfg=None, with_cache=
     """concat(normalised s_t, a_t) (B, T, D + A); discrete actions as one-hot; 0 in padding
     (the classifier runs on every step, so padding must hold finite numbers). With image
     states (image_cfg: the PolicyConfig, whose image_shape is set), s_t is replaced by the
-    features (F,) of the classifier's own convolutional core ("ctc.core.*", float64) on each
-    valid frame: (B, T, F + A). with_cache returns (features, core cache or None)."""
+    features (F,) of the classifier's own convolutional core ("ctc.core.*", computed in its
+    weights' dtype: float64, or float32 with ctc_core_dtype) on each valid frame, widened to
+    float64: (B, T, F + A). with_cache returns (features, core cache or None)."""
     core = None
     if image_cfg is None or image_cfg.image_shape is None:
         s = policy.normalise(params, batch.states)
     else:
         B, T = batch.states.shape[:2]
         rows_b, rows_t = np.nonzero(np.arange(T)[None, :] < batch.traj_len[:, None])   # (m,) valid
-        f, core_cache = policy.features(params, image_cfg, batch.states[rows_b, rows_t], np.float64,
-                                        prefix="ctc.core.")                             # (m, F)
+        f, core_cache = policy.features(params, image_cfg, batch.states[rows_b, rows_t],
+                                        params["ctc.core.W0"].dtype, prefix="ctc.core.")  # (m, F)
         s = np.zeros((B, T, f.shape[1]))
         s[rows_b, rows_t] = f
         core = (core_cache, rows_b, rows_t)
@@ -308,7 +309,11 @@ def ctc_backward(d_log_p, cache, params, core=None):
     if core is not None:
         core_cache, rows_b, rows_t = core
         F = core_cache[1][1] * core_cache[1][2] * core_cache[1][3]            # the core's output size
-        _, core_grads = nn.convnet_backward(d_x[rows_b, rows_t, :F], core_cache)
+        dtype = params["ctc.core.W0"].dtype
+        d_f = d_x[rows_b, rows_t, :F]                                          # (m, F) float64
+        if dtype != d_f.dtype:   # into a float32 core: flushed of subnormals (spec/training.md eq. (12))
+            d_f = nn.flush_subnormals(d_f.astype(dtype))
+        _, core_grads = nn.convnet_backward(d_f, core_cache)
         for i, (dW, db) in enumerate(core_grads):
             grads[f"ctc.core.W{i}"], grads[f"ctc.core.b{i}"] = dW, db
     return grads

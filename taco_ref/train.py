@@ -15,13 +15,14 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, fields
 
 import numpy as np
 
 from taco_ref import algorithms
 from taco_ref import data as data_mod
 from taco_ref import model as model_mod
+from taco_ref import config as config_mod
 from taco_ref import files, optim, policy
 from taco_ref.config import TrainConfig  # noqa: F401  (train.TrainConfig: the trainer's config)
 
@@ -256,6 +257,25 @@ def _one_line_repr(value, limit=80):
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def config_changes(saved, cfg):
+    """The fields, sorted, in which a checkpoint's config (saved: the dict it recorded) differs
+    from cfg in what the run reads (config.fields_read_by: the shared fields and its algorithm's
+    section). A field of another algorithm's section does not stop a resume, nor does a field
+    added to the config since the checkpoint was written while cfg holds the value at which a
+    run is the run from before it (its metadata "before", as cell keys take it). A field the
+    checkpoint has and the config no longer knows is a difference."""
+    now = asdict(cfg)
+    before = {f.name: f.metadata["before"] for f in fields(cfg) if "before" in f.metadata}
+    changed = {k for k in saved if k not in now}
+    for k in config_mod.fields_read_by(cfg.algo):
+        if k in saved:
+            if saved[k] != now[k]:
+                changed.add(k)
+        elif not (k in before and now[k] == before[k]):
+            changed.add(k)
+    return sorted(changed)
+
+
 def _load_checkpoint(out_dir, job, data_sha256):
     path = os.path.join(out_dir, CHECKPOINT_META)
     meta = files.read_json(path)
@@ -268,8 +288,8 @@ def _load_checkpoint(out_dir, job, data_sha256):
                          f"outside this run's {len(job.stages)} stages and {cfg_epochs(job.cfg)} epochs")
     if meta.get("data_sha256") != data_sha256:
         raise ValueError(f"cannot resume: the checkpoint in {out_dir} was made on different data")
-    if meta["config"] != asdict(job.cfg):
-        changed = sorted(k for k in meta["config"] if meta["config"][k] != asdict(job.cfg).get(k))
+    changed = config_changes(meta["config"], job.cfg)
+    if changed:
         raise ValueError(f"cannot resume: the checkpoint in {out_dir} was made with a different "
                          f"config (differs in {changed})")
     _check_progress(meta, path, job)

@@ -119,3 +119,20 @@ def test_train_core_enters_a_key_only_where_a_core_is_trained(train_core):
     frozen = cellkeys.cell_key(dict(image, config=dict(image["config"], train_core=False)))
     assert (cellkeys.cell_key(dict(image, config=dict(image["config"], train_core=train_core))) == frozen) \
         == (not train_core)
+
+
+@pytest.mark.parametrize("core_dtype", ["float64", "float32"])
+def test_ctc_core_dtype_enters_only_the_keys_of_image_ctc_cells_that_change_it(core_dtype):
+    """ctc_core_dtype is keyed only where it changes a run: CTC-BC on images at float32. At
+    float64 (every CTC-BC image run before the field existed) image cells keep their keys, and
+    neither state-vector cells nor other algorithms' cells move whatever its value."""
+    assert cellkeys.cell_key(dial_cell("ctcbc-gru", ctc_core_dtype=core_dtype)) == V2_KEYS["ctcbc-gru"]
+    conv = dict(conv_channels=[10, 5, 3], conv_kernels=[5, 5, 3], conv_strides=[2, 2, 1])
+    for algo in ("taco", "ctcbc-mlp"):
+        image = dict(dial_cell(algo, **conv), domain="dial-image", size=1200, n_tasks=100, test_lengths=[5])
+        keyed = cellkeys.canonical(dict(image, config=dict(image["config"], ctc_core_dtype=core_dtype)))["config"]
+        assert ("ctc_core_dtype" in keyed) == (algo == "ctcbc-mlp" and core_dtype == "float32"), algo
+        assert keyed.get("ctc_core_dtype", "float64") == (core_dtype if algo == "ctcbc-mlp" else "float64")
+        unchanged = cellkeys.cell_key(dict(image, config=dict(image["config"], ctc_core_dtype=core_dtype))) \
+            == cellkeys.cell_key(image)
+        assert unchanged == (algo == "taco" or core_dtype == "float64"), algo

@@ -21,7 +21,7 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from taco_ref import data, objectives, policy
+from taco_ref import data, nn, objectives, policy
 from taco_ref.policy import PolicyConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spec" / "vectors"))
@@ -414,6 +414,63 @@ def test_ctc_gradient_matches_central_differences(kind, discrete):
     assert sorted(grads) == ctc_names
     check_central_differences(lambda p: objectives.ctc(p, kind, batch, discrete, cfg.action_dim)[0],
                               params, grads, ctc_names, seed=31)
+
+
+def image_ctc_setup(kind, seed, core_dtype="float64"):
+    """A batch of 7 x 6 x 3 uint8 images (ragged, zero padding) with the classifier of kind on
+    its own two-layer core ("ctc.core.*", in core_dtype) and per-channel image statistics."""
+    vectors = tiny_batch(seed, B=3, T=6, L=3, K=3, D=1, pad=0.0)
+    rng = np.random.default_rng(seed + 1)
+    B, T = vectors.states.shape[:2]
+    images = rng.integers(0, 256, size=(B, T, 7, 6, 3), dtype=np.uint8)
+    images[np.arange(T)[None, :] >= vectors.traj_len[:, None]] = 0
+    batch = data.Demos(images, vectors.actions, vectors.traj_len, vectors.sketch, vectors.sketch_len,
+                       vectors.labels, rng.integers(0, 256, size=(B, 7, 6, 3), dtype=np.uint8),
+                       vectors.vocab, {}).validate()
+    cfg = PolicyConfig(state_dim=7 * 6 * 3, n_subtasks=3, action_dim=2, act_hidden=[3], stop_hidden=[3],
+                       image_shape=[7, 6, 3], conv_channels=[3, 2], conv_kernels=[3, 2], conv_strides=[1, 2])
+    params = {"norm.mean": rng.uniform(60, 200, size=3), "norm.std": rng.uniform(20, 90, size=3)}
+    hidden = [4] if kind == "gru" else [5, 4]
+    params.update(objectives.init_ctc_params(rng, kind, cfg.feature_dim + cfg.action_dim, hidden, 3))
+    for i, (W, b) in enumerate(nn.conv_init(rng, 3, cfg.conv_channels, cfg.conv_kernels)):
+        params[f"ctc.core.W{i}"] = W.astype(core_dtype)
+        params[f"ctc.core.b{i}"] = rng.normal(scale=0.3, size=b.shape).astype(core_dtype)
+    return batch, cfg, params
+
+
+@pytest.mark.parametrize("kind", ["mlp", "gru"])
+def test_ctc_gradient_through_the_classifiers_image_core_matches_central_differences(kind):
+    """Checks spec/objectives.md eq. (3) with image states: the feature gradient goes on
+    through the classifier's own core (spec/policy.md §10), and the core's arrays get theirs."""
+    batch, cfg, params = image_ctc_setup(kind, 50)
+    loss, grads = objectives.ctc(params, kind, batch, False, cfg.action_dim, image_cfg=cfg)
+    ctc_names = sorted(k for k in params if k.startswith("ctc."))
+    assert sorted(grads) == ctc_names and any(k.startswith("ctc.core.") for k in ctc_names)
+    assert all(grads[k].dtype == np.float64 for k in ctc_names)
+    assert all(np.abs(grads[f"ctc.core.W{i}"]).max() > 0 for i in range(2))
+    check_central_differences(lambda p: objectives.ctc(p, kind, batch, False, cfg.action_dim, image_cfg=cfg)[0],
+                              params, grads, ctc_names, seed=51)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "gru"])
+def test_a_float32_classifier_core_gives_float32_core_gradients_close_to_float64(kind):
+    """ctc_core_dtype float32 (spec/training.md §4): the core computes in float32, the classifier
+    after it in float64; loss and every gradient agree with the float64 core's on the same
+    (rounded) weights to float32 accuracy, the core's gradients come back float32, and no float32
+    subnormal enters a matrix product (spec/training.md eq. (12))."""
+    batch, cfg, params32 = image_ctc_setup(kind, 60, core_dtype="float32")
+    params64 = {k: v.astype(np.float64) for k, v in params32.items()}
+    with nn.subnormal_census() as census:
+        loss32, grads32 = objectives.ctc(params32, kind, batch, False, cfg.action_dim, image_cfg=cfg)
+    loss64, grads64 = objectives.ctc(params64, kind, batch, False, cfg.action_dim, image_cfg=cfg)
+    assert census.subnormal == 0 and census.entries > 0
+    np.testing.assert_allclose(loss32, loss64, rtol=1e-5)
+    for name, g in grads64.items():
+        assert grads32[name].dtype == (np.float32 if name.startswith("ctc.core.") else np.float64), name
+        np.testing.assert_allclose(grads32[name], g, rtol=2e-3, atol=2e-4 * np.abs(g).max(), err_msg=name)
+    labels32, _ = objectives.ctc_alignment(params32, kind, batch, False, cfg.action_dim, image_cfg=cfg)
+    labels64, _ = objectives.ctc_alignment(params64, kind, batch, False, cfg.action_dim, image_cfg=cfg)
+    assert np.array_equal(labels32, labels64)
 
 
 def test_ctc_alignment_returns_monotone_labels_and_normalised_weights():

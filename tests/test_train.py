@@ -212,6 +212,31 @@ def test_resume_refuses_a_different_config(tmp_path, nav_small):
         train.train(nav_small, config(seed=1, lr=1e-2), out_dir=tmp_path, resume=True, progress=False)
 
 
+def test_resume_compares_the_config_where_the_run_reads_it(tmp_path, nav_small):
+    """spec/training.md §8: a checkpoint written before a field existed resumes while the field
+    holds its value from before (its metadata "before"), and not at another; a field of another
+    algorithm's section may differ; a recorded field this config does not know stops it."""
+    cfg = config(seed=1, algo="ctcbc-mlp")
+    train.train(nav_small, cfg, out_dir=tmp_path / "full", progress=False)
+    out = tmp_path / "run"
+    train.train(nav_small, cfg, out_dir=out, stop_after=1, progress=False)
+    meta_path = out / train.CHECKPOINT_META
+    meta = json.loads(meta_path.read_text())
+    del meta["config"]["ctc_core_dtype"]                   # written before the field existed
+    meta["config"]["warmup_epochs"] += 1                   # TACO's section: ctcbc-mlp never reads it
+    meta_path.write_text(json.dumps(meta))
+    assert train.config_changes(meta["config"], cfg) == []
+    assert train.config_changes(meta["config"], config(seed=1, algo="ctcbc-mlp", ctc_core_dtype="float32")) \
+        == ["ctc_core_dtype"]
+    assert train.config_changes(dict(meta["config"], retired=1), cfg) == ["retired"]
+    assert train.config_changes(dict(meta["config"], lr=1.0), cfg) == ["lr"]
+    with pytest.raises(ValueError, match=r"differs in \['ctc_core_dtype'\]"):
+        train.train(nav_small, config(seed=1, algo="ctcbc-mlp", ctc_core_dtype="float32"), out_dir=out,
+                    resume=True, progress=False)
+    resumed = train.train(nav_small, cfg, out_dir=out, resume=True, progress=False)
+    assert_same_params(resumed.params, train.train(nav_small, cfg, progress=False).params)
+
+
 def test_resume_refuses_different_data(tmp_path, nav_small):
     train.train(nav_small, config(seed=1), out_dir=tmp_path, stop_after=1, progress=False)
     other = nav_small.subset(np.arange(nav_small.n - 1))
@@ -235,7 +260,7 @@ def test_resume_without_a_checkpoint(tmp_path, nav_small):
     ("temperature_epochs", 200), ("temperature_epochs", -1), ("restarts", 0), ("restarts", 1.5),
     ("dtype", "float16"), ("dtype", 32), ("act_l2", -1e-3), ("stop_l2", float("inf")), ("act_l2", "x"), ("lr_decay", "linear"),
     ("epoch_size", -1), ("epoch_size", 2.5), ("epoch_size", True), ("views", 0), ("views", 257), ("views", 1.5),
-    ("taco_targets", "hard"),
+    ("taco_targets", "hard"), ("ctc_core_dtype", "float16"), ("ctc_core_dtype", 64),
 ])
 def test_train_config_rejects_bad_values_naming_the_field(key, value):
     with pytest.raises(ValueError, match=f"^{key} must"):
@@ -1163,16 +1188,20 @@ def test_the_stages_that_train_the_nets_train_the_shared_core(monkeypatch, algo,
             assert {"ctc.core.W0", "ctc.core.b0", "ctc.core.W1", "ctc.core.b1"} <= set(names)
 
 
-@pytest.mark.parametrize("algo", ["taco", "ctcbc-gru"])
-def test_image_training_resumes_exactly_and_saves_its_core(tmp_path, image_dir, algo):
-    """The core's parameters (and CTC-BC's classifier core) are checkpointed with the nets: an
-    interrupted run on a frame directory ends exactly like an uninterrupted one, and the saved
-    model loads with its core."""
+@pytest.mark.parametrize("algo, core_dtype", [("taco", "float64"), ("ctcbc-gru", "float64"),
+                                              ("ctcbc-mlp", "float32")])
+def test_image_training_resumes_exactly_and_saves_its_core(tmp_path, image_dir, algo, core_dtype):
+    """The core's parameters (and CTC-BC's classifier core, in either ctc_core_dtype) are
+    checkpointed with the nets: an interrupted run on a frame directory ends exactly like an
+    uninterrupted one, and the saved model loads with its core (float64, as every saved array)."""
     demos = data.load(image_dir)
-    cfg = TrainConfig.from_dict(dict(IMAGE, algo=algo, seed=3, dtype="float32"))
-    full = train.train(demos, cfg, out_dir=tmp_path / "full", progress=False)
+    cfg = TrainConfig.from_dict(dict(IMAGE, algo=algo, seed=3, dtype="float32", ctc_core_dtype=core_dtype))
     out = tmp_path / "interrupted"
     assert train.train(demos, cfg, out_dir=out, stop_after=2, progress=False) is None
+    if algo.startswith("ctcbc"):                  # the classifier's core trains in its own dtype
+        arrays = np.load(out / json.loads((out / train.CHECKPOINT_META).read_text())["arrays_file"])
+        assert arrays["param.ctc.core.W0"].dtype == arrays["adam.m.ctc.core.W0"].dtype == core_dtype
+    full = train.train(demos, cfg, out_dir=tmp_path / "full", progress=False)
     resumed = train.train(demos, cfg, out_dir=out, resume=True, progress=False)
     assert_same_params(resumed.params, full.params)
     loaded = model_mod.load(out / "model")

@@ -30,6 +30,13 @@ class CtcConfig:
     ctc_decoder: str = "forward_argmax"
     """CTC-BC's argmax alignment: one of the decoders of taco_ref.align.DECODER_NAMES
     (forward_argmax, the paper's; posterior_argmax; viterbi)."""
+    ctc_core_dtype: str = field(default="float64", metadata={"before": "float64"})
+    """Image states only: the precision the classifier's own convolutional core trains in,
+    float64 (the classifier's; what every CTC-BC image run computed before this field existed:
+    cell keys leave it out) or float32 (as the sub-policies' core; about half the CPU of a
+    classifier step at 112 x 112, sim/taco_sim/configs/dial-image.yaml; its douts flushed of
+    subnormals, spec/training.md eq. (12)). The classifier after the core, the CTC recursion
+    and the saved model stay float64."""
 
     def check(self):
         from taco_ref.config import check_sizes
@@ -39,6 +46,8 @@ class CtcConfig:
                              f"one layer), got {self.ctc_hidden!r}")
         if self.ctc_weighting not in WEIGHTINGS:
             raise ValueError(f"ctc_weighting must be 'argmax' or 'alpha', got {self.ctc_weighting!r}")
+        if self.ctc_core_dtype not in ("float64", "float32"):
+            raise ValueError(f"ctc_core_dtype must be 'float64' or 'float32', got {self.ctc_core_dtype!r}")
         if self.ctc_decoder not in align.DECODER_NAMES:
             raise ValueError(f"ctc_decoder must be {', '.join(align.DECODER_NAMES[:-1])} or "
                              f"{align.DECODER_NAMES[-1]}, got {self.ctc_decoder!r}")
@@ -46,14 +55,15 @@ class CtcConfig:
 
 def _init(job, demos, rng):
     """The classifier's parameters ("ctc."), drawn after the sub-policies'; with image states
-    also its own convolutional core ("ctc.core.", float64 like the classifier; spec/policy.md
-    §10), of the sub-policies' core's shape."""
+    also its own convolutional core ("ctc.core.", of the sub-policies' core's shape; spec/policy.md
+    §10), drawn in float64 and rounded to ctc_core_dtype."""
     cfg = job.cfg
     input_dim = job.policy_cfg.feature_dim + job.policy_cfg.action_dim
     params = objectives.init_ctc_params(rng, cfg.ctc_kind, input_dim, cfg.ctc_hidden, len(demos.vocab))
     if demos.image_shape is not None:
         for i, (W, b) in enumerate(nn.conv_init(rng, demos.image_shape[2], cfg.conv_channels, cfg.conv_kernels)):
-            params[f"ctc.core.W{i}"], params[f"ctc.core.b{i}"] = W, b
+            params[f"ctc.core.W{i}"] = W.astype(cfg.ctc_core_dtype, copy=False)
+            params[f"ctc.core.b{i}"] = b.astype(cfg.ctc_core_dtype, copy=False)
     return params
 
 
