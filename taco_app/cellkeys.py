@@ -79,7 +79,7 @@ def canonical(cell):
     """The canonical form of a cell (module docstring): everything that decides its figures."""
     cfg = training_config(cell)
     full = asdict(cfg)
-    before = {f.name: f.metadata["before"] for f in fields(cfg) if "before" in f.metadata}
+    before = config_mod.before_values(cfg)
     config = {k: full[k] for k in config_mod.fields_read_by(cfg.algo)
               if not (k in before and full[k] == before[k]) and k not in inert(cfg)}
     n_train = cell["size"] - data_mod.holdout_count(cell["size"], cfg.holdout_fraction)

@@ -15,7 +15,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict
 
 import numpy as np
 
@@ -265,7 +265,7 @@ def config_changes(saved, cfg):
     run is the run from before it (its metadata "before", as cell keys take it). A field the
     checkpoint has and the config no longer knows is a difference."""
     now = asdict(cfg)
-    before = {f.name: f.metadata["before"] for f in fields(cfg) if "before" in f.metadata}
+    before = config_mod.before_values(cfg)
     changed = {k for k in saved if k not in now}
     for k in config_mod.fields_read_by(cfg.algo):
         if k in saved:

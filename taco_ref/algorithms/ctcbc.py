@@ -39,14 +39,14 @@ class CtcConfig:
     and the saved model stay float64."""
 
     def check(self):
-        from taco_ref.config import check_sizes
+        from taco_ref.config import DTYPES, check_sizes
         check_sizes("ctc_hidden", self.ctc_hidden)
         if self.algo == "ctcbc-gru" and len(self.ctc_hidden) != 1:
             raise ValueError(f"ctc_hidden must be one hidden size [H] for ctcbc-gru (its bi-GRU has "
                              f"one layer), got {self.ctc_hidden!r}")
         if self.ctc_weighting not in WEIGHTINGS:
             raise ValueError(f"ctc_weighting must be 'argmax' or 'alpha', got {self.ctc_weighting!r}")
-        if self.ctc_core_dtype not in ("float64", "float32"):
+        if self.ctc_core_dtype not in DTYPES:
             raise ValueError(f"ctc_core_dtype must be 'float64' or 'float32', got {self.ctc_core_dtype!r}")
         if self.ctc_decoder not in align.DECODER_NAMES:
             raise ValueError(f"ctc_decoder must be {', '.join(align.DECODER_NAMES[:-1])} or "
