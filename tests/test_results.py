@@ -8,7 +8,7 @@ must find every cell of the grid (their keys, taco_app.cellkeys, version 1 for t
 and compute none: a key that changes under committed cells would make them run again. The
 tables README.md shows between `<!-- table: results/<grid> -->` markers must equal what
 `python -m taco_app.report README.md` writes from the cells. Figures a page computes from
-other committed outputs (results/dial-image/more-pins, results/dial-image-small/ablation) are
+other committed outputs (results/dial-image/more-pins, the image grids' ablation/ folders) are
 recomputed from them.
 """
 import glob
@@ -174,6 +174,54 @@ def ablation_rows(grid_dir):
             rows.append(f"| {seed} | {name} | {pct(outcomes.count('1') / 100)} [{pct(lo)}, {pct(hi)}] | {diff} | "
                         f"{pct(figures['subtask_accuracy'])} | {pct(figures['align_viterbi'])} | {stop} |")
     return rows
+
+
+THRESHOLD_RUNS = (("taco-warm", "TACO, warm-up (as the cell)"), ("taco-nowarm", "TACO, no warm-up"),
+                  ("gtbc", "GT-BC (as the cell)"))
+THRESHOLDS = ("0.5", "0.9", "0.99")
+
+
+def threshold_rows(grid_dir):
+    """The rows of the STOP-threshold table: each model of the ablation evaluated on its seed's
+    100 PINs at STOP thresholds 0.5 (the default: ablation/<run>-seed<s>.json) and higher
+    (ablation/stop-threshold/<run>-seed<s>-p<P>.json), with the paired 0.9 − 0.5 difference;
+    then, per seed and threshold, TACO (warm-up) − GT-BC paired on the PINs."""
+    from taco_ref import evaluate
+    pct = lambda v: f"{100 * v:.1f}"
+    signed = lambda v: f"{'+' if v >= 0 else '−'}{pct(abs(v))}"
+    interval = lambda d, lo, hi: f"{signed(d)} [{signed(lo)}, {signed(hi)}]"
+    rows, leads = [], []
+    seeds = sorted({int(m.group(1)) for p in glob.glob(os.path.join(grid_dir, "ablation", "stop-threshold", "*.json"))
+                    for m in [re.search(r"-seed(\d+)-p", p)]})
+    for seed in seeds:
+        outcomes = {}
+        for run, name in THRESHOLD_RUNS:
+            for p in THRESHOLDS:
+                path = (os.path.join(grid_dir, "ablation", f"{run}-seed{seed}.json") if p == "0.5" and run != "gtbc"
+                        else os.path.join(grid_dir, "ablation", "stop-threshold", f"{run}-seed{seed}-p{p}.json"))
+                if os.path.exists(path):
+                    with open(path, encoding="utf-8") as f:
+                        figures = json.load(f)
+                    assert figures["n_tasks"] == len(figures["outcomes"]) == 100
+                    outcomes[run, p] = figures["outcomes"]
+            cols = [pct(outcomes[run, p].count("1") / 100) if (run, p) in outcomes else "" for p in THRESHOLDS]
+            diff = interval(*evaluate.paired_difference_interval(outcomes[run, "0.9"], outcomes[run, "0.5"]))
+            rows.append(f"| {seed} | {name} | {' | '.join(cols)} | {diff} |")
+        for p in ("0.5", "0.9"):
+            d = interval(*evaluate.paired_difference_interval(outcomes["taco-warm", p], outcomes["gtbc", p]))
+            leads.append(f"| {seed} | {p} | {d} |")
+    return rows, leads
+
+
+def test_stop_threshold_figures_are_the_committed_outputs():
+    """results/dial-image-small-trained-core, "The STOP threshold": both tables recomputed from
+    the committed evaluation outputs, seeds 0 and 2, every model at 0.5 and 0.9."""
+    grid = os.path.join(ROOT, "results", "dial-image-small-trained-core")
+    text = open(os.path.join(grid, "README.md"), encoding="utf-8").read()
+    rows, leads = threshold_rows(grid)
+    assert len(rows) == 6 and len(leads) == 4
+    for row in rows + leads:
+        assert row in text, row
 
 
 @pytest.mark.parametrize("grid, min_rows", [("dial-image-small", 8), ("dial-image-small-trained-core", 12)])
