@@ -98,7 +98,6 @@ def test_more_pins_figures_are_the_committed_outcomes():
         with open(os.path.join(grid, "cells", "dial-image", algo, "n1200", "seed0.json"), encoding="utf-8") as f:
             cell[algo] = json.load(f)["figures"]["outcomes"]
         assert more[algo]["n_tasks"] == len(more[algo]["outcomes"]) == 400
-    pct = lambda v: f"{100 * v:.1f}"
     interval = lambda d, lo, hi: f"{pct(d)} [{pct(lo)}, +{pct(hi)}]".replace("-", "−")
     for algo, name in (("taco", "TACO"), ("gtbc", "GT-BC")):
         outcomes = more[algo]["outcomes"]
@@ -112,6 +111,19 @@ def test_more_pins_figures_are_the_committed_outcomes():
     d500 = interval(*evaluate.paired_difference_interval(cell["taco"] + more["taco"]["outcomes"],
                                                          cell["gtbc"] + more["gtbc"]["outcomes"]))
     assert f"400: {d400} |" in text and f"500: **{d500}** |" in text, (d400, d500)
+
+
+def pct(v):
+    return f"{100 * v:.1f}"
+
+
+def signed(v):
+    return f"{'+' if v >= 0 else '−'}{pct(abs(v))}"
+
+
+def signed_interval(d, lo, hi):
+    """A paired difference and its 95 % interval as the results pages print them."""
+    return f"{signed(d)} [{signed(lo)}, {signed(hi)}]"
 
 
 ABLATIONS = (("warm", "warm-up (as the cell), this draw"), ("viterbi", "hard labels (`taco_targets=viterbi`)"),
@@ -139,8 +151,6 @@ def ablation_rows(grid_dir):
     difference is against the seed's "warm" run where there is one (TACO as the cell trains it,
     on the ablation's draw of the data), else against the TACO cell."""
     from taco_ref import evaluate
-    pct = lambda v: f"{100 * v:.1f}"
-    signed = lambda v: f"{'+' if v >= 0 else '−'}{pct(abs(v))}"
     rows = []
     for table in sorted(glob.glob(os.path.join(grid_dir, "ablation", "stop-by-subtask-seed*.md"))):
         seed = int(re.search(r"seed(\d+)\.md$", table).group(1))
@@ -170,7 +180,7 @@ def ablation_rows(grid_dir):
             outcomes = figures["outcomes"]
             lo, hi = evaluate.wilson_interval(outcomes.count("1"), 100)
             d, dlo, dhi = evaluate.paired_difference_interval(outcomes, base)
-            diff = "" if outcomes is base else f"{signed(d)} [{signed(dlo)}, {signed(dhi)}]"
+            diff = "" if outcomes is base else signed_interval(d, dlo, dhi)
             rows.append(f"| {seed} | {name} | {pct(outcomes.count('1') / 100)} [{pct(lo)}, {pct(hi)}] | {diff} | "
                         f"{pct(figures['subtask_accuracy'])} | {pct(figures['align_viterbi'])} | {stop} |")
     return rows
@@ -187,9 +197,6 @@ def threshold_rows(grid_dir):
     (ablation/stop-threshold/<run>-seed<s>-p<P>.json), with the paired 0.9 − 0.5 difference;
     then, per seed and threshold, TACO (warm-up) − GT-BC paired on the PINs."""
     from taco_ref import evaluate
-    pct = lambda v: f"{100 * v:.1f}"
-    signed = lambda v: f"{'+' if v >= 0 else '−'}{pct(abs(v))}"
-    interval = lambda d, lo, hi: f"{signed(d)} [{signed(lo)}, {signed(hi)}]"
     rows, leads = [], []
     seeds = sorted({int(m.group(1)) for p in glob.glob(os.path.join(grid_dir, "ablation", "stop-threshold", "*.json"))
                     for m in [re.search(r"-seed(\d+)-p", p)]})
@@ -205,10 +212,10 @@ def threshold_rows(grid_dir):
                     assert figures["n_tasks"] == len(figures["outcomes"]) == 100
                     outcomes[run, p] = figures["outcomes"]
             cols = [pct(outcomes[run, p].count("1") / 100) if (run, p) in outcomes else "" for p in THRESHOLDS]
-            diff = interval(*evaluate.paired_difference_interval(outcomes[run, "0.9"], outcomes[run, "0.5"]))
+            diff = signed_interval(*evaluate.paired_difference_interval(outcomes[run, "0.9"], outcomes[run, "0.5"]))
             rows.append(f"| {seed} | {name} | {' | '.join(cols)} | {diff} |")
         for p in ("0.5", "0.9"):
-            d = interval(*evaluate.paired_difference_interval(outcomes["taco-warm", p], outcomes["gtbc", p]))
+            d = signed_interval(*evaluate.paired_difference_interval(outcomes["taco-warm", p], outcomes["gtbc", p]))
             leads.append(f"| {seed} | {p} | {d} |")
     return rows, leads
 
