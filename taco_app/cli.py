@@ -111,10 +111,13 @@ def cmd_evaluate(args):
         evaluate.check_compatible(model, demos)
     result = evaluate.protocol(model, dom, args.n_tasks, args.seed, sketch_len=args.sketch_len,
                                lengths=args.lengths, progress=_progress, stop_threshold=args.stop_threshold,
-                               views=model.config.get("views", 1) if args.views is None else args.views)
+                               views=model.config.get("views", 1) if args.views is None else args.views,
+                               stop_hold=(model.config.get("stop_hold", 1) if args.stop_hold is None
+                                          else args.stop_hold))
     done = result["outcomes"].count("1")
     result["task_accuracy_ci95"] = list(evaluate.wilson_interval(done, result["n_tasks"]))
-    print("\n".join(evaluate.failure_table(result) + evaluate.subtask_lines(result, dom.vocab)),
+    print("\n".join(evaluate.failure_table(result) + evaluate.rule_lines(result)
+                    + evaluate.subtask_lines(result, dom.vocab)),
           file=sys.stderr)
     if demos is not None:
         both = evaluate.alignment_accuracies(model, demos)
@@ -395,6 +398,9 @@ def build_parser():
     p.add_argument("--views", type=positive, default=None, metavar="N",
                    help="decide over N views of each state (the domain's; default: the model's "
                         "config, else 1: the state alone)")
+    p.add_argument("--stop-hold", type=positive, default=None, metavar="H",
+                   help="a sub-policy stops when P(STOP) exceeds the threshold in H consecutive "
+                        "decisions (default: the model's config, else 1)")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("align", help="alignment accuracy on demonstrations, and a picture")

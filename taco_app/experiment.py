@@ -110,7 +110,7 @@ def run(cell, demos=None, test_demos=None, run_dir=None):
     model = train.train(demos, cfg, progress=False if run_dir is None else _epoch_lines(cell),
                         validate=validate, out_dir=run_dir, resume=resume, augment=dom.augment)
     acc = evaluate.protocol(model, dom, cell["n_tasks"], cell["seed"], lengths=cell.get("test_lengths") or (),
-                            views=cfg.views)
+                            views=cfg.views, stop_hold=cfg.stop_hold)
     both = evaluate.alignment_accuracies(model, test_demos)
     align_acc, by_subtask = both["position"], both["subtask"]
     policy_stage = [h for h in model.info["history"] if h["stage"] == "policy"]

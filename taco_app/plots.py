@@ -157,24 +157,36 @@ def plot(results, path):
     plt.close(fig)
 
 
-def plot_lengths(results, path):
+def lengths_of(r, rule=None):
+    """A cell's task accuracy by L_test, {str(L): accuracy}, under the task environment's own
+    verdict (rule None) or one of its other success rules (the Dial's "paper", "strict"); None
+    where the cell did not measure it."""
+    if rule is None:
+        return r.get("task_accuracy_by_length")
+    return r.get("rules", {}).get(rule, {}).get("task_accuracy_by_length")
+
+
+def plot_lengths(results, path, rule=None):
     """Task accuracy against the test sketch length L_test, one line per algorithm and dataset
-    size, mean ± std over seeds and every seed as a point (paper figure 8; PNG)."""
+    size, mean ± std over seeds and every seed as a point (paper figure 8; PNG); rule: as
+    lengths_of (the title names it)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(5.5, 4))
     groups = [(a, s) for a in ALGOS for s in sorted({r["size"] for r in results})
-              if any(r["algo"] == a and r["size"] == s and r.get("task_accuracy_by_length") for r in results)]
+              if any(r["algo"] == a and r["size"] == s and lengths_of(r, rule) for r in results)]
     for (algo, size), off in zip(groups, _spread(len(groups), 0.15)):
-        rows = [r["task_accuracy_by_length"] for r in results
-                if r["algo"] == algo and r["size"] == size and r.get("task_accuracy_by_length")]
+        rows = [lengths_of(r, rule) for r in results
+                if r["algo"] == algo and r["size"] == size and lengths_of(r, rule)]
         lengths = sorted(rows[0], key=int)
         acc = 100 * np.array([[row[L] for L in lengths] for row in rows])     # (seeds, lengths)
         x = np.array([int(L) for L in lengths]) + off
         line = ax.errorbar(x, acc.mean(0), yerr=acc.std(0), marker="o", capsize=3, label=f"{LABELS[algo]} ({size})")
         for row in acc:
             ax.scatter(x, row, s=10, alpha=0.5, color=line[0].get_color())
+    if rule is not None:
+        ax.set_title(f"success by the {rule} rule", fontsize=9)
     ax.set_xlabel("test sketch length L_test")
     ax.set_ylabel("task accuracy (%)")
     ax.set_ylim(-2, 102)

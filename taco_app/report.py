@@ -55,12 +55,15 @@ def table(results):
 
 def compact_table(results):
     """Markdown table for a summary page: one row per algorithm, one column per dataset size,
-    each cell "task acc. / alignment (fwd argmax)", means over seeds in percent; a line saying
-    so when there is no finished cell yet (a grid that is being run)."""
+    each cell "task acc. / alignment (fwd argmax)", means over seeds in percent; where every
+    cell also has the paper's per-sub-task rule (the Dial), "keypad / paper rule / alignment".
+    A line saying so when there is no finished cell yet (a grid that is being run)."""
     if not results:
         return "No finished cell yet."
     sizes = sorted({r["size"] for r in results})
-    lines = ["| task acc. / align (%) | " + " | ".join(f"{s} demos" for s in sizes) + " | seeds |",
+    paper = all("paper" in r.get("rules", {}) for r in results)
+    head = "task acc. keypad / paper rule / align (%)" if paper else "task acc. / align (%)"
+    lines = [f"| {head} | " + " | ".join(f"{s} demos" for s in sizes) + " | seeds |",
              "|---|" + "---:|" * (len(sizes) + 1)]
     for algo in ALGOS:
         mine = [r for r in results if r["algo"] == algo]
@@ -69,7 +72,9 @@ def compact_table(results):
         shown = []
         for size in sizes:
             rows = [r for r in mine if r["size"] == size]
-            shown.append(f"{100 * np.mean([r['task_accuracy'] for r in rows]):.1f} / "
+            rule = (f"{100 * np.mean([r['rules']['paper']['task_accuracy'] for r in rows]):.1f} / "
+                    if paper and rows else "")
+            shown.append(f"{100 * np.mean([r['task_accuracy'] for r in rows]):.1f} / {rule}"
                          f"{100 * np.mean([r['align_forward_argmax'] for r in rows]):.1f}" if rows else "-")
         seeds = sorted({r["seed"] for r in mine})
         lines.append(f"| {LABELS[algo]} | " + " | ".join(shown) + f" | {len(seeds)} |")
@@ -267,22 +272,46 @@ def prefix_table(results, first=25):
     return "\n".join(lines)
 
 
-def length_table(results):
+def length_table(results, rule=None):
     """Markdown table of task accuracy against L_test (paper figure 8): one row per (algo, size),
-    mean ± std over seeds per length, in percent; "" when no cell measured it."""
-    rows = [r for r in results if r.get("task_accuracy_by_length")]
+    mean ± std over seeds per length, in percent; "" when no cell measured it. rule: one of the
+    env's other success rules (evaluate.RULES; None: the task environment's own verdict)."""
+    rows = [r for r in results if plots.lengths_of(r, rule)]
     if not rows:
         return ""
-    lengths = sorted({L for r in rows for L in r["task_accuracy_by_length"]}, key=int)
-    lines = ["| task acc. by L_test | demos | seeds | " + " | ".join(f"L = {L}" for L in lengths) + " |",
+    lengths = sorted({L for r in rows for L in plots.lengths_of(r, rule)}, key=int)
+    title = "task acc. by L_test" + (f", {rule} rule" if rule else "")
+    lines = [f"| {title} | demos | seeds | " + " | ".join(f"L = {L}" for L in lengths) + " |",
              "|---|---:|---:|" + "---:|" * len(lengths)]
     for algo in ALGOS:
         for size in sorted({r["size"] for r in rows}):
-            mine = [r["task_accuracy_by_length"] for r in rows if r["algo"] == algo and r["size"] == size]
+            mine = [plots.lengths_of(r, rule) for r in rows if r["algo"] == algo and r["size"] == size]
             if mine:
                 shown = [_mean_std([m[L] for m in mine if L in m]) if any(L in m for m in mine) else "-"
                          for L in lengths]
                 lines.append(f"| {LABELS[algo]} | {size} | {len(mine)} | " + " | ".join(shown) + " |")
+    return "\n".join(lines)
+
+
+def rules_table(results):
+    """Markdown table of task and sub-task accuracy under each success rule the cells recorded
+    (the Dial: the keypad's, "strict" and "paper", spec/evaluation.md eq. (10)-(11)): one row
+    per (algo, size), mean ± std over seeds, in percent; "" when no cell has other rules."""
+    rows = [r for r in results if r.get("rules")]
+    if not rows:
+        return ""
+    rules = [k for k in evaluate.RULES if all(k in r["rules"] for r in rows)]
+    heads = ["task: keypad"] + [f"task: {k}" for k in rules] + ["sub-task: keypad"] + [f"sub-task: {k}" for k in rules]
+    lines = ["| success rule (%) | demos | seeds | " + " | ".join(heads) + " |",
+             "|---|---:|---:|" + "---:|" * len(heads)]
+    for algo in ALGOS:
+        for size in sorted({r["size"] for r in rows}):
+            mine = [r for r in rows if r["algo"] == algo and r["size"] == size]
+            if not mine:
+                continue
+            cols = [[r["task_accuracy"] for r in mine]] + [[r["rules"][k]["task_accuracy"] for r in mine] for k in rules] \
+                + [[r["subtask_accuracy"] for r in mine]] + [[r["rules"][k]["subtask_accuracy"] for r in mine] for k in rules]
+            lines.append(f"| {LABELS[algo]} | {size} | {len(mine)} | " + " | ".join(_mean_std(c) for c in cols) + " |")
     return "\n".join(lines)
 
 
@@ -325,7 +354,9 @@ def report(results, failures=()):
             measured = [r for r in mine if "align_subtask_forward_argmax" in r]
             parts.append(seed_table(measured, "align_subtask_forward_argmax",
                                     "align by sub-task id (fwd argmax)"))
-        parts += [length_table(mine), paper_table(mine, domain)]
+        parts += [rules_table(mine), length_table(mine)]
+        parts += [length_table(mine, rule) for rule in evaluate.RULES]
+        parts += [paper_table(mine, domain)]
         legacy = sum(1 for r in mine if r.get("legacy"))
         if legacy:
             parts.append(f"({legacy} of these {len(mine)} cells are read from results.json, the "
@@ -372,9 +403,10 @@ def write_report(out_dirs, dest=None):
         suffix = f"-{domain}" if len(domains) > 1 else ""
         written.append(os.path.join(dest, f"accuracy{suffix}.png"))
         plots.plot(mine, written[-1])
-        if any(r.get("task_accuracy_by_length") for r in mine):
-            written.append(os.path.join(dest, f"accuracy_by_length{suffix}.png"))
-            plots.plot_lengths(mine, written[-1])
+        for rule in (None,) + tuple(evaluate.RULES):
+            if any(plots.lengths_of(r, rule) for r in mine):
+                written.append(os.path.join(dest, f"accuracy_by_length{suffix}{'-' + rule if rule else ''}.png"))
+                plots.plot_lengths(mine, written[-1], rule)
     return text, written, None
 
 

@@ -20,6 +20,8 @@ MAX_WIDTH, MAX_LAYERS = 65536, 16
 MAX_VIEWS = 256
 """Most views of a state a sub-policy may decide over (TrainConfig.views)."""
 """Bounds on the hidden sizes a config may ask for (the paper's largest layer is 400 wide)."""
+MAX_STOP_HOLD = 10
+"""Most consecutive decisions a STOP may be asked to hold for (TrainConfig.stop_hold)."""
 
 
 def check_sizes(name, sizes):
@@ -140,6 +142,13 @@ class SharedConfig:
     the keys it does not press rearranged, spec/evaluation.md eq. (8)); 1 = the state alone.
     Used by `taco evaluate` (unless --views), `taco experiment` and the ROS bridge from the
     model's config (1 before it existed: cell keys leave it out)."""
+    stop_hold: int = field(default=1, metadata={"before": 1})
+    """Execution, not training: a sub-policy stops only when P(STOP) exceeds the threshold in
+    this many consecutive decisions; until then it acts (spec/evaluation.md eq. (9)); 1 = the
+    paper's rule, a STOP in one decision. The same for every algorithm. The Dial sets 2: a press
+    takes the key past its click depth within one control step, and a STOP net that fires as
+    the key nears that depth is asked again one step later (results/dial/README.md, "Why the
+    STOP fires a step early"). Used like views (1 before it existed: cell keys leave it out)."""
     conv_channels: list = field(default_factory=list, metadata={"before": []})
     """Image states only: output channels of each layer of the convolutional core shared by all
     sub-policies (paper table 2, Dial images: [10, 5, 3]; spec/policy.md §10); CTC-BC's
@@ -173,6 +182,9 @@ class SharedConfig:
         if not low <= self.sigma_init <= high:
             raise ValueError(f"sigma_init must be a positive number in [{low:g}, {high:g}] "
                              f"(policy.SIGMA_RANGE), got {self.sigma_init!r}")
+        if isinstance(self.stop_hold, bool) or not isinstance(self.stop_hold, int) \
+                or not 1 <= self.stop_hold <= MAX_STOP_HOLD:
+            raise ValueError(f"stop_hold must be an integer in [1, {MAX_STOP_HOLD}], got {self.stop_hold!r}")
         if not 1 <= self.views <= MAX_VIEWS:
             raise ValueError(f"views must be an integer in [1, {MAX_VIEWS}], got {self.views!r}")
         for name in ("batch_size", "epochs", "patience"):

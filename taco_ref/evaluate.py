@@ -61,12 +61,13 @@ def classify_failure(sketch_len, progress, n_stops, failed, error=False):
 
 
 def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5, observer=None, sample=True,
-            views=None):
+            views=None, stop_hold=1):
     """Run one sketch (a sequence of sub-task ids) in env; returns a dict with
     success, progress (sub-tasks the env counted), steps, stop_times (step of each STOP),
     progress_times (step at which each counted sub-task was counted) and failure (None, or
     {kind, position, detail}: classify_failure, and env.failure_detail's text where the env
-    has one, else "").
+    has one, else ""); where the env judges sub-tasks by other rules too (the Dial's
+    subtask_verdicts, spec/evaluation.md eq. (10)-(11)), verdicts {rule: (L,) bool}.
     observer(env, active), if given, is called after the reset and after every step.
 
     env: a task env on taco_sim's domain contract (reset(sketch, seed), step(action), stop(),
@@ -79,13 +80,15 @@ def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5, observer=
     Discrete actions are drawn from the sub-policy's categorical (sample False: its argmax), with
     a generator seeded by the episode's seed, so an episode is a function of (model, sketch, seed).
     views(k, s) -> (n, D): decide over views of each state (SketchRunner, spec/evaluation.md
-    eq. (8)); None: the state alone.
+    eq. (8)); None: the state alone. stop_hold: a sub-policy stops in the stop_hold-th consecutive
+    decision above stop_threshold (SketchRunner; spec/evaluation.md eq. (9)).
     """
     obs = env.reset(sketch, seed=seed)
     budget = env.budget(len(sketch)) if budget is None else budget
     rng = np.random.default_rng([seed, ACTION_STREAM]) if sample and model.policy.discrete else None
     run = runner.SketchRunner(model.params, model.policy, model.vocab, stop_threshold=stop_threshold,
-                              max_subtask_steps=env.subtask_budget, rng=rng, views=views)
+                              max_subtask_steps=env.subtask_budget, rng=rng, views=views,
+                              stop_hold=stop_hold)
     run.start(sketch, now=0)
     if observer:
         observer(env, run.active)
@@ -108,6 +111,9 @@ def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5, observer=
             observer(env, run.active)
     out = {"success": bool(env.done), "progress": int(env.progress), "steps": run.steps,
            "stop_times": list(run.stop_steps), "progress_times": progress_times, "failure": None}
+    verdicts = getattr(env, "subtask_verdicts", None)
+    if verdicts is not None:      # the env's other success rules, per sketch position
+        out["verdicts"] = {rule: [bool(v) for v in counted] for rule, counted in verdicts().items()}
     failure = classify_failure(len(sketch), out["progress"], len(run.stop_steps), bool(env.failed),
                                error=run.state == "error")
     if failure is not None:
@@ -130,11 +136,13 @@ def unpad(sketch):
     return ids[:n]
 
 
-def task_accuracy(model, make_env, sketches, seed=0, progress=None, stop_threshold=0.5, views=None):
+def task_accuracy(model, make_env, sketches, seed=0, progress=None, stop_threshold=0.5, views=None,
+                  stop_hold=1):
     """Execute every sketch (one seed each, derived from seed); task and sub-task accuracy,
     spec/evaluation.md eq. (1), and why the others failed. sketches: rows of ids, each possibly
     padded with -1 (mixed lengths). stop_threshold: a sub-policy stops when pi_k(STOP | s)
-    exceeds it (execute; 0.5, the default, is the more probable decision). views: execute's.
+    exceeds it (execute; 0.5, the default, is the more probable decision). views, stop_hold:
+    execute's.
 
     Returns task_accuracy, subtask_accuracy, n_tasks, outcomes (a string of "1" for each
     sketch completed and "0" for each failed, in order: for paired comparisons), task_progress and
@@ -145,15 +153,19 @@ def task_accuracy(model, make_env, sketches, seed=0, progress=None, stop_thresho
     seeds = np.random.default_rng(seed).integers(0, 2**31, size=len(sketches))
     done = completed = attempted = 0
     outcomes, failures, details, progress_of, lengths = [], {}, {}, [], []
+    rules = {}                                       # {rule: [(L,) verdicts of each sketch]}
     for i, (row, s) in enumerate(zip(sketches, seeds)):
         sketch = unpad(row)
-        out = execute(model, make_env(), sketch, int(s), stop_threshold=stop_threshold, views=views)
+        out = execute(model, make_env(), sketch, int(s), stop_threshold=stop_threshold, views=views,
+                      stop_hold=stop_hold)
         done += out["success"]
         completed += out["progress"]
         attempted += len(sketch)
         outcomes.append("1" if out["success"] else "0")
         progress_of.append(out["progress"])
         lengths.append(len(sketch))
+        for rule, counted in out.get("verdicts", {}).items():
+            rules.setdefault(rule, []).append(counted)
         if out["failure"] is not None:
             kind, detail = out["failure"]["kind"], out["failure"]["detail"]
             failures[kind] = failures.get(kind, 0) + 1
@@ -161,10 +173,25 @@ def task_accuracy(model, make_env, sketches, seed=0, progress=None, stop_thresho
                 details[f"{kind}: {detail}"] = details.get(f"{kind}: {detail}", 0) + 1
         if progress:
             progress(i + 1, len(sketches))
-    return {"task_accuracy": done / len(sketches), "subtask_accuracy": completed / attempted,
-            "n_tasks": len(sketches), "outcomes": "".join(outcomes), "task_progress": progress_of,
-            "task_lengths": lengths, "subtask_success": subtask_success(sketches, progress_of),
-            "failures": dict(sorted(failures.items())), "failure_details": dict(sorted(details.items()))}
+    out = {"task_accuracy": done / len(sketches), "subtask_accuracy": completed / attempted,
+           "n_tasks": len(sketches), "outcomes": "".join(outcomes), "task_progress": progress_of,
+           "task_lengths": lengths, "subtask_success": subtask_success(sketches, progress_of),
+           "failures": dict(sorted(failures.items())), "failure_details": dict(sorted(details.items()))}
+    if rules:
+        out["rules"] = {rule: rule_figures(verdicts) for rule, verdicts in sorted(rules.items())}
+    return out
+
+
+def rule_figures(verdicts):
+    """Task and sub-task accuracy under one of an env's other success rules, spec/evaluation.md
+    eq. (10)-(11): verdicts, one (L,) list of bools per sketch (whether each sketch position
+    counted). A sketch succeeds when all its positions count; outcomes as task_accuracy's."""
+    if not verdicts or any(len(v) == 0 for v in verdicts):
+        raise ValueError("verdicts: expected one non-empty list of bools per sketch")
+    ok = [all(v) for v in verdicts]
+    return {"task_accuracy": sum(ok) / len(verdicts),
+            "subtask_accuracy": sum(map(sum, verdicts)) / sum(map(len, verdicts)),
+            "outcomes": "".join("1" if x else "0" for x in ok)}
 
 
 def subtask_success(sketches, task_progress):
@@ -247,6 +274,29 @@ def failure_table(result):
     return lines
 
 
+RULES = {
+    "paper": "a sub-task counts when its STOP fires within 0.06 m (L1) of its key's top: the "
+             "original code's rule",
+    "strict": "a sub-task counts when its key is registered while its own sub-policy is active: "
+              "an early STOP fails it even if the next sub-policy presses the key",
+}
+"""The Dial's success rules beside the keypad's (spec/evaluation.md eq. (10)-(11))."""
+
+
+def rule_lines(result):
+    """A result's other success rules (its "rules", where the env has them) as text lines:
+    the keypad's figures first, then each rule's task and sub-task accuracy."""
+    if "rules" not in result:
+        return []
+    lines = [f"success rules      task    sub-task",
+             f"  keypad        {100 * result['task_accuracy']:6.1f} %  {100 * result['subtask_accuracy']:6.1f} %"
+             "   (the keypad registered the PIN)"]
+    for rule, fig in result["rules"].items():
+        lines.append(f"  {rule:<12}  {100 * fig['task_accuracy']:6.1f} %  {100 * fig['subtask_accuracy']:6.1f} %"
+                     f"   ({RULES.get(rule, '')})")
+    return lines
+
+
 def subtask_lines(result, vocab):
     """A task_accuracy (or protocol) result's subtask_success as text lines: per sub-task, its
     name, the share of the sketches that reached it which completed it, and how many reached it;
@@ -300,7 +350,7 @@ def check_compatible(model, demos, what="the data"):
 
 
 def protocol(model, domain, n_tasks, seed=0, sketch_len=None, lengths=(), progress=None,
-             stop_threshold=0.5, views=1):
+             stop_threshold=0.5, views=1, stop_hold=1):
     """The evaluation protocol of spec/evaluation.md §3, the one used by `taco evaluate`, the
     experiment grid and the ROS bridge's offline check.
 
@@ -311,7 +361,8 @@ def protocol(model, domain, n_tasks, seed=0, sketch_len=None, lengths=(), progre
     seed, L])) with the same episode seed. Returns task_accuracy, subtask_accuracy, n_tasks and,
     with lengths, task_accuracy_by_length {str(L): accuracy}. progress(label) -> callback, if given.
     stop_threshold: task_accuracy's. views: how many views of each state a sub-policy decides
-    over (domain.state_views; 1: the state alone; spec/evaluation.md eq. (8)).
+    over (domain.state_views; 1: the state alone; spec/evaluation.md eq. (8)). stop_hold:
+    consecutive decisions above stop_threshold a STOP needs (spec/evaluation.md eq. (9)).
     """
     if (isinstance(n_tasks, bool) or not isinstance(n_tasks, (int, np.integer))
             or not 1 <= n_tasks <= MAX_TASKS):
@@ -321,16 +372,20 @@ def protocol(model, domain, n_tasks, seed=0, sketch_len=None, lengths=(), progre
     sketches = protocol_sketches(domain, n_tasks, seed, sketch_len)
     report = progress("evaluate") if progress else None
     out = task_accuracy(model, domain.task_env, sketches, seed=EPISODE_SEED + seed, progress=report,
-                        stop_threshold=stop_threshold, views=view_fn)
-    by_length = {}
+                        stop_threshold=stop_threshold, views=view_fn, stop_hold=stop_hold)
+    by_length, rules_by_length = {}, {}
     for L in lengths or ():
         sketches = domain.sample_sketches(n_tasks, L, np.random.default_rng([TEST_SKETCH_SEED + seed, L]))
         report = progress(f"evaluate L_test = {L}") if progress else None
-        by_length[str(L)] = task_accuracy(model, domain.task_env, sketches, seed=EPISODE_SEED + seed,
-                                          progress=report, stop_threshold=stop_threshold,
-                                          views=view_fn)["task_accuracy"]
+        res = task_accuracy(model, domain.task_env, sketches, seed=EPISODE_SEED + seed, progress=report,
+                            stop_threshold=stop_threshold, views=view_fn, stop_hold=stop_hold)
+        by_length[str(L)] = res["task_accuracy"]
+        for rule, fig in res.get("rules", {}).items():
+            rules_by_length.setdefault(rule, {})[str(L)] = fig["task_accuracy"]
     if by_length:
         out["task_accuracy_by_length"] = by_length
+    for rule, accs in rules_by_length.items():
+        out["rules"][rule]["task_accuracy_by_length"] = accs
     return out
 
 

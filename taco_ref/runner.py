@@ -115,6 +115,8 @@ class SketchRunner:
     max_subtask_time |       | seconds one sub-task may stay active before the run ends in error;
                      |       | None: unbounded
     stop_threshold   |       | a sub-policy stops when pi_k(STOP | s) > stop_threshold
+    stop_hold        |       | ... in stop_hold consecutive decisions (spec/evaluation.md eq. (9));
+                     |       | 1: in one
     max_subtask_steps|       | a sub-policy that has acted this many times is stopped by force
                      |       | (a domain's subtask_budget, e.g. Craft's); None: never
     rng              |       | numpy Generator: discrete actions are drawn from pi_k(a | s)
@@ -126,7 +128,7 @@ class SketchRunner:
     """
 
     def __init__(self, params, cfg, vocab, limits=None, max_subtask_time=None, stop_threshold=0.5,
-                 max_subtask_steps=None, rng=None, views=None):
+                 max_subtask_steps=None, rng=None, views=None, stop_hold=1):
         if len(vocab) != cfg.n_subtasks:
             raise ValueError(f"vocab has {len(vocab)} names, the policy {cfg.n_subtasks} sub-tasks")
         if limits is not None:
@@ -141,7 +143,10 @@ class SketchRunner:
         if max_subtask_steps is not None and not (isinstance(max_subtask_steps, (int, np.integer))
                                                   and max_subtask_steps >= 1):
             raise ValueError(f"max_subtask_steps must be a positive integer, got {max_subtask_steps!r}")
+        if isinstance(stop_hold, bool) or not (isinstance(stop_hold, (int, np.integer)) and stop_hold >= 1):
+            raise ValueError(f"stop_hold must be a positive integer, got {stop_hold!r}")
         self.max_subtask_steps = max_subtask_steps
+        self.stop_hold = int(stop_hold)
         self.params, self.cfg, self.vocab = params, cfg, tuple(vocab)
         self.limits, self.max_subtask_time = limits, max_subtask_time
         self.stop_threshold = stop_threshold
@@ -160,6 +165,9 @@ class SketchRunner:
         """Sketch position of the active sub-policy."""
         self.acted = 0
         """Actions the active sub-policy has taken (it may stop only once this is > 0)."""
+        self.held = 0
+        """Consecutive decisions of the active sub-policy, up to this one, with P(STOP) above
+        the threshold (it stops when this reaches stop_hold)."""
         self.steps = 0
         """Actions taken in this run."""
         self.started = now
@@ -201,6 +209,8 @@ class SketchRunner:
 
         Same decisions as evaluate.execute: the active sub-policy is asked first; if it stops
         (having acted at least once) the next sub-policy chooses the action in this same state.
+        With stop_hold = h > 1 the active sub-policy stops only in the h-th consecutive decision
+        whose P(STOP) exceeds the threshold; until then it acts (spec/evaluation.md eq. (9)).
         may_stop=False vetoes the sub-policy's own STOP in this step (the ROS bridge's press rule:
         a key that has not gone down yet); a forced STOP (max_subtask_steps) still happens.
         """
@@ -211,10 +221,12 @@ class SketchRunner:
                       f"did not stop within {self.max_subtask_time:g} s")
             return None
         forced = self.max_subtask_steps is not None and self.acted >= self.max_subtask_steps  # the domain's budget
-        if self.acted > 0 and (forced or (may_stop and self._stops(state))):
+        if self.acted > 0 and not forced:
+            self.held = self.held + 1 if self._stops(state) else 0
+        if self.acted > 0 and (forced or (may_stop and self.held >= self.stop_hold)):
             self.stop_times.append(now - self.started)
             self.stop_steps.append(self.steps)
-            self.active, self.acted, self.subtask_started = self.active + 1, 0, now
+            self.active, self.acted, self.held, self.subtask_started = self.active + 1, 0, 0, now
             if self.active == len(self.sketch):
                 self.state = "done"
                 return None

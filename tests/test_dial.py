@@ -408,6 +408,44 @@ def test_render_front_camera(offscreen_gl):
     env.close()
 
 
+def test_dial_success_rules_judge_each_stop():
+    """spec/evaluation.md eq. (10), (11) on a scripted run of PIN 1 5 3: sub-policy 0 stops over
+    key 1 after pressing it (both rules count it); sub-policy 1 stops at once, over key 1, 14 cm
+    from key 5 (neither rule counts it); sub-policy 2 then presses 5 and 3 with the finger ending
+    on 3: the keypad completes the PIN; position 2 counts under both rules (its key went down
+    while it was active; judged where the episode ended), position 1 under neither. Then an early STOP 1 cm above key 1, before its
+    press: within the paper's 6 cm, so the paper rule counts it; strict does not, although the
+    next sub-policy then presses key 1 and the keypad counts it."""
+    def press(task, digit):
+        start = task.progress
+        while not task.failed and task.progress == start and task.t < 300:
+            task.step(dial.expert_torque_from_obs(task.env.obs, digit))
+
+    task = dial.DialTask()
+    task.reset([1, 5, 3], seed=0)
+    press(task, 1)
+    task.stop()
+    task.stop()
+    press(task, 5)
+    press(task, 3)
+    assert task.done
+    verdicts = task.subtask_verdicts()
+    assert verdicts["paper"].tolist() == [True, False, True]
+    assert verdicts["strict"].tolist() == [True, False, True]
+
+    task.reset([1, 5], seed=0)
+    while task.env.fingertip[2] - task.env.key_pos[1][2] > 0.01 or \
+            np.linalg.norm(task.env.fingertip[:2] - task.env.key_pos[1][:2]) > expert.PRESS_RADIUS:
+        task.step(dial.expert_torque_from_obs(task.env.obs, 1))
+    assert task.progress == 0
+    task.stop()                                        # 1 cm above key 1, not pressed yet
+    press(task, 1)                                     # the next sub-policy presses it
+    assert task.progress == 1
+    verdicts = task.subtask_verdicts()
+    assert verdicts["paper"].tolist() == [True, False]
+    assert verdicts["strict"].tolist() == [False, False]
+
+
 def test_dial_failure_details_name_what_the_arm_did():
     """spec/evaluation.md eq. (4) with the Dial's details (spec/dial.md §4), on scripted runs:
     re-pressing the counted key is "pressed its key again"; pressing 2 instead of 1 a neighbouring

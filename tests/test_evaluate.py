@@ -159,6 +159,35 @@ def test_task_and_subtask_accuracy_count_whole_tasks_and_completed_subtasks():
     assert out["failures"] == {"wrong outcome": 2} and out["failure_details"] == {}
 
 
+class VerdictEnv(CounterEnv):
+    """CounterEnv with another success rule (as the Dial's subtask_verdicts): "odd" counts the
+    sketch positions whose STOP came at an odd step."""
+
+    def subtask_verdicts(self):
+        counted = [t % 2 == 1 for t in self.stops[:len(self.sketch)]]
+        return {"odd": counted + [False] * (len(self.sketch) - len(counted))}
+
+
+def test_rule_figures_count_a_sketch_when_every_position_counts():
+    """spec/evaluation.md eq. (10), (11) aggregated: under an env's other rule a sketch succeeds
+    when every position counts and sub-task accuracy is the share of positions that count;
+    task_accuracy collects the env's verdicts per sketch into `rules`."""
+    fig = evaluate.rule_figures([[True, True], [True, False], [False]])
+    assert fig == {"task_accuracy": 1 / 3, "subtask_accuracy": 3 / 5, "outcomes": "100"}
+    with pytest.raises(ValueError, match="verdicts"):
+        evaluate.rule_figures([])
+    with pytest.raises(ValueError, match="verdicts"):
+        evaluate.rule_figures([[True], []])
+    made = [VerdictEnv(), VerdictEnv(fail_at=4)]
+    envs = iter(made)
+    out = evaluate.task_accuracy(ScriptedModel(), lambda: next(envs), [[0, 1], [0, 1, 2]], seed=0)
+    assert made[0].stops == made[1].stops == [3]     # the first ends done at 6, the second fails at 4
+    assert out["rules"] == {"odd": evaluate.rule_figures([[True, False], [True, False, False]])}
+    assert out["rules"]["odd"]["outcomes"] == "00" and out["rules"]["odd"]["subtask_accuracy"] == 2 / 5
+    assert "rules" not in evaluate.task_accuracy(ScriptedModel(), CounterEnv, [[0]], seed=0)
+    assert evaluate.rule_lines(dict(out))[2].split()[0] == "odd"
+
+
 def test_subtask_success_counts_the_positions_each_sketch_reached_and_completed():
     """The three scripted sketches of the test above (progress 1, 2, 0): sub-task 0 reached and
     completed twice; 1 reached twice (position 1 of the first two), completed once; 2 reached

@@ -85,6 +85,29 @@ def row(algo, seed, acc, align, **more):
                 align_forward_argmax=align, align_posterior_argmax=align, align_viterbi=align, **more)
 
 
+def test_the_report_gives_every_success_rule_and_its_lengths():
+    """The Dial's rules (spec/evaluation.md eq. (10), (11)) in results.md and in the compact
+    table a README shows: keypad, strict and paper task and sub-task accuracy per (algo, size),
+    task accuracy by L_test under each rule, and "keypad / paper rule / align" per cell."""
+    def rules(strict, paper, by_length=None):
+        return {"strict": {"task_accuracy": strict, "subtask_accuracy": strict, "outcomes": "",
+                           **({"task_accuracy_by_length": by_length} if by_length else {})},
+                "paper": {"task_accuracy": paper, "subtask_accuracy": 1.0, "outcomes": ""}}
+    rows = [row("taco", 0, 0.5, 0.98, rules=rules(0.25, 1.0, {"3": 0.5})),
+            row("taco", 1, 0.75, 0.96, rules=rules(0.75, 1.0, {"3": 1.0}))]
+    text = report.report(rows)
+    assert ("| TACO | 400 | 2 | 62.5 ± 12.5 | 100.0 ± 0.0 | 50.0 ± 25.0 | 62.5 ± 12.5 | 100.0 ± 0.0 "
+            "| 50.0 ± 25.0 |") in text
+    assert "| task acc. by L_test, strict rule | demos | seeds | L = 3 |" in text
+    assert "| TACO | 400 | 2 | 75.0 ± 25.0 |" in text
+    assert "task acc. by L_test, paper rule" not in text           # not measured by length
+    compact = report.compact_table(rows)
+    assert "| task acc. keypad / paper rule / align (%) | 400 demos | seeds |" in compact
+    assert "| TACO | 62.5 / 100.0 / 97.0 | 2 |" in compact
+    mixed = report.compact_table(rows[:1] + [row("gtbc", 0, 0.5, 0.97)])   # one cell without rules
+    assert "paper rule" not in mixed and "| TACO | 50.0 / 98.0 | 1 |" in mixed
+
+
 def test_the_report_shows_every_seed_lengths_and_the_papers_alignment():
     rows = [row("taco", 0, 0.5, 0.98, task_accuracy_by_length={"3": 0.75, "4": 0.5}),
             row("taco", 1, 0.25, 0.96, task_accuracy_by_length={"3": 0.25, "4": 0.5}),

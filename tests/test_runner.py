@@ -48,12 +48,12 @@ class RecordingNavWorld(navworld.NavWorld):
         return super().step(action)
 
 
-def run_runner(model, sketch, seed, budget):
+def run_runner(model, sketch, seed, budget, stop_hold=1):
     """The loop a caller of SketchRunner writes, in a Nav-World episode (each STOP reported to
     env.stop(), which counts or fails the sub-task); returns (env, runner)."""
     env = RecordingNavWorld()
     obs = env.reset(sketch, seed=seed)
-    r = SketchRunner(model.params, model.policy, model.vocab)
+    r = SketchRunner(model.params, model.policy, model.vocab, stop_hold=stop_hold)
     r.start(sketch, now=0.0)
     steps = 0
     while steps < budget and not env.done and not env.failed:
@@ -74,12 +74,14 @@ def run_runner(model, sketch, seed, budget):
 
 @given(seed=st.integers(0, 2 ** 31 - 1), bias=st.floats(-3.0, 3.0),
        sketch=st.lists(st.integers(0, navworld.K - 1), min_size=1, max_size=navworld.K, unique=True),
-       budget=st.integers(1, 60))
-def test_runner_matches_execute(seed, bias, sketch, budget):
+       budget=st.integers(1, 60), hold=st.integers(1, 3))
+def test_runner_matches_execute(seed, bias, sketch, budget, hold):
+    """evaluate.execute and a caller's own loop around SketchRunner make the same decisions,
+    for any stop_hold (spec/evaluation.md eq. (9))."""
     model = random_model(seed, stop_bias=bias)
     env_ref = RecordingNavWorld()
-    ref = evaluate.execute(model, env_ref, sketch, seed=seed, budget=budget)
-    env, r = run_runner(model, sketch, seed, budget)
+    ref = evaluate.execute(model, env_ref, sketch, seed=seed, budget=budget, stop_hold=hold)
+    env, r = run_runner(model, sketch, seed, budget, stop_hold=hold)
     note(f"reference stops {ref['stop_times']}, runner stops {r.stop_steps}")
     assert r.stop_steps == ref["stop_times"]
     assert len(env.actions) == len(env_ref.actions) == ref["steps"]
@@ -116,6 +118,56 @@ def test_stop_rule_on_scripted_policy(monkeypatch):
     assert r.stop_steps == [1, 3, 4]
     assert r.stop_times == [10.0, 30.0, 40.0]
     assert r.state == "done" and r.status()["active"] is None
+
+
+def test_stop_hold_stops_after_h_consecutive_decisions(monkeypatch):
+    """spec/evaluation.md eq. (9): with stop_hold = 2 sub-task 0, above the threshold at t = 1,
+    below at t = 2, above at t = 3 and 4, stops at t = 4; sub-task 1 takes over in that state,
+    acts, and stops at t = 6, its second decision above the threshold. With stop_hold = 1 the
+    same script stops at t = 1 and t = 2."""
+    script = {0: [True, True, False, True, True, True, True, True],
+              1: [True] * 8}
+    script_policy(monkeypatch, script)
+    cfg = PolicyConfig(state_dim=1, n_subtasks=2, action_dim=2)
+    stops = {}
+    for hold in (1, 2):
+        r = SketchRunner({}, cfg, ("a", "b"), stop_hold=hold)
+        r.start([0, 1], now=0.0)
+        t = 0
+        while r.state == "running" and t < 8:
+            r.step(np.array([t]), now=float(t))
+            t += 1
+        stops[hold] = r.stop_steps
+        assert r.state == "done"
+    assert stops == {1: [1, 2], 2: [4, 6]}
+
+
+def hold_reference(decisions, hold):
+    """The step of the first STOP of one sub-policy under the hold rule, read plainly: decisions[t] is
+    whether P(STOP | s_t) clears the threshold; t = 0 is its first state, where it must act.
+    None when it never stops."""
+    for t in range(1, len(decisions)):
+        if t >= hold and all(decisions[t - hold + 1:t + 1]):
+            return t
+    return None
+
+
+@given(decisions=st.lists(st.booleans(), min_size=1, max_size=30), hold=st.integers(1, 5))
+def test_stop_hold_is_a_plain_reading_of_the_rule(decisions, hold):
+    """spec/evaluation.md eq. (9): SketchRunner's first STOP is where the rule read plainly puts
+    it, for any sequence of STOP decisions and any hold."""
+    cfg = PolicyConfig(state_dim=1, n_subtasks=2, action_dim=2)
+    r = SketchRunner({}, cfg, ("a", "b"), stop_hold=hold)
+    r.start([0, 1], now=0.0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner.policy, "stops",
+                   lambda params, cfg, k, state, stop_threshold=0.5: decisions[int(state[0])])
+        mp.setattr(runner.policy, "action", lambda params, cfg, k, state, rng=None: np.zeros(2))
+        for t in range(len(decisions)):
+            r.step(np.array([t]), now=float(t))
+    expected = hold_reference(decisions, hold)
+    note(f"stops {r.stop_steps}, expected first {expected}")
+    assert (r.stop_steps[:1] or [None])[0] == expected
 
 
 def test_may_stop_vetoes_the_policys_stop_but_not_a_forced_one(monkeypatch):
@@ -292,6 +344,9 @@ def test_bad_arguments():
         SketchRunner(model.params, model.policy, model.vocab, limits=np.array([1.0, -1.0]))
     with pytest.raises(ValueError, match="max_subtask_time"):
         SketchRunner(model.params, model.policy, model.vocab, max_subtask_time=0)
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="stop_hold must be a positive integer"):
+            SketchRunner(model.params, model.policy, model.vocab, stop_hold=bad)
     with pytest.raises(ValueError, match="vocab has 2 names"):
         SketchRunner(model.params, model.policy, ("a", "b"))
     r = SketchRunner(model.params, model.policy, model.vocab)

@@ -76,6 +76,10 @@ OSCILLATION = 6
 an oscillation."""
 JOINT_LIMIT_MARGIN = 0.02
 """failure_detail: an arm joint within this of its range's end (rad) is at its limit."""
+STOP_TOLERANCE = 0.06
+"""The paper's per-sub-task rule (spec/evaluation.md eq. (10)): a sub-task counts when its
+sub-policy's STOP fires with the fingertip within this L1 distance (m) of its key's rest top,
+as the original code judged the Dial; keys and presses play no part in it."""
 
 DART_SIGMA = 0.1
 """Default DART noise level: a demonstration draws level ~ U(0, dart_sigma) and adds
@@ -223,7 +227,7 @@ class DialTask(SketchProgress):
         self.sketch = None
         self.progress = 0
         self.failed = False
-        self._record = {"tip": [], "saturated": [], "at_limit": [], "presses": []}
+        self._record = {"tip": [], "saturated": [], "at_limit": [], "presses": [], "stops": []}
 
     def reset(self, sketch, seed=None):
         """Start dialling sketch (digits) from a home pose drawn from seed; returns obs (D,)."""
@@ -231,7 +235,8 @@ class DialTask(SketchProgress):
         self.progress = 0
         self.failed = False
         obs = self.env.reset(seed=seed, layout=self.layout)
-        self._record = {"tip": [self.env.fingertip], "saturated": [], "at_limit": [], "presses": []}
+        self._record = {"tip": [self.env.fingertip], "saturated": [], "at_limit": [], "presses": [],
+                        "stops": []}
         return obs
 
     @property
@@ -324,7 +329,35 @@ class DialTask(SketchProgress):
 
     def stop(self):
         """The active sub-policy emitted STOP: nothing happens. The keypad judges presses, not
-        STOP decisions (a real PIN pad sees only keys), so progress and failed change in step."""
+        STOP decisions (a real PIN pad sees only keys), so progress and failed change in step.
+        The STOP is recorded (the fingertip and the keypad's progress) for subtask_verdicts."""
+        self._record["stops"].append((self.env.fingertip, self.progress))
+
+    def subtask_verdicts(self):
+        """{rule: (L,) bool} for the episode so far, spec/evaluation.md eq. (10)-(11): sketch
+        position l counts under
+
+          "paper"   when sub-policy l said STOP with the fingertip within STOP_TOLERANCE (L1)
+                    of key l's rest top (the original code's rule; the keypad plays no part);
+          "strict"  when the keypad counted key l while sub-policy l was active (after the
+                    previous STOP, before its own), so an early STOP fails its sub-task even
+                    when the next sub-policy then presses the key.
+
+        The sub-policy still active when the episode ends (the keypad completed the PIN, a wrong
+        key, the budget) is judged in the last state as if it stopped there. The i-th recorded
+        STOP is sketch position i's (execution hands over in order)."""
+        L = len(self.sketch)
+        ends = list(self._record["stops"][:L])
+        if len(ends) < L:
+            ends.append((self.env.fingertip, self.progress))
+        paper, strict = np.zeros(L, bool), np.zeros(L, bool)
+        start = 0                              # the keypad's progress when position l began
+        for position, (tip, progress) in enumerate(ends):
+            key = self.env.key_pos[self.sketch[position]]                                   # (3,)
+            paper[position] = np.abs(tip - key).sum() < STOP_TOLERANCE
+            strict[position] = start <= position < progress
+            start = progress
+        return {"paper": paper, "strict": strict}
 
 
 _ARM_BOUNDS = None

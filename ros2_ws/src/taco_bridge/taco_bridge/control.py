@@ -171,7 +171,8 @@ class Controller:
     Symbol           | Shape  | Meaning
     model            |        | taco_ref.model.Model of the Dial domain (its interface's); with
                      |        | views > 1 in its config, every decision is over that many views
-                     |        | of the state (taco_sim.dial.augment.other_key_views), as in
+                     |        | of the state (taco_sim.dial.augment.other_key_views), and with
+                     |        | stop_hold > 1 a STOP must hold that many ticks, as in
                      |        | `taco evaluate`
     key_pos          | (K, 3) | key top positions (m), base frame
     limits           | (A,)   | action limits (N m or rad/s)
@@ -191,10 +192,11 @@ class Controller:
                              f'{period:g} s + {DELIVERY_MARGIN:g} s')
         self.model, self.key_pos, self.low, self.high = model, key_pos, low, high
         self.period, self.timeout, self.press_grace = period, timeout, press_grace
-        n_views = int((model.config or {}).get("views", 1))   # the model's execution setting
+        n_views = int((model.config or {}).get("views", 1))   # the model's execution settings
+        stop_hold = int((model.config or {}).get("stop_hold", 1))
         self.runner = SketchRunner(model.params, model.policy, model.vocab, limits=limits,
                                    max_subtask_time=max_subtask_time, stop_threshold=stop_threshold,
-                                   views=evaluate.state_views(dial.DOMAIN, n_views))
+                                   views=evaluate.state_views(dial.DOMAIN, n_views), stop_hold=stop_hold)
         self.on_end = on_end
         self.press_rule = keypad.PressRule()
         self.run = None                   # the Run in progress, or the last one
