@@ -23,7 +23,10 @@ import pytest
 from taco_app import cells as cells_mod, cli, engine, experiment, report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GRIDS = sorted(os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path.join(ROOT, "results", "*", "cells")))
+GRIDS = sorted(os.path.relpath(os.path.dirname(p), os.path.join(ROOT, "results"))
+               for pattern in (("*", "cells"), ("archive", "*", "cells"))
+               for p in glob.glob(os.path.join(ROOT, "results", *pattern)))
+"""Every grid with cells, current (results/GRID) or superseded (results/archive/GRID)."""
 
 
 def commands(grid):
@@ -245,3 +248,33 @@ def test_ablation_figures_are_the_committed_outputs(grid, min_rows):
             assert any(r.startswith(f"| {seed} | warm-up (as the cell), this draw |") for r in rows), seed
     for row in rows:
         assert row in text, row
+
+
+def _numbers(line):
+    """The numbers of a markdown table row, minus signs of either kind, in order."""
+    return re.findall(r"-?\d+(?:\.\d+)?", line.replace("\u2212", "-"))
+
+
+def test_dial_stop_timing_figures_are_the_committed_outputs(bench_script):
+    """results/dial, "Why the STOP fires a step early": bench/dial_stop_timing.py's tables,
+    regenerated from the committed figures (stop-timing/*.json), are the committed
+    stop-timing/*.md, and every row of the README's tables in that section carries the figures
+    of one generated row (its numbers appear, in order, among that row's)."""
+    bench = bench_script("dial_stop_timing")
+    folder = os.path.join(ROOT, "results", "dial", "stop-timing")
+    generated = []
+    for name in sorted(f for f in os.listdir(folder) if f.endswith(".json")):
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            text = bench.tables(json.load(f))
+        with open(os.path.join(folder, name[:-5] + ".md"), encoding="utf-8") as f:
+            assert f.read().strip() == text.strip(), name
+        generated += [_numbers(line) for line in text.splitlines() if line.startswith("| ")]
+    readme = open(os.path.join(ROOT, "results", "dial", "README.md"), encoding="utf-8").read()
+    section = readme.split("## Why the STOP fires a step early", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and _numbers(line)]
+    assert len(rows) >= 15
+    def within(want, have):                   # want is a subsequence of have
+        it = iter(have)
+        return all(x in it for x in want)
+    for row in rows:
+        assert any(within(_numbers(row), g) for g in generated), row
