@@ -149,6 +149,16 @@ def test_same_seed_gives_identical_parameters(nav_small):
     assert not np.array_equal(a.params["act.W0"], c.params["act.W0"])
 
 
+def test_execution_settings_leave_training_alone(nav_small):
+    """views and stop_hold are read at execution only: training with other values gives the same
+    parameters and history bit for bit (so a model's execution settings can be changed without
+    training it again: the Dial's shipped models gained stop_hold: 2 so)."""
+    a = train.train(nav_small, config(seed=7), progress=False)
+    b = train.train(nav_small, config(seed=7, stop_hold=3, views=2), progress=False)
+    assert_same_params(a.params, b.params)
+    assert a.info["history"] == b.info["history"]
+
+
 def test_normalisation_comes_from_the_training_split(nav_small):
     """Checks spec/training.md eq. (1)."""
     cfg = config(seed=2)
