@@ -21,6 +21,7 @@ import shutil
 import pytest
 
 from taco_app import cells as cells_mod, cli, engine, experiment, report
+from taco_ref import evaluate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRIDS = sorted(os.path.relpath(os.path.dirname(p), os.path.join(ROOT, "results"))
@@ -278,3 +279,24 @@ def test_dial_stop_timing_figures_are_the_committed_outputs(bench_script):
         return all(x in it for x in want)
     for row in rows:
         assert any(within(_numbers(row), g) for g in generated), row
+
+
+@pytest.mark.parametrize("name", ["dial", "dial-velocity"])
+def test_shipped_model_readme_gives_the_committed_evaluation(name):
+    """A shipped Dial model's README: PINs completed with the Wilson interval (spec/evaluation.md
+    eq. (5)) and the Viterbi alignment are those of the committed `taco evaluate` output
+    (results/dial/shipped), as is the bridge's offline count; every rule's figure is there."""
+    shipped = os.path.join(ROOT, "results", "dial", "shipped")
+    with open(os.path.join(shipped, f"{name}-evaluate.json"), encoding="utf-8") as f:
+        out = json.load(f)
+    with open(os.path.join(shipped, f"{name}-bridge-offline.json"), encoding="utf-8") as f:
+        bridge = json.load(f)
+    text = open(os.path.join(ROOT, "sim", "taco_sim", "dial", "models", name, "README.md"), encoding="utf-8").read()
+    done, n = out["outcomes"].count("1"), out["n_tasks"]
+    lo, hi = evaluate.wilson_interval(done, n)
+    assert f"{done} of {n}, {100 * done / n:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}]" in text
+    for rule in ("paper", "strict"):
+        k = out["rules"][rule]["outcomes"].count("1")
+        assert f"| {k} of {n} | {100 * out['rules'][rule]['subtask_accuracy']:.1f} % |" in text, rule
+    assert f"{100 * out['align_viterbi']:.2f} % (Viterbi)" in text
+    assert f"dials {bridge['dialled']} of {bridge['n_tasks']}" in text
