@@ -61,27 +61,13 @@ def full_config(cell):
     return asdict(training_config(cell))
 
 
-def inert(cfg):
-    """The fields of cfg that cannot change its run: sigma_init unless sigma is learned,
-    select_tasks and select_from unless epochs are chosen by rollouts, train_core and
-    ctc_core_dtype without a convolutional core."""
-    names = set()
-    if cfg.sigma != "learned":
-        names.add("sigma_init")
-    if cfg.select != "rollouts":
-        names.update(("select_tasks", "select_from"))
-    if not cfg.conv_channels:
-        names.update(("train_core", "ctc_core_dtype"))
-    return names
-
-
 def canonical(cell):
     """The canonical form of a cell (module docstring): everything that decides its figures."""
     cfg = training_config(cell)
     full = asdict(cfg)
     before = config_mod.before_values(cfg)
     config = {k: full[k] for k in config_mod.fields_read_by(cfg.algo)
-              if not (k in before and full[k] == before[k]) and k not in inert(cfg)}
+              if not (k in before and full[k] == before[k]) and k not in config_mod.inert_fields(cfg)}
     n_train = cell["size"] - data_mod.holdout_count(cell["size"], cfg.holdout_fraction)
     config["passes_per_epoch"] = train.passes_per_epoch(config.pop("epoch_size"), n_train)
     return {"version": KEY_VERSION, **{k: cell.get(k) for k in CELL_FIELDS}, "config": config}

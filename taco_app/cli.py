@@ -34,6 +34,7 @@ import taco_sim  # noqa: E402
 from taco_sim.domain import (MAX_COLLECT, MAX_DART_SIGMA, MAX_SKETCH_LEN, MAX_WORKERS,  # noqa: E402
                              RenderingUnavailable)
 from taco_ref import algorithms, data, evaluate, model as model_mod, runner, train  # noqa: E402
+from taco_ref.config import PROTOCOLS  # noqa: E402
 from taco_app import cells as cells_mod, config as config_mod, engine, report  # noqa: E402
 
 
@@ -79,7 +80,7 @@ def cmd_train(args):
     demos = data.load(args.data)
     domain = demos.meta.get("domain")
     cfg = config_mod.load(domain if domain in taco_sim.names() else None, args.config, args.set,
-                          algo=args.algo, seed=args.seed)
+                          protocol=args.protocol, algo=args.algo, seed=args.seed)
     validate = None
     if cfg.select == "rollouts":
         if domain not in taco_sim.names():
@@ -187,7 +188,7 @@ def grid_error(grid):
 
 def cmd_experiment(args):
     dom = taco_sim.get(args.domain)
-    base = config_mod.settings(args.domain, args.config, args.set)
+    base = config_mod.settings(args.domain, args.config, args.set, protocol=args.protocol)
     cells = [dict(domain=args.domain, algo=a, size=n, seed=s, train_sketch_len=dom.train_sketch_len,
                   n_tasks=args.n_tasks, n_align=args.n_align, config=base,
                   test_lengths=args.test_lengths)
@@ -374,6 +375,9 @@ def build_parser():
     p.add_argument("--config", default=None, help="YAML file, or the name of a shipped config (default: the data's domain's)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value (repeatable), e.g. --set lr=1e-3")
+    p.add_argument("--protocol", choices=sorted(PROTOCOLS), default=None,
+                   help="an equal-budget protocol (spec/evaluation.md §7): paper, no pre-stage for any "
+                        "algorithm; recipe, the same pre-stage for every one (default: the config's)")
     p.add_argument("--seed", type=non_negative, default=None)
     p.add_argument("--out", required=True, help="run directory (checkpoint + model/)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
@@ -441,6 +445,9 @@ def build_parser():
     p.add_argument("--config", default=None)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a training config value (repeatable); part of each cell's key")
+    p.add_argument("--protocol", choices=sorted(PROTOCOLS), default=None,
+                   help="an equal-budget protocol (spec/evaluation.md §7): paper, no pre-stage for any "
+                        "algorithm; recipe, the same pre-stage for every one (default: the config's)")
     p.add_argument("--workers", type=workers_count, default=None,
                    help="local worker processes (default 2; not with --scheduler, whose workers run the cells)")
     p.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",

@@ -6,8 +6,10 @@ A run's TrainConfig is built from, in increasing precedence:
 2. a YAML file: ``--config PATH`` or ``--config NAME`` (a file shipped in taco_sim/configs, e.g.
    ``dial-small``), else the domain's own (``taco_sim.get(domain).config``), shipped as package
    data so that it is found after any kind of install;
-3. keyword values from the command line (``--algo``, ``--seed``) that were given;
-4. ``--set key=value`` overrides (values parsed as YAML: numbers, lists, booleans).
+3. a named protocol, ``--protocol paper|recipe`` (taco_ref.config.PROTOCOLS: the
+   equal-budget protocols of spec/evaluation.md §7, as overrides);
+4. keyword values from the command line (``--algo``, ``--seed``) that were given;
+5. ``--set key=value`` overrides (values parsed as YAML: numbers, lists, booleans).
 
 A YAML file holds the keys either at the top level or under ``train:``.
 """
@@ -16,7 +18,7 @@ import os
 import yaml
 
 from taco_ref import files
-from taco_ref.config import TrainConfig
+from taco_ref.config import PROTOCOLS, TrainConfig
 
 
 def config_path(name_or_path):
@@ -86,11 +88,11 @@ def parse_override(text):
         raise ValueError(f"--set {key.strip()}: {value!r} is not a YAML value") from None
 
 
-def settings(domain=None, path=None, overrides=(), **given):
+def settings(domain=None, path=None, overrides=(), protocol=None, **given):
     """The merged settings (a dict of TrainConfig fields) in the precedence of the module docstring.
 
-    domain: a domain name (its shipped YAML is used when path is None) or None; given: keyword
-    values, used unless None.
+    domain: a domain name (its shipped YAML is used when path is None) or None; protocol: a
+    name of PROTOCOLS or None; given: keyword values, used unless None.
     """
     values = {}
     if path:
@@ -98,11 +100,15 @@ def settings(domain=None, path=None, overrides=(), **given):
     elif domain:
         import taco_sim
         values.update(read_yaml(taco_sim.get(domain).config))
+    if protocol is not None:
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"--protocol: expected one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+        values.update(PROTOCOLS[protocol])
     values.update({k: v for k, v in given.items() if v is not None})
     values.update(parse_override(t) for t in overrides)
     return values
 
 
-def load(domain=None, path=None, overrides=(), **given):
-    """TrainConfig of settings(domain, path, overrides, **given), validated."""
-    return TrainConfig.from_dict(settings(domain, path, overrides, **given))
+def load(domain=None, path=None, overrides=(), protocol=None, **given):
+    """TrainConfig of settings(domain, path, overrides, protocol, **given), validated."""
+    return TrainConfig.from_dict(settings(domain, path, overrides, protocol, **given))

@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import asdict, fields as dataclass_fields
 
-from taco_ref import data as data_mod, files, train
+from taco_ref import config as config_mod, data as data_mod, files, train
 from taco_app import cellkeys
 
 V1_FIELDS = (
@@ -32,7 +32,7 @@ def cell_key_v1(cell):
     select is "rollouts", and epoch_size where it makes one pass per epoch. None when the cell
     sets a field that did not exist then away from its neutral value (no such cell was written)."""
     cfg = cellkeys.training_config(cell)
-    full, inert = asdict(cfg), cellkeys.inert(cfg)
+    full, inert = asdict(cfg), config_mod.inert_fields(cfg)
     if any(k not in V1_FIELDS and not _neutral(cell, k, v, inert) for k, v in full.items()):
         return None
     config = {k: full[k] for k in V1_FIELDS}
@@ -53,10 +53,9 @@ def cell_key_v1(cell):
 
 def _neutral(cell, name, value, inert):
     """A field younger than version 1 is neutral where the cell's algorithm does not read it,
-    where it cannot change the cell's run (inert: cellkeys.inert of its config), or where it
+    where it cannot change the cell's run (inert: config.inert_fields of its config), or where it
     holds the value it declares (metadata["before"]) under which a run is the run from before
     the field existed."""
-    from taco_ref import config as config_mod
     declared = {f.name: f.metadata for f in dataclass_fields(train.TrainConfig)}.get(name, {})
     return (name not in config_mod.fields_read_by(cell["algo"])
             or name in inert

@@ -20,6 +20,13 @@ MAX_WIDTH, MAX_LAYERS = 65536, 16
 MAX_VIEWS = 256
 """Most views of a state a sub-policy may decide over (TrainConfig.views)."""
 """Bounds on the hidden sizes a config may ask for (the paper's largest layer is 400 wide)."""
+PRESTAGES = ("taco", "all")
+"""SharedConfig.prestage: TACO alone runs the pre-stage, or every algorithm does."""
+PROTOCOLS = {"paper": {"warmup_epochs": 0},
+             "recipe": {"prestage": "all"}}
+"""The equal-budget protocols of spec/evaluation.md §7 as config overrides: "paper", no
+pre-stage for any algorithm (the paper's TACO); "recipe", the same warmup_epochs pre-stage for
+every algorithm. `--protocol NAME` on `taco train` and `taco experiment` applies them."""
 MAX_STOP_HOLD = 10
 """Most consecutive decisions a STOP may be asked to hold for (TrainConfig.stop_hold)."""
 
@@ -136,6 +143,18 @@ class SharedConfig:
     Held-out and evaluation data stay as recorded. It reads the sketches, never a label. Needs a
     domain that has one (`taco train` on a domain's data, `taco experiment`); false before it
     existed (cell keys leave it out)."""
+    warmup_epochs: int = 5
+    """Epochs of the pre-stage: behaviour cloning at a constant rate on the best segmentation an
+    algorithm is entitled to before its own training (spec/training.md §6, the protocols of
+    spec/evaluation.md §7): TACO the even split of every demonstration into its sketch's L
+    segments (objectives.even_split_labels; 0 = plain TACO, the paper's), GT-BC the true one,
+    CTC-BC its classifier's alignment. Which algorithms run it: prestage. A label-free start
+    against TACO's early collapse of the alignment: 5 fixed every Nav-World seed that plain
+    TACO collapsed on."""
+    prestage: str = field(default="taco", metadata={"before": "taco"})
+    """Which algorithms run the warmup_epochs pre-stage: "taco" (TACO alone: every grid before
+    this field; the others' budgets are then 5 epochs shorter) or "all" (every algorithm, each
+    on its own segmentation: the recipe protocol, spec/evaluation.md §7). CompILE has none."""
     views: int = field(default=1, metadata={"before": 1})
     """Execution, not training: each sub-policy decides STOP and its action from the means over
     this many views of the state (the domain's state_views, the state itself first; the Dial:
@@ -185,6 +204,10 @@ class SharedConfig:
         if isinstance(self.stop_hold, bool) or not isinstance(self.stop_hold, int) \
                 or not 1 <= self.stop_hold <= MAX_STOP_HOLD:
             raise ValueError(f"stop_hold must be an integer in [1, {MAX_STOP_HOLD}], got {self.stop_hold!r}")
+        if isinstance(self.warmup_epochs, bool) or not isinstance(self.warmup_epochs, int) or self.warmup_epochs < 0:
+            raise ValueError(f"warmup_epochs must be a non-negative integer, got {self.warmup_epochs!r}")
+        if self.prestage not in PRESTAGES:
+            raise ValueError(f"prestage must be one of {', '.join(PRESTAGES)}, got {self.prestage!r}")
         if not 1 <= self.views <= MAX_VIEWS:
             raise ValueError(f"views must be an integer in [1, {MAX_VIEWS}], got {self.views!r}")
         for name in ("batch_size", "epochs", "patience"):
@@ -253,6 +276,28 @@ def before_values(cfg):
     leave such a field out at that value (taco_app.cellkeys) and resuming a checkpoint that
     lacks it accepts it there (train.config_changes)."""
     return {f.name: f.metadata["before"] for f in fields(cfg) if "before" in f.metadata}
+
+
+def inert_fields(cfg):
+    """The fields of cfg that cannot change its run (cell keys leave them out, taco_app.cellkeys;
+    resuming does not compare them, train.config_changes): sigma_init unless sigma is learned,
+    select_tasks and select_from unless epochs are chosen by rollouts, train_core and
+    ctc_core_dtype without a convolutional core, prestage for TACO (it warms up either way) and
+    CompILE (it never does), warmup_epochs where no pre-stage runs."""
+    names = set()
+    if cfg.sigma != "learned":
+        names.add("sigma_init")
+    if cfg.select != "rollouts":
+        names.update(("select_tasks", "select_from"))
+    if not cfg.conv_channels:
+        names.update(("train_core", "ctc_core_dtype"))
+    if cfg.algo == "taco":
+        names.add("prestage")                       # TACO runs its warm-up either way
+    elif cfg.prestage == "taco" or cfg.algo == "compile":
+        names.add("warmup_epochs")                  # no pre-stage for the others, nor CompILE ever
+    if cfg.algo == "compile":
+        names.add("prestage")
+    return names
 
 
 def fields_read_by(algo):

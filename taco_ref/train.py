@@ -260,14 +260,18 @@ def _one_line_repr(value, limit=80):
 def config_changes(saved, cfg):
     """The fields, sorted, in which a checkpoint's config (saved: the dict it recorded) differs
     from cfg in what the run reads (config.fields_read_by: the shared fields and its algorithm's
-    section). A field of another algorithm's section does not stop a resume, nor does a field
+    section) and can change it (config.inert_fields). A field of another algorithm's section
+    does not stop a resume, nor does a field
     added to the config since the checkpoint was written while cfg holds the value at which a
     run is the run from before it (its metadata "before", as cell keys take it). A field the
     checkpoint has and the config no longer knows is a difference."""
     now = asdict(cfg)
     before = config_mod.before_values(cfg)
     changed = {k for k in saved if k not in now}
+    inert = config_mod.inert_fields(cfg)
     for k in config_mod.fields_read_by(cfg.algo):
+        if k in inert:
+            continue
         if k in saved:
             if saved[k] != now[k]:
                 changed.add(k)

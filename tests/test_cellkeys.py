@@ -136,3 +136,18 @@ def test_ctc_core_dtype_enters_only_the_keys_of_image_ctc_cells_that_change_it(c
         unchanged = cellkeys.cell_key(dict(image, config=dict(image["config"], ctc_core_dtype=core_dtype))) \
             == cellkeys.cell_key(image)
         assert unchanged == (algo == "taco" or core_dtype == "float64"), algo
+
+
+def test_prestage_enters_a_key_only_where_it_changes_a_run():
+    """prestage "taco" (every cell before the field) keeps every key; "all" moves GT-BC's and
+    CTC-BC's keys but not TACO's (it warms up either way) nor CompILE's (it never does); and
+    warmup_epochs is keyed for GT-BC only when its pre-stage runs."""
+    for algo in ("taco", "ctcbc-gru", "compile"):
+        assert cellkeys.cell_key(dial_cell(algo, prestage="taco")) == V2_KEYS[algo], algo
+    assert cellkeys.cell_key(dial_cell("taco", prestage="all")) == V2_KEYS["taco"]
+    assert cellkeys.cell_key(dial_cell("compile", prestage="all", warmup_epochs=3)) == V2_KEYS["compile"]
+    assert cellkeys.cell_key(dial_cell("ctcbc-gru", prestage="all")) != V2_KEYS["ctcbc-gru"]
+    gtbc = cellkeys.cell_key(dial_cell("gtbc"))
+    assert cellkeys.cell_key(dial_cell("gtbc", warmup_epochs=0)) == gtbc       # no pre-stage runs
+    recipe = cellkeys.cell_key(dial_cell("gtbc", prestage="all"))
+    assert recipe != gtbc != cellkeys.cell_key(dial_cell("gtbc", prestage="all", warmup_epochs=3)) != recipe

@@ -50,6 +50,25 @@ def test_load_config_sources_and_precedence(tmp_path):
     assert config.load() == TrainConfig()
 
 
+def test_a_protocol_sits_between_the_yaml_and_the_overrides(tmp_path):
+    """--protocol (taco_ref.config.PROTOCOLS, spec/evaluation.md §7) overrides the YAML and is
+    overridden by --set; an unknown name is refused naming the known ones; prestage and
+    warmup_epochs are validated."""
+    path = tmp_path / "c.yaml"
+    path.write_text("warmup_epochs: 4\n")
+    assert config.load(None, path, protocol="paper").warmup_epochs == 0
+    recipe = config.load(None, path, protocol="recipe")
+    assert (recipe.prestage, recipe.warmup_epochs) == ("all", 4)
+    assert config.load(None, path, ["warmup_epochs=2"], protocol="paper").warmup_epochs == 2
+    assert config.load(None, path).prestage == "taco"
+    with pytest.raises(ValueError, match="--protocol: expected one of paper, recipe"):
+        config.load(None, None, protocol="mine")
+    with pytest.raises(ValueError, match="^prestage must be one of taco, all"):
+        config.load(None, None, ["prestage=some"])
+    with pytest.raises(ValueError, match="^warmup_epochs must be a non-negative integer"):
+        config.load(None, None, ["warmup_epochs=-1"])
+
+
 def test_load_config_errors(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("- just\n- a list\n")

@@ -136,6 +136,34 @@ def test_other_variants_run(nav_small, algo, extra):
     assert all(np.isfinite(v).all() for v in model.params.values())
 
 
+@pytest.mark.parametrize("algo", ["taco", "gtbc", "ctcbc-mlp"])
+def test_the_recipe_protocol_gives_every_algorithm_the_same_prestage(nav_small, algo, monkeypatch):
+    """Equal budgets (spec/evaluation.md §7): under prestage "all" every algorithm runs
+    warmup_epochs of a pre-stage (constant rate, its last parameters handed on, never the kept
+    epoch) before as many policy epochs as the others, and as many gradient steps of the
+    sub-policies as TACO; under "taco" only TACO does; warmup_epochs 0 (the paper protocol)
+    none."""
+    steps = []
+    real = optim.Adam.step
+
+    def counted(adam, params, grads):
+        steps.append(any(k.startswith(("act.", "stop.")) for k in grads))
+        return real(adam, params, grads)
+    monkeypatch.setattr(optim.Adam, "step", counted)
+
+    def stages(algo, **kw):
+        steps.clear()
+        model = train.train(nav_small, config(**{"algo": algo, "epochs": 2, "warmup_epochs": 2, **kw}),
+                            progress=False)
+        return [h["stage"] for h in model.info["history"]], sum(steps)
+    head = ["ctc"] * 2 if algo.startswith("ctcbc") else []
+    recipe, n_steps = stages(algo, prestage="all")
+    assert recipe == head + ["warmup"] * 2 + ["policy"] * 2
+    assert n_steps == stages("taco", prestage="all")[1] > 0
+    assert stages(algo, prestage="taco")[0] == head + (["warmup"] * 2 if algo == "taco" else []) + ["policy"] * 2
+    assert stages(algo, prestage="all", warmup_epochs=0)[0] == head + ["policy"] * 2
+
+
 # ----------------------------------------------------------------------------------------------
 # (b) Determinism and resume
 # ----------------------------------------------------------------------------------------------
@@ -225,23 +253,26 @@ def test_resume_refuses_a_different_config(tmp_path, nav_small):
 def test_resume_compares_the_config_where_the_run_reads_it(tmp_path, nav_small):
     """spec/training.md §8: a checkpoint written before a field existed resumes while the field
     holds its value from before (its metadata "before"), and not at another; a field of another
-    algorithm's section may differ; a recorded field this config does not know stops it."""
+    algorithm's section may differ, and so may one that cannot change the run
+    (config.inert_fields); a recorded field this config does not know stops it."""
     cfg = config(seed=1, algo="ctcbc-mlp")
     train.train(nav_small, cfg, out_dir=tmp_path / "full", progress=False)
     out = tmp_path / "run"
     train.train(nav_small, cfg, out_dir=out, stop_after=1, progress=False)
     meta_path = out / train.CHECKPOINT_META
     meta = json.loads(meta_path.read_text())
-    del meta["config"]["ctc_core_dtype"]                   # written before the field existed
-    meta["config"]["warmup_epochs"] += 1                   # TACO's section: ctcbc-mlp never reads it
+    del meta["config"]["prestage"]                         # written before the field existed
+    meta["config"]["warmup_epochs"] += 1                   # no pre-stage runs: ctcbc-mlp never reads it
+    meta["config"]["temperature"] = 2.0                    # TACO's section: ctcbc-mlp never reads it
+    meta["config"]["ctc_core_dtype"] = "float32"           # no conv core: it cannot change the run
     meta_path.write_text(json.dumps(meta))
     assert train.config_changes(meta["config"], cfg) == []
-    assert train.config_changes(meta["config"], config(seed=1, algo="ctcbc-mlp", ctc_core_dtype="float32")) \
-        == ["ctc_core_dtype"]
+    assert train.config_changes(meta["config"], config(seed=1, algo="ctcbc-mlp", prestage="all")) \
+        == ["prestage", "warmup_epochs"]
     assert train.config_changes(dict(meta["config"], retired=1), cfg) == ["retired"]
     assert train.config_changes(dict(meta["config"], lr=1.0), cfg) == ["lr"]
-    with pytest.raises(ValueError, match=r"differs in \['ctc_core_dtype'\]"):
-        train.train(nav_small, config(seed=1, algo="ctcbc-mlp", ctc_core_dtype="float32"), out_dir=out,
+    with pytest.raises(ValueError, match=r"differs in \['prestage', 'warmup_epochs'\]"):
+        train.train(nav_small, config(seed=1, algo="ctcbc-mlp", prestage="all"), out_dir=out,
                     resume=True, progress=False)
     resumed = train.train(nav_small, cfg, out_dir=out, resume=True, progress=False)
     assert_same_params(resumed.params, train.train(nav_small, cfg, progress=False).params)

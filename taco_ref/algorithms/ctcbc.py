@@ -2,7 +2,8 @@
 CTC on the sketch, then behaviour cloning on its alignment; spec/objectives.md eq. (3)-(5).
 
 Two algorithms share this section: ctcbc-mlp (an MLP classifier) and ctcbc-gru (a bi-GRU).
-Stages: "ctc" (the classifier, at ctc_lr, every epoch a candidate), then "policy": BC on the
+Stages: "ctc" (the classifier, at ctc_lr, every epoch a candidate), with prestage "all" a
+"warmup" of warmup_epochs (the policy stage's loss at a constant rate), then "policy": BC on the
 frozen classifier's argmax alignment (ctc_weighting "argmax", the paper's; the labels computed
 once per demonstration) or on its normalised forward variables (ctc_weighting "alpha",
 appendix C).
@@ -145,10 +146,16 @@ def _align(model, demos, decoders):
 
 
 CTC = Stage("ctc", ("ctc.",), _ctc_loss, lr=lambda cfg: cfg.ctc_lr, policy=False)
+WARMUP = Stage("warmup", SUB_POLICIES, _policy_loss, epochs=lambda cfg: cfg.warmup_epochs,
+               candidate=lambda cfg, epoch: False, policy=False, sets=_sets)
 POLICY = Stage("policy", SUB_POLICIES, _policy_loss, sets=_sets)
 
 
 def _stages(cfg):
+    """The classifier, then (prestage "all") warmup_epochs of the policy stage's BC at a constant
+    rate, its last parameters handed on, then the policy stage."""
+    if cfg.prestage == "all" and cfg.warmup_epochs:
+        return (CTC, WARMUP, POLICY)
     return (CTC, POLICY)
 
 

@@ -21,11 +21,6 @@ TARGETS = ("posterior", "viterbi")
 class TacoConfig:
     """TACO's own config fields."""
 
-    warmup_epochs: int = 5
-    """Epochs of behaviour cloning on the even split of every demonstration into its sketch's L
-    segments (objectives.even_split_labels) before the TACO stage; 0 = plain TACO. A label-free
-    start against the early collapse of the alignment: 5 fixed every Nav-World seed that plain
-    TACO collapsed on (spec/training.md §6)."""
     temperature: float = 1.0
     """Initial temperature of the tempered alignment (objectives.taco), annealed linearly to 1
     over temperature_epochs (spec/training.md eq. (7)); 1 = no tempering."""
@@ -46,9 +41,8 @@ class TacoConfig:
     def check(self):
         if self.restarts < 1:
             raise ValueError(f"restarts must be a positive integer, got {self.restarts!r}")
-        for name in ("warmup_epochs", "temperature_epochs"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {getattr(self, name)!r}")
+        if self.temperature_epochs < 0:
+            raise ValueError(f"temperature_epochs must be a non-negative integer, got {self.temperature_epochs!r}")
         if self.taco_targets not in TARGETS:
             raise ValueError(f"taco_targets must be one of {', '.join(TARGETS)}, got {self.taco_targets!r}")
         if self.taco_targets == "viterbi" and self.temperature_epochs:
