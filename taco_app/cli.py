@@ -35,6 +35,7 @@ from taco_sim.domain import (MAX_COLLECT, MAX_DART_SIGMA, MAX_SKETCH_LEN, MAX_WO
                              RenderingUnavailable)
 from taco_ref import algorithms, data, evaluate, model as model_mod, runner, train  # noqa: E402
 from taco_ref.config import PROTOCOLS  # noqa: E402
+from taco_ref import files as files_mod  # noqa: E402
 from taco_app import cells as cells_mod, config as config_mod, engine, report  # noqa: E402
 
 
@@ -225,6 +226,18 @@ def cmd_experiment(args):
 
 
 def cmd_report(args):
+    if args.claims:
+        from taco_app import claims
+        if args.dirs:
+            raise ValueError("--claims reads every grid it needs itself (run it from the repository "
+                             "root); give no OUT directories with it")
+        if not os.path.isdir("results"):
+            raise ValueError("--claims: no results/ here; run it from the repository root")
+        files_mod.write_bytes(args.claims, claims.page(".").encode())
+        print(f"wrote {args.claims}")
+        return EXIT_OK
+    if not args.dirs:
+        raise ValueError("give one or more OUT directories (or --claims FILE)")
     text, written, note = report.write_report(args.dirs, args.out)
     print(text)
     rows = [r for d in args.dirs for r in cells_mod.load_results(d)]
@@ -465,8 +478,11 @@ def build_parser():
     p.set_defaults(func=cmd_experiment)
 
     p = sub.add_parser("report", help="results.md and figures from the cell files of one or more grids")
-    p.add_argument("dirs", nargs="+", metavar="OUT", help="a directory given to taco experiment --out")
+    p.add_argument("dirs", nargs="*", metavar="OUT", help="a directory given to taco experiment --out")
     p.add_argument("--out", default=None, help="where to write (default: OUT, when there is one)")
+    p.add_argument("--claims", default=None, metavar="FILE",
+                   help="instead: the paper's claims tested on the committed grids (docs/claims.md), "
+                        "from the repository root")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("rollout", help="execute one sketch and draw it (contact sheet PNG, GIF)")

@@ -420,12 +420,22 @@ GENERATED = re.compile(r"(<!-- table: (\S+) -->\n)(.*?)(<!-- end of table -->)",
 cells of results/GRID (compact_table: the summary of its results.md)."""
 
 
+CLAIMS_BLOCK = re.compile(r"(<!-- claims -->\n)(.*?)(<!-- end of claims -->)", re.S)
+"""The claims' verdicts in a markdown file: `<!-- claims -->`, one line per domain
+(taco_app.claims.summary), `<!-- end of claims -->`."""
+
+
 def fill_tables(text, root="."):
-    """text with every marked table replaced by compact_table(load_results(root/GRID))."""
+    """text with every marked table replaced by compact_table(load_results(root/GRID)), and the
+    claims block by taco_app.claims.summary(root)."""
     def fill(match):
         rows = load_results(os.path.join(root, match.group(2)))
         return match.group(1) + compact_table(rows) + "\n" + match.group(4)
-    return GENERATED.sub(fill, text)
+
+    def verdicts(match):
+        from taco_app import claims
+        return match.group(1) + claims.summary(root) + "\n" + match.group(3)
+    return CLAIMS_BLOCK.sub(verdicts, GENERATED.sub(fill, text))
 
 
 def main(argv=None):
