@@ -312,3 +312,22 @@ def test_shipped_model_readme_gives_the_committed_evaluation(name):
         assert f"| {k} of {n} | {100 * out['rules'][rule]['subtask_accuracy']:.1f} % |" in text, rule
     assert f"{100 * out['align_viterbi']:.2f} % (Viterbi)" in text
     assert f"dials {bridge['dialled']} of {bridge['n_tasks']}" in text
+
+
+def test_image_stop_hold_figures_are_the_committed_outputs():
+    """results/dial-image-small-trained-core, "A STOP held for two steps": every row of its
+    table, and the paired difference, recomputed from the committed evaluation outputs."""
+    grid = os.path.join(ROOT, "results", "dial-image-small-trained-core")
+    text = open(os.path.join(grid, "README.md"), encoding="utf-8").read()
+    out = {}
+    for hold, label in ((1, "STOP once (the cell)"), (2, "STOP held 2 steps"), (3, "STOP held 3 steps")):
+        with open(os.path.join(grid, "stop-hold", f"gtbc-seed0-hold{hold}.json"), encoding="utf-8") as f:
+            out[hold] = r = json.load(f)
+        early = r["failure_details"].get("stopped early: over its key, before pressing it", 0)
+        row = (f"| {label} | {r['outcomes'].count('1')} | {r['rules']['strict']['outcomes'].count('1')} | "
+               f"{r['rules']['paper']['outcomes'].count('1')} | {100 * r['subtask_accuracy']:.1f} % | {early} |")
+        assert row in text, row
+    with open(os.path.join(grid, "cells", "dial-image-small", "gtbc", "n200", "seed0.json"), encoding="utf-8") as f:
+        assert out[1]["outcomes"] == json.load(f)["figures"]["outcomes"]
+    d, lo, hi = evaluate.paired_difference_interval(out[2]["outcomes"], out[1]["outcomes"])
+    assert f"+{100 * d:.0f} points (paired on the PINs, [+{100 * lo:.1f}, +{100 * hi:.1f}])" in text
