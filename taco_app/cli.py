@@ -17,6 +17,7 @@
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 
@@ -601,6 +602,11 @@ def main(argv=None):
         where = f" {err.filename}" if err.filename else ""
         return fail(f"cannot read or write{where}: {err.strerror or err}", EXIT_IO)
     except KeyboardInterrupt:
+        if argv is None:
+            # the program's own run (the console script): what could be stopped has been (a
+            # grid's workers ended, files whole) and the process only exits now; a second Ctrl-C
+            # must not interrupt that with a traceback
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         hint = {"train": "; continue with --resume" if getattr(args, "out", None) else "",
                 "experiment": "; the same command again runs only the unfinished cells"}.get(args.command, "")
         return fail(f"interrupted{hint}", EXIT_INTERRUPTED)

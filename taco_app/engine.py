@@ -33,7 +33,9 @@ import concurrent.futures
 import contextlib
 import multiprocessing
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -100,21 +102,32 @@ class Local:
         return self
 
     def __exit__(self, *exc):
-        if self._pool is not None:
-            self._pool.shutdown(wait=exc[0] is None, cancel_futures=True)
-            self._env.__exit__(None, None, None)
-            self._pool = None
+        if self._pool is None:
+            return
+        if exc[0] is None:
+            self._pool.shutdown(wait=True)
+        else:                                      # an error or Ctrl-C: end the workers now
+            with _sigint_ignored():                # a second Ctrl-C cannot cut this short
+                processes = list((getattr(self._pool, "_processes", None) or {}).values())
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                _end_processes(processes)
+        self._env.__exit__(None, None, None)
+        self._pool = None
 
     @staticmethod
     def check_workers():
         return []                                  # ours: one BLAS thread each, by construction
 
     def _new_pool(self):
-        return concurrent.futures.ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+        return concurrent.futures.ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                                      initializer=_worker_init)
 
     def submit(self, fn, *args, name=None):
         if self._pool is not None:
-            return self._pool.submit(fn, *args)
+            # the pool may start a worker here: one started with SIGINT ignored keeps it ignored
+            # from its first instruction (a worker interrupted while it imports prints a traceback)
+            with _sigint_ignored():
+                return self._pool.submit(fn, *args)
         fut = concurrent.futures.Future()          # in this process: run when waited for
         self._queue.append((fut, fn, args))
         return fut
@@ -165,6 +178,52 @@ def _blas_threads():
     return {v: os.environ.get(v) for v in experiment.BLAS_THREAD_VARS}
 
 
+def _worker_init():
+    """A local worker's initializer. Ctrl-C in a terminal sends SIGINT to the whole process group:
+    a worker would take it as its task's exception, report it and start the next task. The
+    parent alone answers it, by ending its workers (Local.__exit__); workers are started with
+    SIGINT ignored (Local.submit) and keep it so here. Should the parent die
+    without doing so (killed), Linux sends the worker SIGTERM (PR_SET_PDEATHSIG), so no worker
+    computes on for nobody."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        import ctypes
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGTERM))   # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """SIGINT ignored inside (in the main thread; elsewhere signals cannot be set, and none arrive)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _end_processes(processes, grace=2.0):
+    """Terminate a ProcessPoolExecutor's worker processes and reap them (SIGKILL after grace
+    seconds): shutdown(cancel_futures=True) drops queued tasks but lets running ones finish,
+    which for a cell is many minutes. The pool has no public way to do this before Python 3.14
+    (terminate_workers); its process table (read before shutdown, which drops it) is the one
+    place the processes are listed."""
+    for p in processes:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + grace
+    for p in processes:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
 class Dask:
     """Tasks on a Dask distributed cluster whose scheduler listens at address (tcp://HOST:PORT).
     The data futures stay on the cluster: a cell task receives them from the worker that holds
@@ -180,6 +239,7 @@ class Dask:
                              f"optional extra 'dist': pip install -e '.[dist]'") from None
         self._distributed = distributed
         self.address = address
+        self._submitted = []                       # every future, to cancel on an interrupt
         try:
             self.client = distributed.Client(address, timeout=CONNECT_TIMEOUT)
         except (OSError, TimeoutError) as err:
@@ -190,6 +250,11 @@ class Dask:
         return self
 
     def __exit__(self, *exc):
+        if exc[0] is not None:                     # an error or Ctrl-C: our tasks stop too
+            with _sigint_ignored():
+                self.client.cancel(list(self._submitted), force=True)
+                self.client.close()
+            return
         self.client.close()
 
     def check_workers(self):
@@ -201,7 +266,9 @@ class Dask:
                 if any(v != "1" for v in t.values())]
 
     def submit(self, fn, *args, name="task"):
-        return self.client.submit(fn, *args, key=f"taco-{name}-{uuid.uuid4().hex[:8]}", pure=False)
+        fut = self.client.submit(fn, *args, key=f"taco-{name}-{uuid.uuid4().hex[:8]}", pure=False)
+        self._submitted.append(fut)
+        return fut
 
     def wait(self, futures, timeout):
         try:

@@ -192,6 +192,81 @@ def test_an_interrupted_local_grid_resumes_without_recomputing(reference, tmp_pa
     assert open(os.path.join(out, "results.md")).read() == open(os.path.join(reference, "results.md")).read()
 
 
+def group_pids(pgid):
+    """The processes of process group pgid (Linux /proc), zombies excluded."""
+    pids = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(name))
+    return pids
+
+
+LONG = ["--set", "epochs=100000", "--set", "patience=100000"]
+"""Cells that would train for hours."""
+
+
+@pytest.mark.parametrize("command,presses", [("experiment", 1), ("experiment", 2), ("demo", 1)])
+def test_ctrl_c_stops_a_grid_of_long_cells_within_seconds(tmp_path, command, presses):
+    """One Ctrl-C (SIGINT to the process group, as a terminal sends it) while both workers are
+    deep in cells that would run for hours: the command (taco experiment, or taco demo, which
+    runs the same engine) ends within 5 s with exit 130, one line and no traceback, and no
+    process of its group is left; a second Ctrl-C right after the first changes none of that."""
+    if command == "experiment":
+        grid = taco("experiment", "navworld", "--sizes", "40", "--seeds", "0", "1", "--algos", "gtbc",
+                    "--n-tasks", "4", "--n-align", "5", *LONG, "--workers", "2", "--out", str(tmp_path / "long"))
+    else:
+        grid = taco("demo", "--n", "40", "--n-tasks", "4", "--algos", "taco", "gtbc", *LONG, cwd=tmp_path)
+    deadline = time.time() + 120
+    while len(group_pids(grid.pid)) < 3 and time.time() < deadline:        # the command and 2 workers
+        time.sleep(0.1)
+    time.sleep(3.0)                                                          # the cells are training
+    assert grid.poll() is None and len(group_pids(grid.pid)) >= 3
+    start = time.time()
+    for i in range(presses):
+        os.killpg(grid.pid, signal.SIGINT)
+        time.sleep(0.05)
+    code, _, err = finish(grid, timeout=30)
+    assert time.time() - start < 5.0
+    assert code == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith(f"taco {command}: interrupted"), err
+    deadline = time.time() + 5
+    while group_pids(grid.pid) and time.time() < deadline:
+        time.sleep(0.05)
+    assert group_pids(grid.pid) == []
+    assert cell_files(str(tmp_path / "long")) == []
+
+
+def test_ctrl_c_on_a_dask_grid_cancels_its_tasks(dask_cluster, tmp_path):
+    """Ctrl-C while the cluster's workers run the grid's cells: exit 130 within 5 s without a
+    traceback, and the scheduler holds none of the grid's tasks afterwards (the client
+    cancelled them; the cluster itself keeps running)."""
+    distributed = pytest.importorskip("distributed")
+    address, _ = dask_cluster
+    grid = taco("experiment", "navworld", "--sizes", "40", "--seeds", "0", "1", "--algos", "gtbc",
+                "--n-tasks", "4", "--n-align", "5", *LONG, "--scheduler", address, "--out", str(tmp_path / "d"))
+    with distributed.Client(address, timeout=30) as client:
+        deadline = time.time() + 120
+        while time.time() < deadline and grid.poll() is None and not any(
+                k.startswith("taco-navworld-") for keys in client.processing().values() for k in keys):
+            time.sleep(0.05)
+        assert grid.poll() is None, "the grid ended before a cell ran"
+        start = time.time()
+        os.killpg(grid.pid, signal.SIGINT)
+        code, _, err = finish(grid, timeout=30)
+        assert time.time() - start < 5.0
+        assert code == 130 and "Traceback" not in err, err
+        deadline = time.time() + 10
+        while time.time() < deadline and any(k.startswith("taco-") for keys in client.processing().values()
+                                             for k in keys):
+            time.sleep(0.1)
+        assert not any(k.startswith("taco-") for keys in client.processing().values() for k in keys)
+
+
 def test_finished_cells_are_reused_changed_ones_rerun_and_force_reruns_all(tmp_path):
     grid_cells = cells(epochs=3, patience=3)[:2]
     with engine.Local(1) as ex:
