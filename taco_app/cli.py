@@ -119,15 +119,44 @@ def cmd_evaluate(args):
                                           else args.stop_hold))
     done = result["outcomes"].count("1")
     result["task_accuracy_ci95"] = list(evaluate.wilson_interval(done, result["n_tasks"]))
-    print("\n".join(evaluate.failure_table(result) + evaluate.rule_lines(result)
-                    + evaluate.subtask_lines(result, dom.vocab)),
-          file=sys.stderr)
     if demos is not None:
         both = evaluate.alignment_accuracies(model, demos)
         result.update({f"align_{k}": v for k, v in both["position"].items()})
         result.update({f"align_subtask_{k}": v for k, v in both["subtask"].items()})
-    print(json.dumps(result, indent=1))
+    figures = json.dumps(result, indent=1) + "\n"
+    # the summary is for a person, the JSON (every figure, a number per line) for a file or a
+    # program: to --json FILE, else to stdout when that is not a terminal
+    piped = not sys.stdout.isatty()
+    summary = sys.stdout if args.json or not piped else sys.stderr
+    print("\n".join(evaluation_summary(result, dom) + evaluate.failure_table(result)
+                    + evaluate.rule_lines(result) + evaluate.subtask_lines(result, dom.vocab)),
+          file=summary, flush=True)
+    if args.json:
+        files_mod.write_bytes(args.json, figures.encode())
+        print(f"wrote every figure to {args.json}", file=summary)
+    elif piped:
+        sys.stdout.write(figures)
+    else:
+        print("(every figure as JSON: --json FILE, or pipe the output)", file=summary)
     return 0
+
+
+def evaluation_summary(result, dom):
+    """The head of `taco evaluate`'s summary: what was executed and the headline figures."""
+    lo, hi = result["task_accuracy_ci95"]
+    lines = [f"{dom.name}: executed {result['n_tasks']} test sketches; task accuracy "
+             f"{100 * result['task_accuracy']:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}] (95 % Wilson), "
+             f"sub-task accuracy {100 * result['subtask_accuracy']:.1f} %"]
+    by_length = result.get("task_accuracy_by_length") or {}
+    if by_length:
+        lines.append("task accuracy by sketch length: " + ", ".join(
+            f"L={L} {100 * v:.1f} %" for L, v in sorted(by_length.items(), key=lambda kv: int(kv[0]))))
+    if "align_forward_argmax" in result:
+        lines.append(f"alignment accuracy on the --data demonstrations: "
+                     f"{100 * result['align_forward_argmax']:.1f} % of steps (forward argmax), "
+                     f"{100 * result['align_posterior_argmax']:.1f} % (posterior argmax), "
+                     f"{100 * result['align_viterbi']:.1f} % (Viterbi)")
+    return lines
 
 
 def cmd_align(args):
@@ -170,11 +199,26 @@ def cmd_demo(args):
         raise grid_error(grid)
     results = grid.results
     print(report.table(results))
+    print("\n".join(DEMO_LEGEND))
     by_algo = {r["algo"]: r for r in results}
     for algo, r in sorted(by_algo.items(), key=lambda kv: algorithms.names().index(kv[0])):
         print(f"{algorithms.label(algo):>13}: aligned {100 * r['align_forward_argmax']:5.1f} % of held-out "
               f"steps, completed {100 * r['task_accuracy']:5.1f} % of unseen longer tasks")
     return 0
+
+
+DEMO_LEGEND = (
+    "Figures in % (mean ± std over seeds). task acc.: unseen test sketches completed; sub-task acc.: "
+    "sketch steps completed; align: held-out demonstration steps placed at the right sketch step, by "
+    "three decoders (fwd argmax is the paper's).",
+    "TACO learns from sketches alone, never told where a sub-task ends; GT-BC is behaviour cloning "
+    "told exactly where (the reference TACO should match); CTC-BC takes its boundaries from a CTC "
+    "alignment net, then clones.",
+    "CTC-BC completing few or no tasks is the paper's finding too: small alignment mistakes put "
+    "one sub-task's actions into another's data, and BC cannot fit that; TACO weighs every "
+    "alignment instead.",
+)
+"""The three lines under the demo's table (docs/cli.md has the long form)."""
 
 
 def _unique(values):
@@ -411,6 +455,9 @@ def build_parser():
                    help="also task accuracy for each test sketch length (paper figure 8)")
     p.add_argument("--data", default=None, help="held-out demonstrations for alignment accuracy")
     p.add_argument("--seed", type=non_negative, default=0)
+    p.add_argument("--json", default=None, metavar="FILE",
+                   help="write every figure as JSON to FILE (without it: to stdout when stdout is "
+                        "not a terminal; the summary then goes to stderr)")
     p.add_argument("--stop-threshold", type=probability, default=0.5, metavar="P",
                    help="a sub-policy stops when its P(STOP | state) exceeds P (default 0.5)")
     p.add_argument("--views", type=positive, default=None, metavar="N",

@@ -237,7 +237,8 @@ def test_demo_runs_the_chosen_algorithms_with_overrides(capsys):
     assert cli.main(["demo", "--n", "12", "--n-tasks", "2", "--workers", "1",
                      "--algos", "taco", "gtbc"] + SMALL) == 0
     out = capsys.readouterr().out
-    assert "| TACO | 12 | 1 |" in out and "| GT-BC | 12 | 1 |" in out and "CTC-BC" not in out
+    assert "| TACO | 12 | 1 |" in out and "| GT-BC | 12 | 1 |" in out and "| CTC-BC" not in out
+    assert all(line in out for line in cli.DEMO_LEGEND)                  # units and what each row is
 
 
 def test_nonexistent_data_file(tmp_path, capsys):
@@ -341,3 +342,21 @@ def test_accuracy_plot_keeps_each_size_s_points_together(sizes, tmp_path, monkey
         for s in sizes:
             x = np.log10(s) + plots._spread(3, 0.04)
             assert low < x.min() and x.max() < high and (x.max() - x.min()) <= (high - low) / 3, (s, low, high)
+
+
+def test_evaluate_writes_every_figure_to_json_and_a_summary_to_the_reader(trained, files, tmp_path, capsys):
+    """--json FILE: the JSON there and a summary (task accuracy with its interval, alignment)
+    on stdout; without it, stdout not a terminal: the JSON on stdout, the summary on stderr."""
+    out = tmp_path / "eval.json"
+    args = ["evaluate", "--model", str(trained / "model"), "--n-tasks", "3", "--data", str(files / "test.npz")]
+    assert cli.main(args + ["--json", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    figures = json.loads(out.read_text())
+    assert figures["n_tasks"] == 3 and "align_forward_argmax" in figures
+    assert "executed 3 test sketches; task accuracy" in stdout and "(95 % Wilson)" in stdout
+    assert "alignment accuracy on the --data demonstrations" in stdout and f"wrote every figure to {out}" in stdout
+    assert not stdout.lstrip().startswith("{")
+    assert cli.main(args) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == figures
+    assert "executed 3 test sketches" in captured.err
