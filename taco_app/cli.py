@@ -17,6 +17,7 @@
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -106,8 +107,20 @@ def cmd_train(args):
     return 0
 
 
+def model_path(text):
+    """--model: a model directory, or the name of a shipped model (taco_sim.shipped_models) when
+    no directory of that name is here; ValueError naming both otherwise."""
+    if os.path.isdir(text):
+        return text
+    shipped = taco_sim.shipped_models()
+    if text in shipped:
+        return shipped[text]
+    raise ValueError(f"--model: no model directory {_one_line(text)[:80]!r} here, and no shipped model of "
+                     f"that name (shipped: {', '.join(sorted(shipped))})")
+
+
 def cmd_evaluate(args):
-    model = model_mod.load(args.model)
+    model = model_mod.load(model_path(args.model))
     dom = taco_sim.get(args.domain)
     demos = data.load(args.data) if args.data else None       # bad data fails before the rollouts
     if demos is not None:
@@ -160,7 +173,7 @@ def evaluation_summary(result, dom):
 
 
 def cmd_align(args):
-    model = model_mod.load(args.model)
+    model = model_mod.load(model_path(args.model))
     demos = data.load(args.data)
     both = evaluate.alignment_accuracies(model, demos)
     acc, by_id = both["position"], both["subtask"]
@@ -295,7 +308,7 @@ def cmd_report(args):
 
 
 def cmd_rollout(args):
-    model = model_mod.load(args.model)
+    model = model_mod.load(model_path(args.model))
     dom = taco_sim.get(args.domain)
     evaluate.check_vocab(model, dom.vocab, f"domain {args.domain}")
     sketch = runner.parse_sketch(args.sketch, model.vocab)
@@ -348,11 +361,56 @@ def cmd_export(args):
     return EXIT_OK
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help with every option's default shown, unless its help line already says it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        shown = action.default not in (None, False, [], argparse.SUPPRESS)
+        if action.option_strings and shown and "default" not in text:
+            value = " ".join(map(str, action.default)) if isinstance(action.default, list) else action.default
+            text += f" (default: {value})".replace("%", "%%")
+        return text
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with usage errors as one line (exit 2, like every other bad input)."""
+    """argparse with usage errors as one line (exit 2, like every other bad input), a "did you
+    mean" for a mistyped command or option, and every default in the help."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {_one_line(message)} (see {self.prog} --help)\n")
+        hint = self._did_you_mean(message)
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {_one_line(message)}{hint} (see {self.prog} --help)\n")
+
+    def _did_you_mean(self, message):
+        """' (did you mean ...?)' for an invalid command or an unknown option, else ''."""
+        import difflib
+        bad = re.match(r"argument command: invalid choice: '([^']*)'", message)
+        if bad:
+            close = difflib.get_close_matches(bad.group(1), list(self._commands()), n=1, cutoff=0.6)
+            return f" (did you mean {close[0]!r}?)" if close else ""
+        if message.startswith("unrecognized arguments: "):
+            known = {o for p in self._commands().values() for a in p._actions for o in a.option_strings}
+            guesses = [f"{difflib.get_close_matches(w.split('=')[0], sorted(known), n=1, cutoff=0.6)[0]} for {w}"
+                       for w in message.split(": ", 1)[1].split() if w.startswith("--")
+                       and difflib.get_close_matches(w.split("=")[0], sorted(known), n=1, cutoff=0.6)]
+            return f" (did you mean {', '.join(guesses)}?)" if guesses else ""
+        return ""
+
+    def _commands(self):
+        """{name: parser} of this parser's subcommands: only the one the command line named, when it
+        named one (its options are the ones a mistyped option was meant for)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                named = [w for w in (self.argv or []) if w in action.choices]
+                return {named[0]: action.choices[named[0]]} if named else dict(action.choices)
+        return {}
+
+    argv = None
+    """The command line being parsed (main sets it), for _commands."""
 
 
 def _integer(low, what, high=None):
@@ -409,17 +467,16 @@ def dart_level(text):
 
 
 def build_parser():
-    parser = _Parser(prog="taco", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="taco", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("collect", help="collect expert demonstrations with DART noise")
-    p.add_argument("domain", choices=taco_sim.names())
+    p.add_argument("domain", choices=taco_sim.names(), help="the domain whose expert demonstrates")
     p.add_argument("--n", type=demos_count, required=True, help=f"number of demonstrations (at most {MAX_COLLECT})")
     p.add_argument("--sketch-len", type=sketch_length, default=None, help="L (domain default: the paper's)")
     p.add_argument("--workers", type=workers_count, default=1,
                    help="parallel processes (the Dial's domains; the others collect in one)")
-    p.add_argument("--seed", type=non_negative, default=0)
+    p.add_argument("--seed", type=non_negative, default=0, help="seed of the worlds and the noise: the same seed, the same file")
     p.add_argument("--dart-sigma", type=dart_level, default=None,
                    help=f"DART noise level in [0, {MAX_DART_SIGMA:g}], a share of the action range "
                         "(continuous domains; default: the domain's)")
@@ -428,15 +485,17 @@ def build_parser():
     p.set_defaults(func=cmd_collect)
 
     p = sub.add_parser("train", help="train sub-policies")
-    p.add_argument("--algo", choices=algorithms.names(), default=None)
-    p.add_argument("--data", required=True)
+    p.add_argument("--algo", choices=algorithms.names(), default=None,
+                   help="the method to train (default: the config's, TACO)")
+    p.add_argument("--data", required=True, help="demonstrations: an .npz or frame directory from taco collect")
     p.add_argument("--config", default=None, help="YAML file, or the name of a shipped config (default: the data's domain's)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value (repeatable), e.g. --set lr=1e-3")
     p.add_argument("--protocol", choices=sorted(PROTOCOLS), default=None,
                    help="an equal-budget protocol (spec/evaluation.md §7): paper, no pre-stage for any "
                         "algorithm; recipe, the same pre-stage for every one (default: the config's)")
-    p.add_argument("--seed", type=non_negative, default=None)
+    p.add_argument("--seed", type=non_negative, default=None,
+                   help="seed of the initial weights and minibatches (default: the config's, 0)")
     p.add_argument("--out", required=True, help="run directory (checkpoint + model/)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     p.add_argument("--overwrite", action="store_true",
@@ -446,15 +505,18 @@ def build_parser():
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("evaluate", help="execute sketches; task, sub-task and alignment accuracy")
-    p.add_argument("--model", required=True)
-    p.add_argument("--domain", default="navworld", choices=taco_sim.names())
-    p.add_argument("--n-tasks", type=tasks_count, default=100)
+    p.add_argument("--model", required=True,
+                   help="a model directory (a run's OUT/model), or a shipped model's name (e.g. dial)")
+    p.add_argument("--domain", default="navworld", choices=taco_sim.names(),
+                   help="where the sketches are executed")
+    p.add_argument("--n-tasks", type=tasks_count, default=100, help="test sketches to execute")
     p.add_argument("--sketch-len", type=sketch_length, default=None,
                    help="random sketches of this length (default: the domain's zero-shot test sketches)")
     p.add_argument("--lengths", type=sketch_length, nargs="+", default=None, metavar="L",
                    help="also task accuracy for each test sketch length (paper figure 8)")
     p.add_argument("--data", default=None, help="held-out demonstrations for alignment accuracy")
-    p.add_argument("--seed", type=non_negative, default=0)
+    p.add_argument("--seed", type=non_negative, default=0,
+                   help="seed of the test sketches and episodes: the same seed, the same tasks")
     p.add_argument("--json", default=None, metavar="FILE",
                    help="write every figure as JSON to FILE (without it: to stdout when stdout is "
                         "not a terminal; the summary then goes to stderr)")
@@ -469,41 +531,46 @@ def build_parser():
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("align", help="alignment accuracy on demonstrations, and a picture")
-    p.add_argument("--model", required=True)
-    p.add_argument("--data", required=True)
+    p.add_argument("--model", required=True,
+                   help="a model directory (a run's OUT/model), or a shipped model's name (e.g. dial)")
+    p.add_argument("--data", required=True, help="demonstrations to align (held out from training)")
     p.add_argument("--plot", default=None, help="write a PNG of demonstration --index")
-    p.add_argument("--index", type=non_negative, default=0)
+    p.add_argument("--index", type=non_negative, default=0, help="which demonstration --plot draws")
     p.set_defaults(func=cmd_align)
 
     p = sub.add_parser("demo", help="collect, train TACO and the baselines, print the results table")
-    p.add_argument("--domain", default="navworld", choices=taco_sim.names())
+    p.add_argument("--domain", default="navworld", choices=taco_sim.names(), help="the domain to run")
     # 1000 demonstrations and 1000 test tasks: at 400 (200 tasks) TACO's task accuracy stayed
     # up to 8 points below GT-BC's on single seeds; at 1000 it is within 3 points or above it on
     # seeds 0-4, and 1000 tasks make one figure's standard error about 1 point. A demo cell is
     # the same computation as a `taco experiment navworld --n-tasks 1000` cell of that size and
     # seed (results/navworld)
     p.add_argument("--n", type=demos_count, default=1000, help="training demonstrations")
-    p.add_argument("--n-tasks", type=tasks_count, default=1000)
-    p.add_argument("--seed", type=non_negative, default=0)
-    p.add_argument("--workers", type=workers_count, default=2)
+    p.add_argument("--n-tasks", type=tasks_count, default=1000, help="unseen test sketches each model executes")
+    p.add_argument("--seed", type=non_negative, default=0, help="seed of the data, the weights and the test tasks")
+    p.add_argument("--workers", type=workers_count, default=2, help="local processes training models at once")
     # CTC-BC (GRU) is left out by default: its bi-GRU classifier alone takes longer than the
     # other three cells together at 400 demonstrations; add it with --algos ... ctcbc-gru
-    p.add_argument("--algos", nargs="+", default=["taco", "gtbc", "ctcbc-mlp"], choices=algorithms.names())
+    p.add_argument("--algos", nargs="+", default=["taco", "gtbc", "ctcbc-mlp"], choices=algorithms.names(),
+                   help="the methods to compare")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a training config value (repeatable)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("experiment", help="the paper's comparison across dataset sizes and seeds")
-    p.add_argument("domain", choices=taco_sim.names())
-    p.add_argument("--sizes", type=demos_count, nargs="+", default=[50, 200, 400, 1000])
-    p.add_argument("--seeds", type=non_negative, nargs="+", default=[0, 1, 2, 3, 4])
+    p.add_argument("domain", choices=taco_sim.names(), help="the domain of the grid")
+    p.add_argument("--sizes", type=demos_count, nargs="+", default=[50, 200, 400, 1000],
+                   help="training set sizes (demonstrations), one column each")
+    p.add_argument("--seeds", type=non_negative, nargs="+", default=[0, 1, 2, 3, 4],
+                   help="seeds: each its own data, weights and test tasks")
     p.add_argument("--algos", nargs="+", default=list(algorithms.names()), choices=algorithms.names(),
                    help="default: every registered algorithm")
-    p.add_argument("--n-tasks", type=tasks_count, default=100)
+    p.add_argument("--n-tasks", type=tasks_count, default=100, help="test sketches each cell executes")
     p.add_argument("--n-align", type=demos_count, default=100, help="held-out demonstrations for alignment")
     p.add_argument("--test-lengths", type=sketch_length, nargs="+", default=None, metavar="L",
                    help="also task accuracy for each test sketch length (paper figure 8)")
-    p.add_argument("--config", default=None)
+    p.add_argument("--config", default=None,
+                   help="YAML file, or the name of a shipped config (default: the domain's)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a training config value (repeatable); part of each cell's key")
     p.add_argument("--protocol", choices=sorted(PROTOCOLS), default=None,
@@ -534,10 +601,11 @@ def build_parser():
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("rollout", help="execute one sketch and draw it (contact sheet PNG, GIF)")
-    p.add_argument("--model", required=True)
-    p.add_argument("--domain", default="dial", choices=taco_sim.names())
+    p.add_argument("--model", required=True,
+                   help="a model directory (a run's OUT/model), or a shipped model's name (e.g. dial)")
+    p.add_argument("--domain", default="dial", choices=taco_sim.names(), help="where the sketch is executed")
     p.add_argument("--sketch", required=True, help='sub-task names, e.g. "0 5 1 6"')
-    p.add_argument("--seed", type=non_negative, default=0)
+    p.add_argument("--seed", type=non_negative, default=0, help="seed of the episode")
     p.add_argument("--every", type=positive, default=10, help="one picture every N control steps")
     p.add_argument("--out", required=True, help="contact sheet PNG")
     p.add_argument("--gif", default=None, help="also an animated GIF of every step")
@@ -559,7 +627,8 @@ def build_parser():
     p.add_argument("--config", default=None, help="training config without --model: YAML file or shipped name")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a training config value (repeatable)")
-    p.add_argument("--seed", type=non_negative, default=None)
+    p.add_argument("--seed", type=non_negative, default=None,
+                   help="seed of the training without --model (default: the config's)")
     p.add_argument("--save-model", default=None, metavar="DIR",
                    help="training run directory without --model (default: OUT.taco-model)")
     p.add_argument("--state-key", action="append", default=None, metavar="KEY",
@@ -575,7 +644,7 @@ def build_parser():
 
     p = sub.add_parser("export", help="write demonstrations as a LeRobot v3 or robomimic dataset, true labels included")
     p.add_argument("data", metavar="DATA", help="a taco_ref demonstration file (.npz)")
-    p.add_argument("--format", required=True, choices=("lerobot", "robomimic"))
+    p.add_argument("--format", required=True, choices=("lerobot", "robomimic"), help="the dataset format to write")
     p.add_argument("--out", required=True, help="LeRobot: a new folder; robomimic: a new .hdf5 file")
     p.add_argument("--fps", type=positive, default=None,
                    help="frames per second for LeRobot (default: 1 / the domain's control period)")
@@ -626,7 +695,9 @@ class _LineTracker:
 
 def main(argv=None):
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        parser.argv = sys.argv[1:] if argv is None else list(argv)
+        args = parser.parse_args(argv)
     except SystemExit as exit:          # --help (0) or a usage error (2, one line): a code, as below
         return exit.code
     stderr = sys.stderr = _LineTracker(sys.stderr)

@@ -360,3 +360,38 @@ def test_evaluate_writes_every_figure_to_json_and_a_summary_to_the_reader(traine
     captured = capsys.readouterr()
     assert json.loads(captured.out) == figures
     assert "executed 3 test sketches" in captured.err
+
+
+def test_every_option_has_a_help_line_and_shows_its_default(capsys):
+    """Every argument of every command explains itself, and `--help` shows each default."""
+    import argparse
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name, sub in commands.items():
+        for action in sub._actions:
+            assert action.help, (name, action.option_strings or action.dest)
+    assert cli.main(["experiment", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: 50 200 400 1000)" in text and "(default: 0 1 2 3 4)" in text
+    assert "(default: 100)" in text
+
+
+def test_a_mistyped_command_or_option_gets_a_did_you_mean(capsys):
+    assert cli.main(["trian"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean 'train'?" in err and err.count("\n") == 1
+    assert cli.main(["evaluate", "--model", "m", "--n-taks", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean --n-tasks for --n-taks?" in err and err.count("\n") == 1
+    assert cli.main(["qwertyuiop"]) == 2
+    assert "did you mean" not in capsys.readouterr().err
+
+
+def test_a_shipped_model_is_named_by_name_from_any_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["evaluate", "--model", "dial", "--domain", "dial", "--n-tasks", "1",
+                     "--json", "e.json"]) == 0
+    assert json.loads((tmp_path / "e.json").read_text())["n_tasks"] == 1
+    capsys.readouterr()
+    assert cli.main(["evaluate", "--model", "dail", "--domain", "dial"]) == 2
+    assert "shipped: dial, dial-velocity" in one_line_error(capsys, "evaluate")

@@ -144,6 +144,13 @@ def names():
     return sorted(_REGISTRY)
 
 
+def shipped_models():
+    """{name: directory} of every model shipped with a domain, named by its directory (the
+    Dial's: dial, dial-velocity), so a user names one without knowing where pip put it."""
+    return {os.path.basename(os.path.normpath(path)): path
+            for name in names() for path in _REGISTRY[name].models.values()}
+
+
 def get(name):
     """The registered Domain called name; ValueError listing the known ones otherwise."""
     if name not in _REGISTRY:
