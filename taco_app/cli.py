@@ -38,7 +38,7 @@ from taco_sim.domain import (MAX_COLLECT, MAX_DART_SIGMA, MAX_SKETCH_LEN, MAX_WO
 from taco_ref import algorithms, data, evaluate, model as model_mod, runner, train  # noqa: E402
 from taco_ref.config import PROTOCOLS  # noqa: E402
 from taco_ref import files as files_mod  # noqa: E402
-from taco_app import cells as cells_mod, config as config_mod, engine, report  # noqa: E402
+from taco_app import cells as cells_mod, config as config_mod, costs, engine, report  # noqa: E402
 
 
 def _progress(label):
@@ -245,6 +245,27 @@ def grid_error(grid):
     return ValueError(f"{f['cell']['algo']} cell failed: {f['error']}")
 
 
+def tracked_files(path):
+    """How many files under path git tracks (0 outside a git work tree or without git)."""
+    import subprocess
+    where = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    try:
+        out = subprocess.run(["git", "-C", where, "ls-files", "--", os.path.abspath(path)],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return len(out.stdout.split()) if out.returncode == 0 else 0
+
+
+def check_not_committed(out, todo, extend):
+    """ValueError unless the grid may compute todo in out: a folder holding committed files (a
+    grid of results/) takes new cells only with --extend-committed."""
+    if todo and not extend and os.path.isdir(out) and tracked_files(out):
+        raise ValueError(f"--out: {out} holds files committed to git (a published grid); computing "
+                         f"{len(todo)} cells there would change it. Give another --out, or "
+                         f"--extend-committed to add them on purpose")
+
+
 def cmd_experiment(args):
     dom = taco_sim.get(args.domain)
     base = config_mod.settings(args.domain, args.config, args.set, protocol=args.protocol)
@@ -262,7 +283,12 @@ def cmd_experiment(args):
               f"under {os.path.join(args.out, 'cells')}; {left} of the grid's {len(cells)} cells are not "
               f"finished there (a run computes them)")
         return EXIT_OK
-    with engine.executor(args.scheduler, 2 if args.workers is None else args.workers) as ex:
+    store = cells_mod.Store(args.out)
+    todo = cells if args.force else [c for c in cells if store.finished(c) is None]
+    check_not_committed(args.out, todo, args.extend_committed)
+    workers = 2 if args.workers is None else args.workers
+    print(f"taco experiment: {costs.announce(cells, todo, workers)}", file=sys.stderr, flush=True)
+    with engine.executor(args.scheduler, workers) as ex:
         for line in ex.check_workers():
             print(f"taco experiment: warning: {line}", file=sys.stderr)
         progress = engine.Progress()
@@ -584,6 +610,9 @@ def build_parser():
     p.add_argument("--retries", type=retries_count, default=2,
                    help="times a task whose worker died is submitted again")
     p.add_argument("--force", action="store_true", help="recompute the cells already finished in --out")
+    p.add_argument("--extend-committed", action="store_true",
+                   help="allow computing cells in an --out that holds files committed to git (a "
+                        "grid of results/); refused without it")
     p.add_argument("--migrate", action="store_true",
                    help="only convert the grid's cells found in OUT/results.json (earlier versions' "
                         "record, same config) into cell files; compute nothing")

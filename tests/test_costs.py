@@ -1,0 +1,56 @@
+"""taco_app.costs: the cost `taco experiment` announces, held to the committed cells it was
+measured on; and the guard that keeps a grid out of a committed folder."""
+import glob
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from taco_app import cli, costs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("domain,algo", sorted(costs.COSTS))
+def test_each_cost_is_its_grids_median_of_seconds_per_demonstration(domain, algo):
+    per_demo, epochs, grid = costs.COSTS[(domain, algo)]
+    rates = []
+    for path in glob.glob(os.path.join(ROOT, "results", grid, "cells", domain, algo, "*", "*.json")):
+        record = json.load(open(path))
+        seconds = record.get("cpu_seconds") or record.get("seconds")
+        assert record["config"]["epochs"] == epochs, path
+        rates.append(seconds / record["cell"]["size"])
+    assert rates, f"results/{grid} has no {domain} {algo} cell"
+    assert np.median(rates) == pytest.approx(per_demo, rel=0.25)
+
+
+def test_the_announcement_counts_cells_and_scales_the_cost_by_size_and_epochs():
+    cell = dict(domain="dial-velocity", algo="taco", size=1200, config={"epochs": 30})
+    assert costs.cell_seconds(cell) == pytest.approx(1.7 * 1200 / 2)
+    assert costs.cell_seconds(dict(cell, domain="nowhere")) is None
+    line = costs.announce([cell] * 3, [cell] * 2, workers=2)
+    assert line.startswith("3 cells: 1 already finished in --out, 2 to compute: about 34 min of CPU, 17 min on 2 workers")
+    assert costs.announce([cell], [], 2) == "1 cell: 1 already finished in --out, 0 to compute"
+    tiny = dict(cell, size=1)
+    assert "about under a minute" not in costs.announce([tiny], [tiny], 1)
+    assert costs.announce([tiny], [tiny], 1).endswith("to compute: under a minute of CPU, under a minute on 1 worker "
+                                                      "(measured on committed grids; early stopping ends some sooner)")
+
+
+def test_a_grid_computes_in_a_committed_folder_only_when_asked(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "results" / "grid").mkdir(parents=True)
+    (repo / "results" / "grid" / "README.md").write_text("a published grid\n")
+    (repo / "scratch").mkdir()
+    git = ["git", "-C", str(repo)]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "results"], check=True)
+    committed, scratch = str(repo / "results" / "grid"), str(repo / "scratch")
+    with pytest.raises(ValueError, match="--out: .* holds files committed to git.*--extend-committed"):
+        cli.check_not_committed(committed, ["a cell"], extend=False)
+    cli.check_not_committed(committed, ["a cell"], extend=True)
+    cli.check_not_committed(committed, [], extend=False)                 # nothing to compute
+    cli.check_not_committed(scratch, ["a cell"], extend=False)
+    cli.check_not_committed(str(tmp_path / "new"), ["a cell"], extend=False)
