@@ -1,18 +1,19 @@
 """The `taco` command line: collect demonstrations, train, evaluate, align, and the demo.
 
-    taco collect navworld --n 1000 --sketch-len 3 --out data/nav.npz
-    taco train --algo taco --data data/nav.npz --out runs/nav-taco      # taco_sim/configs/navworld.yaml
-    taco evaluate --model runs/nav-taco/model --domain navworld --n-tasks 100
-    taco align --model runs/nav-taco/model --data data/nav-test.npz --plot alignment.png
     taco demo                                  # the whole journey on a small embedded default
-    taco experiment navworld --sizes 50 400 1000 --seeds 0 1 2 --out results/navworld
-    taco experiment navworld --scheduler tcp://HOST:8786 --out results/navworld   # on a Dask cluster
-    taco report results/navworld               # results.md and figures from the cell files
-    taco collect dial --n 1200 --sketch-len 4 --workers 2 --out data/dial.npz
-    taco evaluate --model runs/dial-taco/model --domain dial --lengths 3 4 5 6 7
-    taco rollout --model runs/dial-taco/model --domain dial --sketch "0 5 1 6" --out dial.png
-    taco export data/nav.npz --format lerobot --out nav-lerobot        # also --format robomimic
-    taco annotate nav-lerobot --sketches nav-lerobot.sketches.yaml --config navworld --out nav-labelled
+    taco collect navworld --n 200 --sketch-len 3 --out data/nav.npz
+    taco collect navworld --n 100 --sketch-len 3 --seed 1 --out data/nav-test.npz
+    taco train --algo taco --data data/nav.npz --out runs/nav-taco --set epochs=30
+    taco evaluate --model runs/nav-taco/model --n-tasks 100 --data data/nav-test.npz --json eval.json
+    taco align --model runs/nav-taco/model --data data/nav-test.npz --plot alignment.png
+    taco rollout --model dial --sketch "0 5 1 6" --out dial.png
+    taco experiment navworld --sizes 100 --seeds 0 1 --algos taco gtbc --n-tasks 100 --set epochs=30 --out grid
+    taco report grid
+    taco conformance taco_ref.align
+    taco export data/nav.npz --format lerobot --out nav-lerobot
+    taco annotate nav-lerobot --model runs/nav-taco/model --out nav-labelled
+
+(README.md's command block; `taco COMMAND --help` for each command's options.)
 """
 import argparse
 import json

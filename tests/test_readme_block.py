@@ -1,0 +1,50 @@
+"""README.md's command-line block, run line by line as a user would (the slow tier): in order,
+after its `cd` in a scratch folder outside the checkout, in this venv (which has the extras the
+block's `pip install` line names; that line is checked, not run)."""
+import importlib.util
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def block():
+    """The lines of the code block under "## The command line", comments stripped."""
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    section = text.split("\n## The command line\n", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```\n(.*?)```", section, re.S).group(1)
+    return [re.sub(r"\s+# .*$", "", line).strip() for line in code.splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_every_line_of_the_readme_block_runs_as_written(tmp_path):
+    lines = block()
+    assert lines[0].startswith("pip install -e \".[") and lines[1] == 'cd "$(mktemp -d)"'
+    extras = re.search(r"\[(.*)\]", lines[0]).group(1).split(",")
+    modules = {"plot": "matplotlib", "interop": "pyarrow"}
+    for extra in extras:
+        assert importlib.util.find_spec(modules[extra]), f"the {extra} extra is not installed here"
+    env = dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"))
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
+    for line in lines[2:]:
+        argv = shlex.split(line)
+        assert argv[0] == "taco", line
+        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, f"{line}\n{done.stderr[-3000:]}"
+    for made in ("data/nav.npz", "runs/nav-taco/model/model.json", "eval.json", "alignment.png", "dial.png",
+                 "grid/results.md", "nav-labelled"):
+        assert (tmp_path / made).exists(), made
+    assert not os.path.exists(os.path.join(ROOT, "grid")) and not os.path.exists(os.path.join(ROOT, "eval.json"))
+
+
+def test_taco_help_shows_the_readme_block():
+    """`taco --help`'s examples are the README block's commands (one list to keep right)."""
+    from taco_app import cli
+    examples = [line.strip().split("  #")[0].strip() for line in cli.__doc__.splitlines()
+                if line.strip().startswith("taco ") and not line.strip().startswith("taco demo")]
+    assert examples == [line for line in block() if line.startswith("taco ")]
