@@ -1225,3 +1225,18 @@ def test_policy_node_keeps_fast_dds_to_udp(monkeypatch):
     assert forced("rmw_cyclonedds_cpp", dict(udp, ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")) is None
     assert forced("rmw_fastrtps_cpp", {"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
                                        "FASTDDS_BUILTIN_TRANSPORTS": "DEFAULT"}) is None
+
+
+def test_the_build_names_its_missing_prerequisites(tmp_path):
+    """taco-bridge-build without CMake, compilers or Python headers says which, and what installs
+    them, before colcon fails somewhere inside CMake."""
+    sys.path.insert(0, PACKAGE)
+    try:
+        from taco_bridge import workspace
+    finally:
+        sys.path.remove(PACKAGE)
+    everything = workspace.missing_prerequisites()
+    assert everything == [], f"this machine lacks {everything}"
+    nothing = workspace.missing_prerequisites(which=lambda name: None, include=str(tmp_path))
+    assert nothing[:3] == ["cmake", "a C compiler", "a C++ compiler"] and "Python headers" in nothing[3]
+    assert "apt-get install cmake g++ python3-dev" in workspace.PREREQUISITES

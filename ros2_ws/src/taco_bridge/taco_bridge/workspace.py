@@ -23,6 +23,7 @@ The tests build the workspace with `build()` (tests/test_ros_bridge.py).
 """
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -103,12 +104,32 @@ def colcon_command(workspace, base, fix_file):
             f'-DTACO_NUMPY_INCLUDE={numpy.get_include()}']
 
 
+PREREQUISITES = ('CMake, a C and a C++ compiler and the Python headers (Debian: '
+                 'sudo apt-get install cmake g++ python3-dev)')
+"""What colcon needs beyond the [ros] extra to build the interface package (its C type support)."""
+
+
+def missing_prerequisites(which=shutil.which, include=None):
+    """The build prerequisites this machine lacks, as names (empty: all there)."""
+    include = sysconfig.get_paths()['include'] if include is None else include
+    missing = [tool for tool, names in (('cmake', ('cmake',)), ('a C compiler', ('cc', 'gcc', 'clang')),
+                                        ('a C++ compiler', ('c++', 'g++', 'clang++')))
+               if not any(which(n) for n in names)]
+    if not os.path.exists(os.path.join(include, 'Python.h')):
+        missing.append(f'the Python headers (no Python.h in {include})')
+    return missing
+
+
 def build(workspace=None, base=None, timeout=900, quiet=True):
     """colcon build of workspace/src into base (default: the workspace itself); returns the
     install directory. RuntimeError with colcon's output's tail when the build fails."""
     workspace = workspace or default_workspace()
     if workspace is None:
         raise FileNotFoundError('no ros2_ws found next to this module: give the workspace')
+    missing = missing_prerequisites()
+    if missing:
+        raise FileNotFoundError(f'cannot build the interface package without {", ".join(missing)}; '
+                                f'it needs {PREREQUISITES}')
     base = os.path.abspath(base or workspace)
     os.makedirs(os.path.join(base, 'build'), exist_ok=True)
     fix_file = os.path.join(base, 'build', 'taco_fix_imported_includes.cmake')
