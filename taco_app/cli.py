@@ -222,7 +222,8 @@ def cmd_demo(args):
 
 
 DEMO_LEGEND = (
-    "Figures in % (mean ± std over seeds). task acc.: unseen test sketches completed; sub-task acc.: "
+    "Figures in % (mean ± std over seeds; each row a cell: one method trained once). A sketch is the "
+    "list of sub-tasks a task is made of. task acc.: unseen test sketches completed; sub-task acc.: "
     "sketch steps completed; align: held-out demonstration steps placed at the right sketch step, by "
     "three decoders (fwd argmax is the paper's).",
     "TACO learns from sketches alone, never told where a sub-task ends; GT-BC is behaviour cloning "
