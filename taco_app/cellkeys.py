@@ -7,6 +7,10 @@ and its training config. Its key is the SHA-256 of ``canonical(cell)``:
 - ``version``: KEY_VERSION, the version of this canonical form;
 - the CELL_FIELDS (domain, algo, size, seed, sketch lengths, evaluation sizes); the data seeds
   are the seed's (TRAIN_DATA_SEED + seed, TEST_DATA_SEED + seed), so the seed stands for them;
+- ``expert``: the cell's expert (cell["expert"]), only where its domain offers a choice and the
+  expert is not the one every cell had before the choice existed (Domain.expert_before: the
+  Craft planner), so those cells keep their keys and a cell of another expert never matches
+  them;
 - ``config``: the TrainConfig fields the cell's algorithm reads (the shared ones and its own
   section, taco_ref.config.fields_read_by), minus those that cannot change its run: sigma_init
   unless sigma is learned, select_tasks and select_from unless epochs are chosen by rollouts,
@@ -24,6 +28,7 @@ import hashlib
 import json
 from dataclasses import asdict, fields
 
+import taco_sim
 from taco_ref import config as config_mod, data as data_mod, train
 
 KEY_VERSION = 2
@@ -50,6 +55,23 @@ def undeclared_fields(config_cls=None):
     return added + [name for name in FIELDS_AT_VERSION_2 if name not in names]
 
 
+def keyed_expert(cell):
+    """The cell's expert where it enters the key (module docstring), else None."""
+    expert = cell.get("expert")
+    if expert is None or expert == taco_sim.get(cell["domain"]).expert_before:
+        return None
+    return expert
+
+
+def cell_fields(cell):
+    """What a cell file records of the cell besides its config: the CELL_FIELDS, and its expert
+    when it has one (cell["expert"])."""
+    out = {k: cell.get(k) for k in CELL_FIELDS}
+    if cell.get("expert") is not None:
+        out["expert"] = cell["expert"]
+    return out
+
+
 def training_config(cell):
     """The cell's TrainConfig (its config, with algo and seed the cell's)."""
     return train.TrainConfig.from_dict(dict(cell["config"], algo=cell["algo"], seed=cell["seed"]))
@@ -70,7 +92,10 @@ def canonical(cell):
               if not (k in before and full[k] == before[k]) and k not in config_mod.inert_fields(cfg)}
     n_train = cell["size"] - data_mod.holdout_count(cell["size"], cfg.holdout_fraction)
     config["passes_per_epoch"] = train.passes_per_epoch(config.pop("epoch_size"), n_train)
-    return {"version": KEY_VERSION, **{k: cell.get(k) for k in CELL_FIELDS}, "config": config}
+    out = {"version": KEY_VERSION, **{k: cell.get(k) for k in CELL_FIELDS}, "config": config}
+    if keyed_expert(cell) is not None:
+        out["expert"] = keyed_expert(cell)
+    return out
 
 
 def cell_key(cell):

@@ -12,6 +12,7 @@ import os
 
 from taco_ref import files
 from taco_app import legacy
+from taco_app import cellkeys
 from taco_app.cellkeys import CELL_FIELDS, KEY_VERSION, cell_key, full_config
 from taco_app.experiment import data_specs
 
@@ -78,7 +79,7 @@ def _from_results_json(old, cell, key):
                if k not in CELL_FIELDS + ("key", "config", "data", "test_data", "seconds")}
     data = {name: {"n": spec[1], "sketch_len": spec[2], "seed": spec[3], "fingerprint": None}
             for name, spec in zip(("train", "test"), data_specs(cell))}
-    return {"key": key, "cell": {k: cell.get(k) for k in CELL_FIELDS},
+    return {"key": key, "cell": cellkeys.cell_fields(cell),
             "config": full_config(cell), "data": data, "figures": figures,
             "seconds": old.get("seconds"), "train_seconds": old.get("seconds"), "versions": None,
             "migrated": "results.json"}

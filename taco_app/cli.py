@@ -60,8 +60,12 @@ def cmd_collect(args):
     if args.dart_sigma is not None and "dart_sigma" not in inspect.signature(dom.collect).parameters:
         raise ValueError(f"--dart-sigma: {args.domain}'s expert noise is not a Gaussian on "
                          f"continuous actions (its DART noise is its own setting); leave it out")
+    if args.expert is not None:
+        chosen_expert(dom, args.expert)
     sketch_len = dom.train_sketch_len if args.sketch_len is None else args.sketch_len
     kwargs = {"dart_sigma": args.dart_sigma} if args.dart_sigma is not None else {}
+    if args.expert is not None:
+        kwargs["expert"] = args.expert
     # a domain that streams writes a frame directory as it collects, unless an .npz is asked for
     stream = dom.streams and not args.out.endswith(".npz")
     if stream:
@@ -120,17 +124,44 @@ def model_path(text):
                      f"that name (shipped: {', '.join(sorted(shipped))})")
 
 
-def cmd_evaluate(args):
-    model = model_mod.load(model_path(args.model))
+def expert_model(args):
+    """The evaluate.Expert that `taco evaluate --expert [NAME]` runs in a model's place; ValueError
+    naming the argument when the combination makes no sense (the expert has no nets to score
+    demonstrations with, and decides its STOP itself)."""
+    if args.model is not None:
+        raise ValueError("--expert: evaluates the domain's expert in place of a model; leave out --model")
+    for option, value in (("--data", args.data), ("--stop-threshold", args.stop_threshold),
+                          ("--views", args.views), ("--stop-hold", args.stop_hold)):
+        if value is not None:
+            raise ValueError(f"{option}: a model's setting; the expert decides by its own rules "
+                             "(leave it out with --expert)")
     dom = taco_sim.get(args.domain)
+    if not dom.experts:
+        raise ValueError(f"--expert: domain {args.domain} has no expert that acts through the "
+                         "evaluation protocol (its expert reads the simulator)")
+    if args.expert and args.expert not in dom.experts:
+        raise ValueError(f"--expert: {args.domain}'s experts are {', '.join(dom.experts)}, "
+                         f"got {_one_line(args.expert)[:40]!r}")
+    return evaluate.domain_expert(dom, args.expert or None)
+
+
+def cmd_evaluate(args):
+    if args.expert is None and args.model is None:
+        raise ValueError("--model: give a model directory, or --expert to evaluate the domain's expert")
+    dom = taco_sim.get(args.domain)
+    if args.expert is not None:
+        model, config = expert_model(args), {}
+    else:
+        model = model_mod.load(model_path(args.model))
+        config = model.config
     demos = data.load(args.data) if args.data else None       # bad data fails before the rollouts
     if demos is not None:
         evaluate.check_compatible(model, demos)
     result = evaluate.protocol(model, dom, args.n_tasks, args.seed, sketch_len=args.sketch_len,
-                               lengths=args.lengths, progress=_progress, stop_threshold=args.stop_threshold,
-                               views=model.config.get("views", 1) if args.views is None else args.views,
-                               stop_hold=(model.config.get("stop_hold", 1) if args.stop_hold is None
-                                          else args.stop_hold))
+                               lengths=args.lengths, progress=_progress,
+                               stop_threshold=0.5 if args.stop_threshold is None else args.stop_threshold,
+                               views=config.get("views", 1) if args.views is None else args.views,
+                               stop_hold=config.get("stop_hold", 1) if args.stop_hold is None else args.stop_hold)
     done = result["outcomes"].count("1")
     result["task_accuracy_ci95"] = list(evaluate.wilson_interval(done, result["n_tasks"]))
     if demos is not None:
@@ -181,6 +212,9 @@ def cmd_align(args):
     for name, value in acc.items():
         print(f"alignment accuracy ({name}): {100 * value:.2f} % of steps at the right sketch "
               f"position, {100 * by_id[name]:.2f} % with the right sub-task")
+    if model.policy.discrete:
+        print(f"action accuracy: {100 * evaluate.action_accuracy(model, demos):.2f} % of steps where "
+              "the true sub-task's most probable action is the demonstrated one")
     if args.plot:
         try:
             from taco_app import plots
@@ -200,7 +234,7 @@ def cmd_demo(args):
     longest_first = sorted(set(args.algos), key=lambda a: algorithms.get(a).demo_order)
     cells = [dict(domain=args.domain, algo=a, size=args.n, seed=args.seed,
                   train_sketch_len=dom.train_sketch_len, n_tasks=args.n_tasks, n_align=100,
-                  config=config)
+                  config=config, expert=dom.default_expert)
              for a in longest_first]
     print(f"{args.domain}: {args.n} demonstrations with sketches of length {dom.train_sketch_len}; "
           f"evaluation on {args.n_tasks} test sketches of length {dom.test_sketch_len}; alignment on "
@@ -268,12 +302,26 @@ def check_not_committed(out, todo, extend):
                          f"--extend-committed to add them on purpose")
 
 
+def chosen_expert(dom, name):
+    """The expert a grid's cells collect with: name, checked against the domain's experts, or
+    the domain's default (None for a domain with one expert); ValueError naming --expert."""
+    if name is None:
+        return dom.default_expert
+    if not dom.experts:
+        raise ValueError(f"--expert: {dom.name} has one expert, which is not chosen; leave it out")
+    if name not in dom.experts:
+        raise ValueError(f"--expert: {dom.name}'s experts are {', '.join(dom.experts)}, "
+                         f"got {_one_line(name)[:40]!r}")
+    return name
+
+
 def cmd_experiment(args):
     dom = taco_sim.get(args.domain)
     base = config_mod.settings(args.domain, args.config, args.set, protocol=args.protocol)
+    expert = chosen_expert(dom, args.expert)
     cells = [dict(domain=args.domain, algo=a, size=n, seed=s, train_sketch_len=dom.train_sketch_len,
                   n_tasks=args.n_tasks, n_align=args.n_align, config=base,
-                  test_lengths=args.test_lengths)
+                  test_lengths=args.test_lengths, expert=expert)
              for n in _unique(args.sizes) for s in _unique(args.seeds) for a in _unique(args.algos)]
     if args.workers is not None and (args.scheduler or os.environ.get(engine.SCHEDULER_ENV)):
         raise ValueError(f"--workers: the cells run on the Dask scheduler's workers, so --workers "
@@ -508,6 +556,9 @@ def build_parser():
     p.add_argument("--dart-sigma", type=dart_level, default=None,
                    help=f"DART noise level in [0, {MAX_DART_SIGMA:g}], a share of the action range "
                         "(continuous domains; default: the domain's)")
+    p.add_argument("--expert", default=None, metavar="NAME",
+                   help="which of the domain's experts demonstrates (Craft: features, the default, "
+                        "or planner)")
     p.add_argument("--out", required=True, help="output .npz; for image domains a directory (frame chunks "
                    "written as they are collected, read lazily by training) unless it ends in .npz")
     p.set_defaults(func=cmd_collect)
@@ -533,8 +584,12 @@ def build_parser():
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("evaluate", help="execute sketches; task, sub-task and alignment accuracy")
-    p.add_argument("--model", required=True,
-                   help="a model directory (a run's OUT/model), or a shipped model's name (e.g. dial)")
+    p.add_argument("--model", default=None,
+                   help="a model directory (a run's OUT/model), or a shipped model's name (e.g. dial); "
+                        "or --expert")
+    p.add_argument("--expert", nargs="?", const="", default=None, metavar="NAME",
+                   help="execute the domain's expert instead of a model, by the same protocol "
+                        "(Craft: features, the default, or planner)")
     p.add_argument("--domain", default="navworld", choices=taco_sim.names(),
                    help="where the sketches are executed")
     p.add_argument("--n-tasks", type=tasks_count, default=100, help="test sketches to execute")
@@ -548,7 +603,7 @@ def build_parser():
     p.add_argument("--json", default=None, metavar="FILE",
                    help="write every figure as JSON to FILE (without it: to stdout when stdout is "
                         "not a terminal; the summary then goes to stderr)")
-    p.add_argument("--stop-threshold", type=probability, default=0.5, metavar="P",
+    p.add_argument("--stop-threshold", type=probability, default=None, metavar="P",
                    help="a sub-policy stops when its P(STOP | state) exceeds P (default 0.5)")
     p.add_argument("--views", type=positive, default=None, metavar="N",
                    help="decide over N views of each state (the domain's; default: the model's "
@@ -595,6 +650,9 @@ def build_parser():
                    help="default: every registered algorithm")
     p.add_argument("--n-tasks", type=tasks_count, default=100, help="test sketches each cell executes")
     p.add_argument("--n-align", type=demos_count, default=100, help="held-out demonstrations for alignment")
+    p.add_argument("--expert", default=None, metavar="NAME",
+                   help="which of the domain's experts demonstrates (Craft: features, the default, "
+                        "or planner, whose cells are results/archive/craft*)")
     p.add_argument("--test-lengths", type=sketch_length, nargs="+", default=None, metavar="L",
                    help="also task accuracy for each test sketch length (paper figure 8)")
     p.add_argument("--config", default=None,

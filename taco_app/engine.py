@@ -42,7 +42,7 @@ import uuid
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
-from taco_app import cells as cells_mod, experiment
+from taco_app import cellkeys, cells as cells_mod, experiment
 
 SCHEDULER_ENV = "TACO_SCHEDULER"
 """Environment variable holding the Dask scheduler's address when --scheduler is not given."""
@@ -374,7 +374,7 @@ def run_grid(cells, ex, out_dir=None, retries=2, force=False, progress=None, ref
         if i in failed:
             return
         failed.add(i)
-        grid.failures.append({"key": keys[i], "cell": {k: cells[i].get(k) for k in experiment.CELL_FIELDS},
+        grid.failures.append({"key": keys[i], "cell": cellkeys.cell_fields(cells[i]),
                               "error": error, "traceback": tb, "attempts": n})
         release(i)
         if store is not None:

@@ -24,22 +24,24 @@ import numpy as np
 import taco_ref
 import taco_sim
 from taco_ref import data as data_mod, evaluate, provenance, train
-from taco_app.cellkeys import CELL_FIELDS, KEY_VERSION, cell_key, full_config
+from taco_app.cellkeys import CELL_FIELDS, KEY_VERSION, cell_fields, cell_key, full_config
 
 TRAIN_DATA_SEED, TEST_DATA_SEED = 10_000, 20_000
 """A cell of seed s trains on collect(size, L, 10_000 + s) and aligns collect(n_align, L, 20_000 + s)."""
 
 
 def data_specs(cell):
-    """(training set, held-out set) of a cell, each (domain, n, sketch_len, seed): what
-    `collect` needs, and the name under which the engine collects it once for every cell."""
-    L = cell["train_sketch_len"]
-    return ((cell["domain"], cell["size"], L, TRAIN_DATA_SEED + cell["seed"]),
-            (cell["domain"], cell["n_align"], L, TEST_DATA_SEED + cell["seed"]))
+    """(training set, held-out set) of a cell, each (domain, n, sketch_len, seed, expert): what
+    `collect` needs, and the name under which the engine collects it once for every cell;
+    expert is the cell's (None: the domain's only one)."""
+    L, expert = cell["train_sketch_len"], cell.get("expert")
+    return ((cell["domain"], cell["size"], L, TRAIN_DATA_SEED + cell["seed"], expert),
+            (cell["domain"], cell["n_align"], L, TEST_DATA_SEED + cell["seed"], expert))
 
 
 def collect(spec, data_dir=None):
-    """The data task: domain.collect(n, sketch_len, seed) for spec = (domain, n, sketch_len, seed);
+    """The data task: domain.collect(n, sketch_len, seed[, expert]) for spec = (domain, n,
+    sketch_len, seed, expert), the expert named only when it is not None;
     deterministic on one kind of machine, so any worker of that kind (or a later run) collects
     the same Demos (same fingerprint); another CPU's BLAS kernels can round the Dial expert's
     arithmetic otherwise and collect other draws (taco_ref.provenance).
@@ -49,19 +51,21 @@ def collect(spec, data_dir=None):
     the set read lazily from there (it pickles as its path: the cells must see data_dir, so on
     a Dask cluster OUT must be on a shared filesystem); a complete set already there, of the
     same spec, is reused, so a grid run again does not collect it again."""
-    domain, n, sketch_len, seed = spec
+    domain, n, sketch_len, seed, expert = spec
     dom = taco_sim.get(domain)
+    chosen = {} if expert is None else {"expert": expert}
     if not dom.streams or data_dir is None:
-        return dom.collect(n, sketch_len, seed)
-    directory = os.path.join(data_dir, f"{domain}-n{n}-L{sketch_len}-seed{seed}")
+        return dom.collect(n, sketch_len, seed, **chosen)
+    directory = os.path.join(data_dir, f"{domain}-n{n}-L{sketch_len}-seed{seed}"
+                             + ("" if expert is None else f"-{expert}"))
     found = collected(directory, spec)
-    return found if found is not None else dom.collect(n, sketch_len, seed, out=directory)
+    return found if found is not None else dom.collect(n, sketch_len, seed, out=directory, **chosen)
 
 
 def collected(directory, spec):
-    """The complete frame directory's set if it holds spec's data (domain, n, sketch length and
-    seed in its meta), else None."""
-    domain, n, sketch_len, seed = spec
+    """The complete frame directory's set if it holds spec's data (domain, n, sketch length,
+    seed and expert in its meta), else None."""
+    domain, n, sketch_len, seed, expert = spec
     if not os.path.exists(os.path.join(directory, data_mod.INDEX)):
         return None
     try:
@@ -70,7 +74,7 @@ def collected(directory, spec):
         return None
     meta = demos.meta
     same = (meta.get("domain") == domain and demos.n == n and meta.get("sketch_len") == sketch_len
-            and meta.get("seed") == seed)
+            and meta.get("seed") == seed and meta.get("expert") == expert)
     return demos if same else None
 
 
@@ -166,7 +170,9 @@ def run_cell(cell, demos, test_demos, run_dir=None):
     data = {}
     for name, spec, d in zip(("train", "test"), data_specs(cell), (demos, test_demos)):
         data[name] = {"n": spec[1], "sketch_len": spec[2], "seed": spec[3], "fingerprint": d.fingerprint()}
-    return {"key": cell_key(cell), "key_version": KEY_VERSION, "cell": {k: cell.get(k) for k in CELL_FIELDS},
+        if spec[4] is not None:
+            data[name]["expert"] = spec[4]
+    return {"key": cell_key(cell), "key_version": KEY_VERSION, "cell": cell_fields(cell),
             "config": full_config(cell), "data": data, "figures": figures,
             "seconds": earlier["seconds"] + time.time() - start,
             "cpu_seconds": earlier["cpu_seconds"] + time.process_time() - start_cpu,

@@ -31,6 +31,8 @@ def cell_key_v1(cell):
     less V1_LEFT_OUT_AT, sigma_init unless sigma is learned, select_tasks and select_from unless
     select is "rollouts", and epoch_size where it makes one pass per epoch. None when the cell
     sets a field that did not exist then away from its neutral value (no such cell was written)."""
+    if cellkeys.keyed_expert(cell) is not None:
+        return None                                  # every version-1 cell had its domain's first expert
     cfg = cellkeys.training_config(cell)
     full, inert = asdict(cfg), config_mod.inert_fields(cfg)
     if any(k not in V1_FIELDS and not _neutral(cell, k, v, inert) for k, v in full.items()):

@@ -14,6 +14,9 @@ in order; sub-task accuracy = completed sub-tasks / attempted; alignment accurac
 valid time steps of held-out demonstrations whose decoded sketch position equals the ground
 truth, for each decoder (the paper's is the argmax of the forward variables).
 """
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 
 from taco_ref import algorithms, align, data, objectives, policy, runner
@@ -37,6 +40,42 @@ FAILURE_KINDS = {
 }
 """Why a sketch failed, decided from the episode alone (spec/evaluation.md eq. (4)); a domain's
 task environment may refine each kind with a detail (`failure_detail`, the Dial's keys)."""
+
+
+@dataclass(frozen=True)
+class Expert:
+    """A domain's expert in a model's place: execute, task_accuracy and protocol run it through
+    the machine that runs a trained model's sub-policies (runner.SketchRunner, expert=), so its
+    figures are the protocol's (`taco evaluate --expert`; spec/evaluation.md §1).
+
+    Field  | Meaning
+    name   | its name among the domain's experts (taco_sim Domain.experts)
+    vocab  | (K,) sub-task names, the domain's
+    policy | a policy.PolicyConfig of the domain's shapes (D, K, A, discrete); there are no nets
+    make   | make(env) -> the expert of one episode in env: stops(k, s) -> bool and
+           | action(k, s, rng) -> an action; an expert of the observation alone ignores env
+    """
+
+    name: str
+    vocab: tuple
+    policy: policy.PolicyConfig
+    make: Callable
+    params = None
+
+
+def domain_expert(domain, name=None):
+    """The Expert called name among domain.experts (None: the first, the domain's default);
+    ValueError naming expert when the domain has none or none of that name."""
+    experts = dict(domain.experts)
+    if not experts:
+        raise ValueError(f"expert: domain {domain.name} has no expert that acts through the evaluation "
+                         "protocol")
+    name = next(iter(experts)) if name is None else name
+    if name not in experts:
+        raise ValueError(f"expert: domain {domain.name}'s experts are {', '.join(experts)}, got {name!r}")
+    cfg = policy.PolicyConfig(state_dim=int(domain.state_dim), n_subtasks=len(domain.vocab),
+                              action_dim=int(domain.action_dim), discrete=bool(domain.discrete))
+    return Expert(name, tuple(domain.vocab), cfg, experts[name])
 
 
 def classify_failure(sketch_len, progress, n_stops, failed, error=False):
@@ -82,13 +121,15 @@ def execute(model, env, sketch, seed, budget=None, stop_threshold=0.5, observer=
     views(k, s) -> (n, D): decide over views of each state (SketchRunner, spec/evaluation.md
     eq. (8)); None: the state alone. stop_hold: a sub-policy stops in the stop_hold-th consecutive
     decision above stop_threshold (SketchRunner; spec/evaluation.md eq. (9)).
+    model may be an Expert: its make(env) then decides in place of the nets, by the same rules.
     """
     obs = env.reset(sketch, seed=seed)
     budget = env.budget(len(sketch)) if budget is None else budget
     rng = np.random.default_rng([seed, ACTION_STREAM]) if sample and model.policy.discrete else None
+    expert = model.make(env) if isinstance(model, Expert) else None
     run = runner.SketchRunner(model.params, model.policy, model.vocab, stop_threshold=stop_threshold,
                               max_subtask_steps=env.subtask_budget, rng=rng, views=views,
-                              stop_hold=stop_hold)
+                              stop_hold=stop_hold, expert=expert)
     run.start(sketch, now=0)
     if observer:
         observer(env, run.active)
@@ -502,6 +543,28 @@ def alignment_accuracies(model, demos, decoders=DECODERS, batch_size=128):
                 ((_subtask_ids(batch.sketch, path) == true_ids) & valid).sum())
         total += int(valid.sum())
     return {m: {d: n / total for d, n in hits[m].items()} for m in ALIGNMENT_METRICS}
+
+
+def action_accuracy(model, demos, batch_size=128):
+    """Share of the valid steps of demos whose demonstrated action is the most probable one of
+    the sub-policy of the step's true sub-task, argmax_a pi_k(a | s_t) with k = sketch[labels[t]];
+    spec/evaluation.md eq. (12). Discrete actions only (ties go to the lowest id). It scores
+    imitation step by step, free of alignment and of execution: on held-out demonstrations, a
+    GT-BC model's figure says how far its nets reproduce the expert (spec/craft.md §10)."""
+    if not model.policy.discrete:
+        raise ValueError("action accuracy: the model's actions are continuous (it counts equal "
+                         "discrete actions)")
+    check_compatible(model, demos)
+    hits = total = 0
+    for batch in data.batches(demos, data.pass_batch_size(demos, batch_size)):
+        valid = np.arange(batch.labels.shape[1])[None, :] < batch.traj_len[:, None]   # (B, T)
+        subtask = np.take_along_axis(batch.sketch, np.where(valid, batch.labels, 0), axis=1)  # (B, T)
+        for k in np.unique(subtask[valid]):
+            b, t = np.nonzero(valid & (subtask == k))                                  # (n,) each
+            head = policy.action_head(model.params, model.policy, int(k), batch.states[b, t])  # (n, A)
+            hits += int((np.argmax(head, axis=1) == batch.actions[b, t]).sum())
+        total += int(valid.sum())
+    return hits / total
 
 
 def mean_loglik_per_step(model, demos, batch_size=128):

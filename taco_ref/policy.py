@@ -485,6 +485,14 @@ def stop_probability(params, cfg, subtask, state):
     return float(nn.sigmoid(logit[0, 0]))
 
 
+def action_head(params, cfg, subtask, states):
+    """(n, A) the action net f_k of sub-policy k = `subtask` on states (n,) + the state shape:
+    the means (continuous) or the logits (discrete) of pi_k(a | s); spec/policy.md eq. (1)."""
+    x = features(params, cfg, np.asarray(states))[0]                        # (n, F)
+    head, _ = nn.mlp_forward(_layers(params, "act", subtask, cfg), x, cfg.activation)
+    return head                                                              # (n, A)
+
+
 def action(params, cfg, subtask, state, rng=None):
     """The action of sub-policy `subtask` in `state` (D,): the mean (continuous, shape (A,)); for
     discrete actions (an int) the most probable one (rng None) or one draw from pi_k(a | s) with

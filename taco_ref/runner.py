@@ -125,10 +125,14 @@ class SketchRunner:
                      |       | (a domain's state_views); its STOP probability and action are then
                      |       | the means over them (policy.view_decision, spec/evaluation.md
                      |       | eq. (8)); None: s alone
+    expert           |       | an object with stops(k, s) -> bool and action(k, s, rng) that
+                     |       | decides in place of the nets (a domain's expert, run through the
+                     |       | same machine: evaluate.Expert); params is then not read and
+                     |       | stop_threshold plays no part; None: the nets decide
     """
 
     def __init__(self, params, cfg, vocab, limits=None, max_subtask_time=None, stop_threshold=0.5,
-                 max_subtask_steps=None, rng=None, views=None, stop_hold=1):
+                 max_subtask_steps=None, rng=None, views=None, stop_hold=1, expert=None):
         if len(vocab) != cfg.n_subtasks:
             raise ValueError(f"vocab has {len(vocab)} names, the policy {cfg.n_subtasks} sub-tasks")
         if limits is not None:
@@ -151,9 +155,10 @@ class SketchRunner:
         self.limits, self.max_subtask_time = limits, max_subtask_time
         self.stop_threshold = stop_threshold
         self.rng = rng
-        if views is not None and (cfg.discrete or cfg.image_shape is not None):
-            raise ValueError("views: only for state vectors with continuous actions")
+        if views is not None and (cfg.discrete or cfg.image_shape is not None or expert is not None):
+            raise ValueError("views: only for state vectors with continuous actions, decided by nets")
         self.views = views
+        self.expert = expert
         self._decision = None                     # (sub-task, state, (p_stop, action)) of views
         self._reset("idle", sketch=[], now=None)
 
@@ -230,7 +235,9 @@ class SketchRunner:
             if self.active == len(self.sketch):
                 self.state = "done"
                 return None
-        if self.views is None:
+        if self.expert is not None:
+            action = self.expert.action(self.sketch[self.active], state, self.rng)
+        elif self.views is None:
             action = policy.action(self.params, self.cfg, self.sketch[self.active], state, self.rng)
         else:
             action = self._view_decision(state)[1]
@@ -247,6 +254,8 @@ class SketchRunner:
         return action
 
     def _stops(self, state):
+        if self.expert is not None:
+            return bool(self.expert.stops(self.sketch[self.active], state))
         if self.views is not None:
             return self._view_decision(state)[0] > self.stop_threshold
         return policy.stops(self.params, self.cfg, self.sketch[self.active], state, self.stop_threshold)

@@ -151,3 +151,19 @@ def test_prestage_enters_a_key_only_where_it_changes_a_run():
     assert cellkeys.cell_key(dial_cell("gtbc", warmup_epochs=0)) == gtbc       # no pre-stage runs
     recipe = cellkeys.cell_key(dial_cell("gtbc", prestage="all"))
     assert recipe != gtbc != cellkeys.cell_key(dial_cell("gtbc", prestage="all", warmup_epochs=3)) != recipe
+
+
+def test_an_expert_enters_a_key_only_where_the_domain_offers_a_choice_and_it_is_new():
+    """A Craft cell of the planner (Domain.expert_before) keeps the key of the cells computed
+    before experts could be chosen, under both versions; the feature expert's cell has
+    another; a domain without a choice ignores the field."""
+    craft = dict(domain="craft", algo="gtbc", size=100, seed=0, train_sketch_len=None, n_tasks=2000,
+                 n_align=100, test_lengths=None, config={})
+    old = cellkeys.cell_key(craft)
+    assert cellkeys.cell_key(dict(craft, expert="planner")) == old
+    assert legacy.cell_key_v1(dict(craft, expert="planner")) == legacy.cell_key_v1(craft)
+    assert cellkeys.cell_key(dict(craft, expert="features")) != old
+    assert legacy.cell_key_v1(dict(craft, expert="features")) is None
+    assert cellkeys.cell_fields(dict(craft, expert="features"))["expert"] == "features"
+    assert "expert" not in cellkeys.cell_fields(dial_cell("taco"))
+    assert cellkeys.cell_key(dict(dial_cell("taco"), expert=None)) == V2_KEYS["taco"]

@@ -395,3 +395,19 @@ def test_a_shipped_model_is_named_by_name_from_any_directory(tmp_path, monkeypat
     capsys.readouterr()
     assert cli.main(["evaluate", "--model", "dail", "--domain", "dial"]) == 2
     assert "shipped: dial, dial-velocity" in one_line_error(capsys, "evaluate")
+
+
+def test_evaluate_runs_a_domains_expert_through_the_protocol(capsys):
+    """taco evaluate --expert [NAME]: the same JSON a model's evaluation prints; the planner
+    by name; a model's settings or a domain without a choice of expert refused by name."""
+    assert cli.main(["evaluate", "--expert", "--domain", "craft", "--n-tasks", "20", "--seed", "3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n_tasks"] == 20 and 0.5 <= out["task_accuracy"] <= 1.0 and "failures" in out
+    assert cli.main(["evaluate", "--expert", "planner", "--domain", "craft", "--n-tasks", "20"]) == 0
+    assert json.loads(capsys.readouterr().out)["task_accuracy"] >= 0.9
+    for argv, needle in ((["--expert", "oracle", "--domain", "craft"], "--expert: craft's experts are"),
+                         (["--expert", "--domain", "navworld"], "--expert: domain navworld has no expert"),
+                         (["--expert", "--domain", "craft", "--stop-hold", "2"], "--stop-hold: a model's setting"),
+                         (["--domain", "craft"], "--model: give a model directory")):
+        assert cli.main(["evaluate"] + argv) == 2
+        assert needle in one_line_error(capsys, "evaluate")

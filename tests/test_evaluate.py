@@ -405,3 +405,36 @@ def test_state_views_need_a_domain_that_has_them():
     views = evaluate.state_views(taco_sim.get("dial"), 3)
     state = np.arange(39, dtype=np.float64)
     assert views(4, state).shape == (3, 39)
+
+
+def test_action_accuracy_counts_the_argmax_of_the_true_subtasks_net():
+    """spec/evaluation.md eq. (12) against a step-by-step loop over a padded batch of mixed
+    lengths; a continuous model is refused by name."""
+    from taco_ref import data, model as model_mod
+    rng = np.random.default_rng(4)
+    K, A, D = 3, 4, 5
+    cfg = policy.PolicyConfig(state_dim=D, n_subtasks=K, action_dim=A, discrete=True,
+                              act_hidden=[6], stop_hidden=[6])
+    params = policy.init_params(cfg, rng)
+    m = model_mod.Model(params=params, policy=cfg, vocab=tuple("abc"), algo="gtbc")
+    states, actions, labels, sketches = [], [], [], []
+    for T, L in ((7, 2), (4, 3), (9, 1)):
+        states.append(rng.standard_normal((T, D)))
+        actions.append(rng.integers(A, size=T))
+        labels.append(np.sort(rng.integers(L, size=T)))
+        sketches.append(rng.integers(K, size=L))
+    demos = data.assemble(states, actions, labels, [s[-1] for s in states], sketches, tuple("abc"),
+                          {"action_type": "discrete", "n_actions": A})
+    hits = total = 0
+    for s, a, y, b in zip(states, actions, labels, sketches):
+        for t in range(len(a)):
+            k = int(b[y[t]])
+            logits = policy.action_head(params, cfg, k, s[t:t + 1])[0]
+            hits += int(np.argmax(logits) == a[t])
+            total += 1
+    assert evaluate.action_accuracy(m, demos) == pytest.approx(hits / total)
+    continuous = model_mod.Model(params=params, policy=policy.PolicyConfig(
+        state_dim=D, n_subtasks=K, action_dim=A, act_hidden=[6], stop_hidden=[6]), vocab=tuple("abc"),
+        algo="gtbc")
+    with pytest.raises(ValueError, match="action accuracy"):
+        evaluate.action_accuracy(continuous, demos)

@@ -257,13 +257,13 @@ def test_a_streaming_domain_collects_into_the_data_directory_once(tmp_path, monk
         return real.collect(n, 1, seed, **kw)           # one-digit PINs: quick
     dom = dataclasses.replace(real, collect=counted)
     monkeypatch.setattr(experiment.taco_sim, "get", lambda name: dom)
-    spec = ("dial-image-small", 1, 1, 10_000)
+    spec = ("dial-image-small", 1, 1, 10_000, None)
     first = experiment.collect(spec, str(tmp_path))
     assert isinstance(first.states, data.FrameStates) and len(calls) == 1
     assert calls[0][2] == os.path.join(str(tmp_path), "dial-image-small-n1-L1-seed10000")
     again = experiment.collect(spec, str(tmp_path))
     assert len(calls) == 1 and again.fingerprint() == first.fingerprint()
-    experiment.collect(("dial-image-small", 1, 1, 10_001), str(tmp_path))
+    experiment.collect(("dial-image-small", 1, 1, 10_001, None), str(tmp_path))
     assert len(calls) == 2
     os.unlink(os.path.join(calls[0][2], data.INDEX))          # an interrupted collection is redone
     experiment.collect(spec, str(tmp_path))

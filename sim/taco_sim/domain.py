@@ -82,6 +82,15 @@ class Domain:
                        | sub-policy should act alike in, the first the state itself
                        | (TrainConfig.views; the Dial: taco_sim.dial.augment.other_key_views);
                        | None: the domain has none
+    experts            | {name: make(env)}: the domain's experts as policies the evaluation
+                       | protocol runs in a model's place (`taco evaluate --expert NAME`;
+                       | taco_ref.evaluate.Expert): make(env) -> an object with stops(k, s) and
+                       | action(k, s, rng) for one episode in the task environment env; collect
+                       | takes expert=NAME (`taco collect --expert NAME`) and uses the first by
+                       | default; empty: the domain has none (its expert reads the simulator)
+    expert_before      | the expert of every cell computed before the domain offered a choice:
+                       | a cell of that expert keeps the key it had (taco_app.cellkeys), a cell
+                       | of another enters the key with its expert's name; None: no choice
     """
 
     name: str
@@ -105,18 +114,29 @@ class Domain:
     validation_env: Optional[Callable] = None
     augment: Optional[Callable] = None
     state_views: Optional[Callable] = None
+    experts: Mapping[str, Callable] = field(default_factory=dict)
+    expert_before: Optional[str] = None
 
     def __post_init__(self):
         if not self.name or not self.name.replace("-", "_").isidentifier():
             raise ValueError(f"Domain.name must be a word like 'navworld', got {self.name!r}")
         if len(set(self.vocab)) != len(self.vocab) or not self.vocab:
             raise ValueError(f"Domain.vocab of {self.name}: expected distinct names, got {self.vocab}")
+        if self.expert_before is not None and self.expert_before not in self.experts:
+            raise ValueError(f"Domain.expert_before of {self.name}: expected one of its experts "
+                             f"{tuple(self.experts)}, got {self.expert_before!r}")
         if not os.path.isfile(self.config):
             raise ValueError(f"Domain.config of {self.name}: no file {self.config}")
 
     @property
     def K(self):
         return len(self.vocab)
+
+    @property
+    def default_expert(self):
+        """The name of the expert collect uses when none is named (the first of experts), or
+        None for a domain with one expert that is not chosen."""
+        return next(iter(self.experts), None)
 
     @property
     def obs_shape(self):

@@ -18,17 +18,18 @@ Both train on a mix of sketch lengths (2 to 5): ``train_sketch_len`` is None.
 import numpy as np
 
 from taco_sim.craft import world
-from taco_sim.craft.expert import (ALL_TASKS, DART_EPS, EPISODE_STEPS, HOLDOUT, K, N_ACTIONS,
-                                   STATE_DIM, SUBTASK_STEPS, TASK_GOALS, TASK_NAMES, TASK_SKETCHES,
-                                   TRAIN_TASKS_HOLDOUT, VOCAB, CraftTask, collect, expert_action,
-                                   plan, rollout, sample_sketches_from, subtask_done, task_env,
-                                   task_of, task_sketches, tasks_of_length)
+from taco_sim.craft.expert import (ALL_TASKS, DART_EPS, EPISODE_STEPS, EXPERTS, HOLDOUT, K,
+                                   N_ACTIONS, STATE_DIM, SUBTASK_STEPS, TASK_GOALS, TASK_NAMES,
+                                   TASK_SKETCHES, TRAIN_TASKS_HOLDOUT, VOCAB, CraftTask, collect,
+                                   expert_action, feature_action, feature_plan, feature_stops, plan,
+                                   rollout, sample_sketches_from, subtask_done, task_env, task_of,
+                                   task_sketches, tasks_of_length)
 from taco_sim.domain import Domain, package_file, register
 
-__all__ = ["ALL_TASKS", "DART_EPS", "EPISODE_STEPS", "HOLDOUT", "K", "N_ACTIONS", "STATE_DIM",
-           "SUBTASK_STEPS", "TASK_GOALS", "TASK_NAMES", "TASK_SKETCHES", "TEST_SKETCH_LEN",
+__all__ = ["ALL_TASKS", "DART_EPS", "EPISODE_STEPS", "EXPERTS", "HOLDOUT", "K", "N_ACTIONS",
+           "STATE_DIM", "SUBTASK_STEPS", "TASK_GOALS", "TASK_NAMES", "TASK_SKETCHES", "TEST_SKETCH_LEN",
            "TRAIN_TASKS_HOLDOUT", "VOCAB", "CraftTask", "collect", "collect_holdout",
-           "expert_action", "plan", "rollout", "sample_sketches", "sample_sketches_holdout",
+           "expert_action", "feature_action", "feature_plan", "feature_stops", "plan", "rollout", "sample_sketches", "sample_sketches_holdout",
            "subtask_done", "task_env", "task_of", "task_sketches", "tasks_of_length",
            "test_sketches", "test_sketches_holdout", "world"]
 
@@ -36,16 +37,18 @@ TEST_SKETCH_LEN = 4
 """Length of craft-holdout's evaluation sketches (bed and axe are both 4 long)."""
 
 
-def collect_all(n, sketch_len, seed, dart_eps=DART_EPS, sketches=None, progress=None, workers=1):
+def collect_all(n, sketch_len, seed, dart_eps=DART_EPS, sketches=None, progress=None, workers=1,
+                expert="features"):
     """collect over all 10 tasks (domain "craft")."""
     return collect(n, sketch_len, seed, dart_eps=dart_eps, sketches=sketches, progress=progress,
-                   workers=workers, tasks=ALL_TASKS, domain="craft")
+                   workers=workers, tasks=ALL_TASKS, domain="craft", expert=expert)
 
 
-def collect_holdout(n, sketch_len, seed, dart_eps=DART_EPS, sketches=None, progress=None, workers=1):
+def collect_holdout(n, sketch_len, seed, dart_eps=DART_EPS, sketches=None, progress=None, workers=1,
+                    expert="features"):
     """collect over the 8 training tasks of the zero-shot split (domain "craft-holdout")."""
     return collect(n, sketch_len, seed, dart_eps=dart_eps, sketches=sketches, progress=progress,
-                   workers=workers, tasks=TRAIN_TASKS_HOLDOUT, domain="craft-holdout")
+                   workers=workers, tasks=TRAIN_TASKS_HOLDOUT, domain="craft-holdout", expert=expert)
 
 
 def sample_sketches(n, sketch_len, rng, exclude=()):
@@ -84,12 +87,14 @@ DOMAIN = register(Domain(
     name="craft", vocab=VOCAB, state_dim=STATE_DIM, action_dim=N_ACTIONS, discrete=True,
     train_sketch_len=None, test_sketch_len=None, collect=collect_all,
     task_env=task_env, sample_sketches=sample_sketches, test_sketches=test_sketches,
-    config=package_file("configs", "craft.yaml"), renders=True))
+    config=package_file("configs", "craft.yaml"), renders=True, experts=EXPERTS,
+    expert_before="planner"))
 """Craft on the domain contract: trained and evaluated on the 10 tasks."""
 
 HOLDOUT_DOMAIN = register(Domain(
     name="craft-holdout", vocab=VOCAB, state_dim=STATE_DIM, action_dim=N_ACTIONS, discrete=True,
     train_sketch_len=None, test_sketch_len=TEST_SKETCH_LEN, collect=collect_holdout,
     task_env=task_env, sample_sketches=sample_sketches_holdout, test_sketches=test_sketches_holdout,
-    config=package_file("configs", "craft.yaml"), renders=True))
+    config=package_file("configs", "craft.yaml"), renders=True, experts=EXPERTS,
+    expert_before="planner"))
 """Craft's zero-shot split: trained on 8 tasks, evaluated on bed and axe."""

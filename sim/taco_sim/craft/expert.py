@@ -229,6 +229,188 @@ def expert_plan(world, subtask, pickable=PRIMITIVES3):
     return heading, cost + 2                            # move (or turn towards an obstacle)
 
 
+# ------------------------------------------------------------------------------------------
+# The feature expert: every decision a function of the features s and the sub-task alone
+# ------------------------------------------------------------------------------------------
+
+VIEW = cw.WINDOW // 2
+"""The window reaches VIEW = 2 cells each way: window offsets (u, v) in [-2, 2]^2."""
+PASSABLE = (cw.INDEX["wood"], cw.INDEX["grass"])
+"""Primitives the feature expert picks up when they stand in its way: an extra wood or grass
+leaves every task able to make its goal (spec/craft.md §10). Never iron: an extra iron turns
+a stick into shears at workshop1 (make[stick], make[axe], get[gem] fail)."""
+VERTICAL_BIAS = 1.5
+"""The attraction of DOWN and UP is multiplied by this: towards a target diagonally away the
+expert moves vertically first, and by a margin a net can see, not by an exact tie."""
+
+
+def read_features(state):
+    """What the feature expert reads of a state (D,), spec/craft.md eq. (1).
+
+    Name      | Shape            | Meaning
+    kinds     | (5, 5) int       | kind id of window cell (u + 2, v + 2), i.e. of the cell at
+              |                  | offset (u, v) from the agent; 0 empty or off the grid
+    pooled    | (5, 5, N_KINDS)  | bool: pooled block (i, j) holds a cell of the kind
+    inventory | (N_KINDS,)       | counts by kind id
+    heading   |                  | DOWN, UP, LEFT or RIGHT
+    """
+    state = np.asarray(state, dtype=np.float64)
+    n = cw.WINDOW * cw.WINDOW * cw.N_KINDS                                # 525
+    window = state[:n].reshape(cw.WINDOW, cw.WINDOW, cw.N_KINDS)         # (5, 5, N_KINDS)
+    kinds = np.where(window.any(axis=2), window.argmax(axis=2), 0)        # (5, 5)
+    pooled = state[n:2 * n].reshape(cw.WINDOW, cw.WINDOW, cw.N_KINDS) > 0  # (5, 5, N_KINDS)
+    inventory = state[2 * n:2 * n + cw.N_KINDS]                           # (N_KINDS,)
+    heading = int(np.argmax(state[2 * n + cw.N_KINDS:2 * n + cw.N_KINDS + 4]))
+    return kinds, pooled, inventory, heading
+
+
+def target_regions(kinds, pooled, kind):
+    """Where cells of kind may lie, as rectangles (u_lo, u_hi, v_lo, v_hi) of offsets from the
+    agent: each window cell holding it (a single cell), then each other pooled block showing it
+    (its 5 x 5 cells: block (i, j) covers u in [5 i - 12, 5 i - 8], v in [5 j - 12, 5 j - 8])."""
+    regions = [(u - VIEW, u - VIEW, v - VIEW, v - VIEW)
+               for u in range(cw.WINDOW) for v in range(cw.WINDOW) if kinds[u, v] == kind]
+    lo = cw.WINDOW * np.arange(cw.WINDOW) - cw.BIG // 2                   # (5,) block starts
+    regions += [(lo[i], lo[i] + cw.WINDOW - 1, lo[j], lo[j] + cw.WINDOW - 1)
+                for i in range(cw.WINDOW) for j in range(cw.WINDOW)
+                if (i, j) != (VIEW, VIEW) and pooled[i, j, kind]]
+    return [tuple(int(b) for b in r) for r in regions]
+
+
+def _distance(u, v, region):
+    """L1 distance from offset (u, v) to the nearest offset of region."""
+    u_lo, u_hi, v_lo, v_hi = region
+    return max(u_lo - u, 0, u - u_hi) + max(v_lo - v, 0, v - v_hi)
+
+
+def attraction(regions):
+    """(4,) the pull of each move (DOWN, UP, LEFT, RIGHT) towards the regions,
+    sum_r exp(-d_r) (d_r - d_r after the move), d_r the L1 distance from the agent to region r;
+    DOWN and UP times VERTICAL_BIAS. Linear in the target cells the features show (the nearest
+    dominate), positive for the moves that bring the agent nearer."""
+    pull = np.zeros(4)                                                    # (4,)
+    for r in regions:
+        d = _distance(0, 0, r)
+        pull += np.exp(-d) * np.array([d - _distance(dx, dy, r) for dx, dy in cw.MOVES])
+    pull[[cw.DOWN, cw.UP]] *= VERTICAL_BIAS
+    return pull
+
+
+def _clearable(kind, inventory):
+    """Whether the feature expert may clear a cell of kind out of its way (USE, then move)."""
+    return (kind in PASSABLE or (kind == cw.STONE and inventory[cw.AXE] > 0)
+            or (kind == cw.WATER and inventory[cw.BRIDGE] > 0))
+
+
+def feature_plan(state, subtask):
+    """(action, steps): the feature expert's action in state (D,) for sub-task, and a bound on
+    the actions it still needs (for the DART noise gate); (None, None) when it sees no target
+    or no way to move. A function of (state, subtask) alone; spec/craft.md §10, in this order:
+
+    1. next to a target (its kind in a neighbouring window cell): USE if facing one, else turn
+       to the first in the order DOWN, UP, LEFT, RIGHT;
+    2. the wanted moves: positive attraction, strongest first (ties: the lower id), without
+       the move that undoes the last one (the heading's opposite) unless it is the only one;
+       the first into an empty cell;
+    3. else the first wanted move into a cell it may clear: USE if facing it, else turn to it;
+    4. else step aside: a move across the strongest wanted direction (not the undoing one),
+       first one whose cell and the cell beyond it in the wanted direction are empty, then
+       one whose cell is empty, stronger attraction first (ties: the lower id);
+    5. else back (the heading's opposite) into an empty cell; else (None, None).
+    """
+    kinds, pooled, inventory, heading = read_features(state)
+    target = subtask_target(subtask)[1]
+    regions = target_regions(kinds, pooled, target)
+    if not regions:
+        return None, None
+    cell = [int(kinds[VIEW + dx, VIEW + dy]) for dx, dy in cw.MOVES]     # (4,) neighbours
+    near = [a for a in range(4) if cell[a] == target]
+    if near:                                                             # 1.
+        return (cw.USE, 1) if heading in near else (near[0], 2)
+    steps = min(_distance(0, 0, r) for r in regions) + 2
+    pull = attraction(regions)
+    back = cw.MOVES.index(tuple(-c for c in cw.MOVES[heading]))
+    order = [int(a) for a in np.argsort(-pull, kind="stable")]
+    positive = [a for a in order if pull[a] > 0]
+    wanted = positive if positive == [back] else [a for a in positive if a != back]
+    for a in wanted:                                                     # 2.
+        if cell[a] == 0:
+            return a, steps
+    for a in wanted:                                                     # 3.
+        if _clearable(cell[a], inventory):
+            return (cw.USE if a == heading else a), steps + 1
+    w = cw.MOVES[positive[0] if positive else heading]
+    across = [a for a in order if a != back and cw.MOVES[a] not in (w, (-w[0], -w[1]))]
+    for a in across:                                                     # 4.
+        dx, dy = cw.MOVES[a]
+        if cell[a] == 0 and kinds[VIEW + dx + w[0], VIEW + dy + w[1]] == 0:
+            return a, steps + 2
+    for a in across:
+        if cell[a] == 0:
+            return a, steps + 2
+    if cell[back] == 0:                                                  # 5.
+        return back, steps + 2
+    return None, None
+
+
+def feature_action(state, subtask):
+    """The feature expert's action (0..4) in state (D,) for sub-task, or None (feature_plan)."""
+    return feature_plan(state, subtask)[0]
+
+
+def feature_stops(state, subtask):
+    """Whether the feature expert STOPs sub-task in state (D,): get_X once an X is held, makeN
+    once no recipe of workshop N has its inputs in the inventory (spec/craft.md §10)."""
+    inventory = read_features(state)[2]
+    verb, kind = subtask_target(subtask)
+    if verb == "get":
+        return bool(inventory[kind] > 0)
+    return not any(at == kind and all(inventory[k] >= n for k, n in needs)
+                   for _, at, needs in cw.RECIPES)
+
+
+NO_PLAN = cw.DOWN
+"""The action the experts take in the evaluation protocol where they see no way (a turn; the
+sub-task then runs into its budget). Collection discards such episodes instead."""
+
+
+class FeatureExpert:
+    """The feature expert on the evaluation protocol (taco_ref.evaluate.Expert): it decides
+    from the observation alone, so the task environment is not read."""
+
+    def __init__(self, env):
+        del env
+
+    def stops(self, subtask, state):
+        return feature_stops(state, subtask)
+
+    def action(self, subtask, state, rng):
+        action = feature_action(state, subtask)
+        return NO_PLAN if action is None else action
+
+
+class PlannerExpert:
+    """The planner on the evaluation protocol: it reads the simulator (the world, the sketch)
+    as in rollout, and STOPs right after the action whose effect completes the sub-task."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def stops(self, subtask, state):
+        return self.env._effect
+
+    def action(self, subtask, state, rng):
+        env = self.env
+        safe = safe_pickups(env.world, env.sketch, env.active, env.goal)
+        action = expert_action(env.world, subtask, safe + (subtask_target(subtask)[1],))
+        return NO_PLAN if action is None else action
+
+
+EXPERTS = {"features": FeatureExpert, "planner": PlannerExpert}
+"""The experts by name (taco_sim Domain.experts): the feature expert, the default, and the
+planner of the whole map."""
+
+
 class CraftTask:
     """One Craft episode on the domain contract (taco_sim/domain.py).
 
@@ -337,15 +519,18 @@ def tasks_of_length(pool, sketch_len):
     return tuple(i for i in pool if sketch_len is None or len(TASK_SKETCHES[i]) == sketch_len)
 
 
-def rollout(task, rng, dart_eps=DART_EPS):
-    """One DART demonstration of task; returns (states (T, D), actions (T,), labels (T,),
-    final_state (D,)) or None when the expert failed (no plan, a sub-task over SUBTASK_STEPS, or
-    the last STOP without the goal).
+def rollout(task, rng, dart_eps=DART_EPS, expert="features"):
+    """One DART demonstration of task by expert (EXPERTS); returns (states (T, D), actions (T,),
+    labels (T,), final_state (D,)) or None when the expert failed (no plan, a sub-task over
+    SUBTASK_STEPS, or the last STOP without the goal).
 
-    Noise (spec/craft.md §6): with probability dart_eps the executed action is a uniformly drawn
-    move (DOWN, UP, LEFT, RIGHT), but only while the sub-task's budget leaves room for the
-    expert's plan plus NOISE_MARGIN recovery steps. Two draws per step from rng, always, in this
-    order: the uniform for the coin, the integer for the move.
+    The feature expert STOPs where feature_stops says so, in the state it sees (after at least
+    one action of the sub-task, as in execution); the planner right after the action whose
+    effect completes the sub-task (subtask_done). Noise (spec/craft.md §6): with probability
+    dart_eps the executed action is a uniformly drawn move (DOWN, UP, LEFT, RIGHT), but only
+    while the sub-task's budget leaves room for the expert's plan plus NOISE_MARGIN recovery
+    steps. Two draws per step from rng, always, in this order: the uniform for the coin, the
+    integer for the move.
     """
     env = CraftTask()
     obs = env.reset(TASK_SKETCHES[task], seed=int(rng.integers(2**63)))
@@ -353,8 +538,19 @@ def rollout(task, rng, dart_eps=DART_EPS):
     segment = 0
     while True:
         subtask = int(env.sketch[env.active])
-        safe = safe_pickups(env.world, env.sketch, env.active, env.goal)
-        action, steps = expert_plan(env.world, subtask, safe + (subtask_target(subtask)[1],))
+        if expert == "features":
+            if segment > 0 and feature_stops(obs, subtask):     # the expert's STOP, in obs
+                env.stop()
+                segment = 0
+                if env.done:
+                    return np.array(states), np.array(actions, dtype=np.int64), np.array(labels), obs
+                if env.failed:
+                    return None
+                continue
+            action, steps = feature_plan(obs, subtask)
+        else:
+            safe = safe_pickups(env.world, env.sketch, env.active, env.goal)
+            action, steps = expert_plan(env.world, subtask, safe + (subtask_target(subtask)[1],))
         if action is None or segment == SUBTASK_STEPS:
             return None
         coin, move = rng.random(), int(rng.integers(4))
@@ -365,7 +561,7 @@ def rollout(task, rng, dart_eps=DART_EPS):
         labels.append(env.active)
         obs = env.step(executed)
         segment += 1
-        if env._effect:                      # the expert's STOP: right after the completing action
+        if expert == "planner" and env._effect:   # its STOP: right after the completing action
             env.stop()
             segment = 0
             if env.done:
@@ -375,8 +571,9 @@ def rollout(task, rng, dart_eps=DART_EPS):
 
 
 def collect(n, sketch_len=None, seed=0, dart_eps=DART_EPS, sketches=None, progress=None,
-            workers=1, tasks=ALL_TASKS, domain="craft"):
-    """n expert demonstrations with DART noise, as a validated taco_ref.data.Demos.
+            workers=1, tasks=ALL_TASKS, domain="craft", expert="features"):
+    """n demonstrations of expert (EXPERTS: "features", the default, or "planner") with DART
+    noise, as a validated taco_ref.data.Demos; meta["expert"] names the expert.
 
     Tasks are drawn uniformly from tasks (restricted to sketches of length sketch_len unless it
     is None: then the mix of lengths), or given as sketches (n rows of sub-task ids, padded with
@@ -386,6 +583,8 @@ def collect(n, sketch_len=None, seed=0, dart_eps=DART_EPS, sketches=None, progre
     demonstrations per second in one process).
     """
     check_collect_args(n, sketch_len, workers)
+    if expert not in EXPERTS:
+        raise ValueError(f"expert: expected one of {', '.join(EXPERTS)}, got {expert!r}")
     if not 0.0 <= dart_eps <= 1.0:
         raise ValueError(f"dart_eps: expected a probability, got {dart_eps}")
     rng = np.random.default_rng(seed)
@@ -402,7 +601,7 @@ def collect(n, sketch_len=None, seed=0, dart_eps=DART_EPS, sketches=None, progre
     demos, discarded = [], 0
     for i, task in enumerate(chosen):
         while True:
-            out = rollout(task, rng, dart_eps)
+            out = rollout(task, rng, dart_eps, expert)
             if out is not None:
                 break
             discarded += 1
@@ -413,7 +612,7 @@ def collect(n, sketch_len=None, seed=0, dart_eps=DART_EPS, sketches=None, progre
             progress(i + 1, n)
     meta = {"domain": domain, "action_type": "discrete", "n_actions": N_ACTIONS,
             "sketch_len": None if sketch_len is None else int(sketch_len),
-            "dart_eps": float(dart_eps), "tasks": [TASK_NAMES[t] for t in tasks],
+            "dart_eps": float(dart_eps), "expert": expert, "tasks": [TASK_NAMES[t] for t in tasks],
             "seed": int(seed) if isinstance(seed, (int, np.integer)) else None,
             "discarded": discarded, "collected_on": collected_on()}
     return assemble([d[0] for d in demos], [d[1] for d in demos], [d[2] for d in demos],
