@@ -24,14 +24,14 @@ COSTS = {
     ("dial-image-small", "ctcbc-gru"): (28.9, 60, "dial-image-small-trained-core"),
     ("dial-image", "taco"): (7.1, 60, "dial-image"),
     ("dial-image", "gtbc"): (5.3, 60, "dial-image"),
-    ("craft", "taco"): (0.55, 150, "craft"),
-    ("craft", "gtbc"): (0.35, 150, "craft"),
-    ("craft", "ctcbc-mlp"): (0.20, 150, "craft"),
-    ("craft", "ctcbc-gru"): (0.35, 150, "craft"),
-    ("craft-holdout", "taco"): (1.1, 150, "craft-holdout"),
-    ("craft-holdout", "gtbc"): (0.88, 150, "craft-holdout"),
-    ("craft-holdout", "ctcbc-mlp"): (0.21, 150, "craft-holdout"),
-    ("craft-holdout", "ctcbc-gru"): (0.64, 150, "craft-holdout"),
+    ("craft", "taco"): (0.55, 150, "archive/craft-planner"),
+    ("craft", "gtbc"): (0.35, 150, "archive/craft-planner"),
+    ("craft", "ctcbc-mlp"): (0.20, 150, "archive/craft-planner"),
+    ("craft", "ctcbc-gru"): (0.35, 150, "archive/craft-planner"),
+    ("craft-holdout", "taco"): (1.1, 150, "archive/craft-holdout-planner"),
+    ("craft-holdout", "gtbc"): (0.88, 150, "archive/craft-holdout-planner"),
+    ("craft-holdout", "ctcbc-mlp"): (0.21, 150, "archive/craft-holdout-planner"),
+    ("craft-holdout", "ctcbc-gru"): (0.64, 150, "archive/craft-holdout-planner"),
 }
 SAME_COST = {"dial-velocity": "dial"}
 """Domains whose cells cost what another's do (the same arm, nets and data sizes)."""

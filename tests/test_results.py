@@ -331,3 +331,24 @@ def test_image_stop_hold_figures_are_the_committed_outputs():
         assert out[1]["outcomes"] == json.load(f)["figures"]["outcomes"]
     d, lo, hi = evaluate.paired_difference_interval(out[2]["outcomes"], out[1]["outcomes"])
     assert f"+{100 * d:.0f} points (paired on the PINs, [+{100 * lo:.1f}, +{100 * hi:.1f}])" in text
+
+
+def test_craft_realisability_figures_are_the_committed_outputs(bench_script):
+    """results/craft/realisability: bench/craft_realisability.py's tables, regenerated from the
+    committed JSON, are the committed markdown; spec/craft.md §10's table carries its rows; the
+    feature expert's clones imitate better than the planner's at every L2."""
+    bench = bench_script("craft_realisability")
+    folder = os.path.join(ROOT, "results", "craft", "realisability")
+    with open(os.path.join(folder, "realisability.json"), encoding="utf-8") as f:
+        figures = json.load(f)
+    text = bench.tables(figures)
+    with open(os.path.join(folder, "realisability.md"), encoding="utf-8") as f:
+        assert f.read().strip() == text.strip()
+    held = {(r["expert"], r["l2"]): r["held_out"] for r in figures["runs"]}
+    for l2 in bench.L2S:
+        assert held[("features", l2)] > held[("planner", l2)]
+    spec = open(os.path.join(ROOT, "spec", "craft.md"), encoding="utf-8").read().split("**Realisability**")[1]
+    for r in figures["runs"]:
+        row = f"| {r['expert']} | {r['l2']:.0e}".replace("e-0", "e-")
+        line = next(line for line in spec.splitlines() if line.startswith(row))
+        assert f"{100 * r['held_out']:.1f} % | {100 * r['training_data']:.1f} %" in line, line

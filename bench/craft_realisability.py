@@ -1,0 +1,150 @@
+"""Can a policy on Craft's features imitate the expert? GT-BC's action accuracy (spec/evaluation.md
+eq. (12)) on held-out demonstrations of each expert, at one budget for both, and which rule of
+the feature expert decided the steps its clone gets wrong (spec/craft.md §10).
+
+For each expert (features, planner): 3000 demonstrations (collect seed 0; the trainer keeps 300
+for early stopping) and 500 held-out ones (collect seed 99); GT-BC with the Craft config and a
+fixed budget (EPOCHS epochs, no early stop), at craft.yaml's L2 penalty and at a tenth of it;
+action accuracy on the held-out set and on the training set. For the feature expert's clones,
+accuracy by the rule of feature_plan that decided each held-out step.
+
+    python bench/craft_realisability.py --out results/craft/realisability [--workers 2]
+
+Writes OUT/realisability.json (every figure) and OUT/realisability.md (the tables, which
+tables() rebuilds from the JSON); runs resume from OUT/runs/ (not committed).
+"""
+import argparse
+import collections
+import concurrent.futures
+import io
+import json
+import os
+import sys
+from dataclasses import asdict
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import taco_sim  # noqa: E402
+from taco_app import config as config_mod  # noqa: E402
+from taco_ref import data, evaluate, files, model as model_mod, policy, train  # noqa: E402
+from taco_sim.craft import expert as ex, world as cw  # noqa: E402
+
+EXPERTS = ("features", "planner")
+N_TRAIN, TRAIN_SEED, N_HELD, HELD_SEED = 3000, 0, 500, 99
+EPOCHS = 15
+L2S = (1e-3, 1e-4)
+RULES = ("1 next to the target", "2 a wanted move, target in a pooled block only",
+         "2 a wanted move, target in the window", "3 clear the way", "4-5 step aside or back")
+
+
+def rule_of(state, subtask):
+    """Which rule of feature_plan (spec/craft.md §10) decides state for subtask: a name of RULES."""
+    kinds, pooled, inventory, heading = ex.read_features(state)
+    target = ex.subtask_target(subtask)[1]
+    regions = ex.target_regions(kinds, pooled, target)
+    cell = [int(kinds[ex.VIEW + dx, ex.VIEW + dy]) for dx, dy in cw.MOVES]   # (4,) neighbours
+    if target in cell:
+        return RULES[0]
+    pull = ex.attraction(regions)
+    back = cw.MOVES.index(tuple(-c for c in cw.MOVES[heading]))
+    positive = [a for a in np.argsort(-pull, kind="stable") if pull[a] > 0]
+    wanted = positive if positive == [back] else [a for a in positive if a != back]
+    if any(cell[a] == 0 for a in wanted):
+        in_window = any(r[0] == r[1] and r[2] == r[3] for r in regions)
+        return RULES[2] if in_window else RULES[1]
+    if any(ex._clearable(cell[a], inventory) for a in wanted):
+        return RULES[3]
+    return RULES[4]
+
+
+def by_rule(model, demos):
+    """{rule: [steps, steps whose demonstrated action is the clone's argmax]} over demos."""
+    out = collections.defaultdict(lambda: [0, 0])
+    for n in range(demos.n):
+        for t in range(demos.traj_len[n]):
+            k, s = int(demos.sketch[n, demos.labels[n, t]]), demos.states[n, t]
+            best = int(np.argmax(policy.action_head(model.params, model.policy, k, s[None])[0]))
+            counts = out[rule_of(s, k)]
+            counts[0] += 1
+            counts[1] += int(best == int(demos.actions[n, t]))
+    return dict(out)
+
+
+def dataset(out, expert, n, seed):
+    path = os.path.join(out, "runs", f"{expert}-n{n}-seed{seed}.npz")
+    if os.path.exists(path):
+        return data.load(path)
+    demos = taco_sim.get("craft").collect(n, None, seed, expert=expert)
+    data.save(demos, path)
+    return demos
+
+
+def run(out, expert, l2):
+    """One clone: its figures (a dict)."""
+    demos, held = dataset(out, expert, N_TRAIN, TRAIN_SEED), dataset(out, expert, N_HELD, HELD_SEED)
+    cfg = config_mod.load("craft", overrides=[f"epochs={EPOCHS}", f"patience={EPOCHS}", f"act_l2={l2}",
+                                              f"stop_l2={l2}"], algo="gtbc", seed=0)
+    run_dir = os.path.join(out, "runs", f"gtbc-{expert}-l2-{l2:g}")
+    model_dir = os.path.join(run_dir, "model")
+    if os.path.exists(os.path.join(model_dir, "model.json")):          # trained before: the same run?
+        model = model_mod.load(model_dir)
+        same = {k: v for k, v in model.info.get("data", {}).items() if k != "collected_on"} == \
+            {k: v for k, v in demos.meta.items() if k != "collected_on"}
+        if model.config != asdict(cfg) or not same:
+            raise ValueError(f"{model_dir}: trained with another config or data; remove it")
+    else:
+        model = train.train(demos, cfg, out_dir=run_dir, log=io.StringIO(), overwrite=True)
+    figures = {"expert": expert, "l2": l2, "epochs": EPOCHS,
+               "held_out": evaluate.action_accuracy(model, held),
+               "training_data": evaluate.action_accuracy(model, demos),
+               "best_held_out_loss": min(h["held_out_loss"] for h in model.info["history"]
+                                         if h["stage"] == "policy")}
+    if expert == "features":
+        figures["by_rule"] = by_rule(model, held)
+    return figures
+
+
+def tables(figures):
+    """The markdown tables of figures (the JSON's content)."""
+    lines = [f"GT-BC, {N_TRAIN} demonstrations (collect seed {TRAIN_SEED}), {EPOCHS} epochs of the Craft "
+             f"config; action accuracy on {N_HELD} held-out demonstrations (seed {HELD_SEED}) of the "
+             "same expert and on the training data.", "",
+             "| expert | L2 | held-out | training data |", "|---|---|---:|---:|"]
+    for f in figures["runs"]:
+        lines.append(f"| {f['expert']} | {f['l2']:g} | {100 * f['held_out']:.1f} % | "
+                     f"{100 * f['training_data']:.1f} % |")
+    for f in figures["runs"]:
+        if "by_rule" in f:
+            total = sum(v[0] for v in f["by_rule"].values())
+            lines += ["", f"The feature expert's clone at L2 {f['l2']:g}, by the rule that decided each "
+                      "held-out step:", "", "| rule | steps | share | accuracy |", "|---|---:|---:|---:|"]
+            for rule in RULES:
+                n, hit = f["by_rule"].get(rule, [0, 0])
+                if n:
+                    lines.append(f"| {rule} | {n} | {100 * n / total:.1f} % | {100 * hit / n:.1f} % |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="folder for realisability.json/.md and runs/")
+    ap.add_argument("--workers", type=int, default=1, help="clones trained at once (processes)")
+    args = ap.parse_args(argv)
+    os.makedirs(os.path.join(args.out, "runs"), exist_ok=True)
+    for expert in EXPERTS:                            # collected once, before the clones share them
+        dataset(args.out, expert, N_TRAIN, TRAIN_SEED), dataset(args.out, expert, N_HELD, HELD_SEED)
+    jobs = [(args.out, e, l2) for l2 in L2S for e in EXPERTS]
+    with concurrent.futures.ProcessPoolExecutor(args.workers) as pool:
+        runs = list(pool.map(run, *zip(*jobs)))
+    figures = {"runs": runs}
+    files.write_bytes(os.path.join(args.out, "realisability.json"),
+                      (json.dumps(figures, indent=1, sort_keys=True) + "\n").encode())
+    text = tables(figures)
+    files.write_bytes(os.path.join(args.out, "realisability.md"), text.encode())
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
