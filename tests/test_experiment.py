@@ -37,7 +37,7 @@ def test_a_cell_record_holds_its_config_data_and_figures_and_data_given_equal_da
     the record carries the key, the full config, the data's seeds and fingerprints."""
     c = dict(cell("gtbc", size=12), test_lengths=[2])
     train_spec, test_spec = experiment.data_specs(c)
-    assert train_spec == ("navworld", 12, 3, 10_000) and test_spec == ("navworld", 5, 3, 20_000)
+    assert train_spec == ("navworld", 12, 3, 10_000, None) and test_spec == ("navworld", 5, 3, 20_000, None)
     demos, test_demos = experiment.collect(train_spec), experiment.collect(test_spec)
     assert experiment.collect(train_spec).fingerprint() == demos.fingerprint()   # deterministic
     record = experiment.run_cell(c, demos, test_demos)
