@@ -538,15 +538,18 @@ def rollout(task, rng, dart_eps=DART_EPS, expert="features"):
     segment = 0
     while True:
         subtask = int(env.sketch[env.active])
+        # the expert's STOP, decided in the state it sees: the feature expert's from the
+        # inventory; the planner's once the last action had the sub-task's effect
+        stops = feature_stops(obs, subtask) if expert == "features" else env._effect
+        if segment > 0 and stops:
+            env.stop()
+            segment = 0
+            if env.done:
+                return np.array(states), np.array(actions, dtype=np.int64), np.array(labels), obs
+            if env.failed:
+                return None
+            continue
         if expert == "features":
-            if segment > 0 and feature_stops(obs, subtask):     # the expert's STOP, in obs
-                env.stop()
-                segment = 0
-                if env.done:
-                    return np.array(states), np.array(actions, dtype=np.int64), np.array(labels), obs
-                if env.failed:
-                    return None
-                continue
             action, steps = feature_plan(obs, subtask)
         else:
             safe = safe_pickups(env.world, env.sketch, env.active, env.goal)
@@ -561,13 +564,6 @@ def rollout(task, rng, dart_eps=DART_EPS, expert="features"):
         labels.append(env.active)
         obs = env.step(executed)
         segment += 1
-        if expert == "planner" and env._effect:   # its STOP: right after the completing action
-            env.stop()
-            segment = 0
-            if env.done:
-                return np.array(states), np.array(actions, dtype=np.int64), np.array(labels), obs
-            if env.failed:
-                return None
 
 
 def collect(n, sketch_len=None, seed=0, dart_eps=DART_EPS, sketches=None, progress=None,
