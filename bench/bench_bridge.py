@@ -19,6 +19,13 @@ SUBNET, unless the environment sets them) and measures from this third process:
   zero; then SIGCONT, "stop", and the next trial. Both times are taken in this process, so the
   transport of the joint state and of the command enter alike.
 
+- with --sigterm N: N trials of SIGTERM at a random moment of a running PIN (what systemd and
+  `docker stop` send): a policy node with the shipped Dial model (or --model) is started,
+  dials "0 5 1 6" on the sim node, and gets SIGTERM 0.1-3 s after the sketch; a trial passes
+  when the node exits 0 and the last command this process receives after the signal is zeros
+  (the node waits for its subscribers' acknowledgement of the zero before it destroys its
+  publisher); the time from the signal to that zero. Run it beside other jobs for a loaded box.
+
 Transport: the policy node keeps Fast DDS to UDPv4 (taco_bridge.node_util.no_shared_memory_transport);
 --policy-env FASTDDS_BUILTIN_TRANSPORTS=DEFAULT gives it the shared-memory transport back, for a
 comparison in the same conditions. Under ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST rmw_fastrtps
@@ -35,6 +42,7 @@ Usage (the workspace built and sourced: the policy node needs the action's inter
     python bench/bench_bridge.py --quick    # 10 s, 20 trials
     python bench/bench_bridge.py --quick --frozen 100   # and 100 frozen-simulator trials
     python bench/bench_bridge.py --quick --frozen 100 --policy-env FASTDDS_BUILTIN_TRANSPORTS=DEFAULT
+    python bench/bench_bridge.py --sigterm 100          # SIGTERM trials only
 """
 import argparse
 import json
@@ -69,6 +77,8 @@ def main():
     ap.add_argument("--trials", type=int, default=None, help="latency trials")
     ap.add_argument("--rate", type=float, default=25.0)
     ap.add_argument("--frozen", type=int, default=0, help="frozen-simulator trials")
+    ap.add_argument("--sigterm", type=int, default=0,
+                    help="SIGTERM trials (only these: no latency, rate or frozen measurements)")
     ap.add_argument("--policy-env", action="append", default=[], metavar="KEY=VALUE",
                     help="an environment variable for the policy node's process alone "
                          "(e.g. FASTDDS_BUILTIN_TRANSPORTS=DEFAULT); repeatable")
@@ -90,6 +100,8 @@ def main():
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray, String
 
+    if args.sigterm:
+        return sigterm_trials(args.sigterm, args.model, policy_env)
     tmp = tempfile.mkdtemp(prefix="bench_bridge_")
     model = args.model or random_dial_model(os.path.join(tmp, "model"))
     common = ["--ros-args", "-p", f"max_subtask_time:={10 * duration + 60.0!r}", "-p", "autostart:=true"]
@@ -233,5 +245,90 @@ def main():
               f"zero in {late}")
 
 
+def sigterm_trials(n, model, policy_env):
+    """--sigterm (module docstring): prints one summary line; exit code 1 unless all n passed."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from std_msgs.msg import Float64MultiArray, String
+
+    rclpy.init()
+    node = rclpy.create_node("bench_bridge_sigterm")
+    pub = node.create_publisher(String, "/taco/sketch", 10)
+    commands, statuses = [], []                                           # (t, nonzero), (t, dict)
+    node.create_subscription(Float64MultiArray, "/effort_controller/commands",
+                             lambda m: commands.append((time.monotonic(), any(m.data))), 1000)
+    node.create_subscription(String, "/taco/status",
+                             lambda m: statuses.append((time.monotonic(), json.loads(m.data))), 1000)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    threading.Thread(target=executor.spin, daemon=True).start()
+    sim = subprocess.Popen([sys.executable, "-m", "taco_bridge.sim_node", "--ros-args"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rng = np.random.default_rng(0)
+    passed, failures, zero_ms, skipped = 0, [], [], 0
+
+    def wait(predicate, timeout):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if predicate():
+                return True
+            time.sleep(0.01)
+        return False
+
+    try:
+        for i in range(n):
+            t_start = time.monotonic()
+            policy = subprocess.Popen([sys.executable, "-m", "taco_bridge.policy_node", "--ros-args",
+                                       "-p", "autostart:=true"] + (["-p", f"model:={model}"] if model else []),
+                                      env=policy_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            ready = wait(lambda: any(t > t_start and s["lifecycle"] == "active" and s.get("joint_state_age")
+                                     is not None for t, s in list(statuses)), 120)
+            t_send = time.monotonic()
+            pub.publish(String(data="0 5 1 6"))
+            running = ready and wait(lambda: any(t > t_send and s["state"] == "running"
+                                                 for t, s in list(statuses)), 10)
+            if not running:
+                skipped += 1
+                policy.kill()
+                policy.wait()
+                continue
+            time.sleep(rng.uniform(0.1, 3.0))
+            t_sig = time.monotonic()
+            policy.send_signal(signal.SIGTERM)
+            try:
+                code = policy.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                policy.kill()
+                code = "hung"
+            time.sleep(0.3)
+            after = [(t, nz) for t, nz in list(commands) if t >= t_sig]
+            ok = code == 0 and bool(after) and not after[-1][1]
+            if ok:
+                passed += 1
+                zero_ms.append(1e3 * (next(t for t, nz in after if not nz) - t_sig))
+            else:
+                failures.append(f"trial {i}: exit {code}, commands after the signal {[nz for _, nz in after]}")
+            print(f"\rSIGTERM trials: {i + 1}/{n}, {passed} with a zero command last", end="", file=sys.stderr)
+        print(file=sys.stderr)
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+        sim.send_signal(signal.SIGINT)
+        try:
+            sim.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            sim.kill()
+    zero = np.array(zero_ms) if zero_ms else np.array([np.nan])
+    load = os.getloadavg()
+    print(f"SIGTERM mid-PIN: {passed} of {n - skipped} trials ended with a zero command last and exit 0 "
+          f"({skipped} skipped: the node or the PIN did not start); signal -> zero: median "
+          f"{np.nanmedian(zero):.0f} ms, max {np.nanmax(zero):.0f} ms; load average {load[0]:.1f} "
+          f"on {os.cpu_count()} cores; discovery range {os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE']}")
+    for line in failures:
+        print(line)
+    return 0 if passed == n - skipped and not skipped else 1
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

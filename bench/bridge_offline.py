@@ -12,6 +12,19 @@ offline, over the same test PINs and episode seeds as `taco evaluate --n-tasks N
     python bench/bridge_offline.py sim/taco_sim/dial/models/dial-velocity --interface velocity
 
 A PIN counts as dialled when the run ends "done" and the keypad registered exactly its digits.
+
+With --preempt N it runs N targeted preemptions instead (taco_bridge.keypad's hand-over rule):
+a PIN of four distinct digits is dialled with the simulated keypad's presses handed to the
+controller; one of its presses is picked at random, and the same deterministic run is started
+again with a second PIN of four distinct digits sent `lead` control steps before the step in
+which that press registers (lead uniform in 0-7: the press registers 20-300 ms after the new
+sketch arrived). A false error is a new run that does not end "done" (e.g. "the keypad
+registered 8, not the sketch 6 9 3"); `inherited` counts the trials in which the rule gave the
+old run a press that registered after the new sketch arrived. --no-handover turns the rule off,
+for the comparison:
+
+    python bench/bridge_offline.py sim/taco_sim/dial/models/dial --preempt 100
+    python bench/bridge_offline.py sim/taco_sim/dial/models/dial --preempt 100 --no-handover
 """
 import argparse
 import json
@@ -31,7 +44,8 @@ import taco_sim  # noqa: E402
 from taco_ref import evaluate  # noqa: E402
 from taco_ref.model import load  # noqa: E402
 from taco_sim import dial  # noqa: E402
-from taco_bridge.control import Controller, joint_bounds, run_offline  # noqa: E402
+from taco_bridge import keypad  # noqa: E402
+from taco_bridge.control import Controller, joint_bounds, keypad_offline, run_offline  # noqa: E402
 
 INTERFACES = {"effort": ("dial", dial.TORQUE_LIMITS), "velocity": ("dial-velocity", dial.VELOCITY_LIMITS)}
 
@@ -43,24 +57,79 @@ def dial_pin(ctl, env, sketch, velocity):
     return run.outcome == "done" and list(env.presses) == list(sketch)
 
 
+def controller(model, limits):
+    low, high = joint_bounds(0.25)
+    key_pos = dial.key_positions(np.asarray(dial.STANDARD_LAYOUT))
+    return Controller(model, key_pos, limits, low, high, dial.CONTROL_DT, 0.25,
+                      max_subtask_time=20.0, stop_threshold=0.5, press_grace=0.5)
+
+
+def preemption_trial(model, seed, limits=dial.TORQUE_LIMITS, velocity=False, lead=None):
+    """One targeted preemption (module docstring) from seed: a dict with the PINs, the press
+    targeted (its step and digit), lead (control steps; drawn in 0-7 unless given), the new
+    run's outcome, message and presses, and the presses the hand-over gave the old run."""
+    rng = np.random.default_rng(seed)
+    old = [int(x) for x in rng.choice(dial.K, 4, replace=False)]
+    new = [int(x) for x in rng.choice(dial.K, 4, replace=False)]
+    env = dial.DialEnv()
+    env.reset(seed=int(seed), layout="standard")
+    step = env.velocity_step if velocity else env.step
+    _, presses = keypad_offline(controller(model, limits), env, [(0, old)], step)
+    if not presses:
+        raise RuntimeError(f"seed {seed}: the first pass pressed no key")
+    t_press, key = presses[int(rng.integers(len(presses)))]
+    lead = int(rng.integers(0, 8)) if lead is None else int(lead)
+    lead = min(lead, t_press)
+    env.reset(seed=int(seed), layout="standard")
+    (_, run), _ = keypad_offline(controller(model, limits), env, [(0, old), (t_press - lead, new)], step)
+    return {"seed": int(seed), "old": old, "new": new, "press_step": int(t_press), "key": int(key),
+            "lead": lead, "outcome": run.outcome, "message": run.message,
+            "pressed": list(run.presses), "inherited": list(run.inherited)}
+
+
+def preempt(model, n, limits, velocity, handover=True):
+    """n preemption_trials (seeds 0..n-1): the summary dict and the trials."""
+    saved = keypad.key_in_reach
+    if not handover:
+        keypad.key_in_reach = lambda obs: None
+    try:
+        trials = []
+        for seed in range(n):
+            trials.append(preemption_trial(model, seed, limits, velocity))
+            false = sum(t["outcome"] != "done" for t in trials)
+            print(f"\rpreemptions: {seed + 1}/{n}, {false} false errors", end="", file=sys.stderr)
+        print(file=sys.stderr)
+    finally:
+        keypad.key_in_reach = saved
+    false = [t for t in trials if t["outcome"] != "done"]
+    return {"trials": n, "handover": handover, "false_errors": len(false),
+            "inherited": sum(bool(t["inherited"]) for t in trials),
+            "leads": np.bincount([t["lead"] for t in trials], minlength=8).tolist(),
+            "false": false}, trials
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", help="model directory")
     ap.add_argument("--interface", choices=sorted(INTERFACES), default="effort")
     ap.add_argument("--n-tasks", type=int, default=500)
+    ap.add_argument("--preempt", type=int, metavar="N", help="N targeted preemptions instead")
+    ap.add_argument("--no-handover", action="store_true", help="with --preempt: the hand-over rule off")
     args = ap.parse_args(argv)
     domain_name, limits = INTERFACES[args.interface]
     domain = taco_sim.get(domain_name)
     model = load(args.model)
+    if args.preempt:
+        summary, _ = preempt(model, args.preempt, limits, args.interface == "velocity",
+                             handover=not args.no_handover)
+        print(json.dumps(dict(model=args.model, interface=args.interface, **summary)))
+        return
     sketches = evaluate.protocol_sketches(domain, args.n_tasks)
     seeds = np.random.default_rng(evaluate.EPISODE_SEED).integers(0, 2**31, size=len(sketches))
-    low, high = joint_bounds(0.25)
-    key_pos = dial.key_positions(np.asarray(dial.STANDARD_LAYOUT))
     dialled = 0
     for i, (row, seed) in enumerate(zip(sketches, seeds)):
         sketch = [int(d) for d in row if d >= 0]
-        ctl = Controller(model, key_pos, limits, low, high, dial.CONTROL_DT, 0.25,
-                         max_subtask_time=20.0, stop_threshold=0.5, press_grace=0.5)
+        ctl = controller(model, limits)
         env = dial.DialEnv()
         env.reset(seed=int(seed), layout="standard")
         dialled += dial_pin(ctl, env, sketch, args.interface == "velocity")

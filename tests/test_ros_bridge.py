@@ -487,20 +487,19 @@ def test_launch_file():
                                                             "namespace", "command_interface", "autostart"]
     assert [type(e).__name__ for e in ld.entities][-1] == "OpaqueFunction"
     # a node that exits with an error ends the launch with exit code 1 (an exception), else a
-    # plain shutdown; autostart: configure, then activate on reaching inactive, failures fatal
+    # plain shutdown; nothing more once the launch is shutting down (one failure reported)
     from types import SimpleNamespace
-    with pytest.raises(module.NodeFailed, match="taco_policy exited with code 1"):
-        module.on_node_exit("taco_policy")(SimpleNamespace(returncode=1), None)
     running, stopping = SimpleNamespace(is_shutdown=False), SimpleNamespace(is_shutdown=True)
+    with pytest.raises(module.NodeFailed, match="taco_policy exited with code 1"):
+        module.on_node_exit("taco_policy")(SimpleNamespace(returncode=1), running)
     assert [type(a).__name__ for a in module.on_node_exit("taco_sim")(SimpleNamespace(returncode=0), running)] \
         == ["Shutdown"]
     assert module.on_node_exit("taco_sim")(SimpleNamespace(returncode=0), stopping) is None
-    from launch_ros.actions import LifecycleNode
-    steps = module.lifecycle_steps(LifecycleNode(package="taco_bridge", executable="policy_node",
-                                                 name="taco_policy", namespace=""))
-    assert [type(a).__name__ for a in steps] == ["RegisterEventHandler"] * 3 + ["EmitEvent"]
-    # both nodes (an OpaqueFunction): the file's values unless an argument is given
+    assert module.on_node_exit("taco_sim")(SimpleNamespace(returncode=1), stopping) is None
+    # both nodes (an OpaqueFunction): the file's values unless an argument is given; autostart
+    # is the node's own parameter (no lifecycle events from the launch)
     assert module.policy_parameters("f.yaml", "", "") == ["f.yaml"]
+    assert module.policy_parameters("f.yaml", "", "", "", True) == ["f.yaml", {"autostart": True}]
     assert module.policy_parameters("f.yaml", "/m", "10") == ["f.yaml", {"model": "/m", "rate": 10.0}]
     velocity = {"command_interface": "velocity"}
     assert module.policy_parameters("f.yaml", "", "", "velocity") == ["f.yaml", velocity]
@@ -990,23 +989,29 @@ def test_send_reports_a_rejection_and_stops(nodes, listener, install, tmp_path):
 
 @pytest.mark.slow
 def test_lifecycle_transitions(nodes, listener, msgs, tmp_path):
-    """unconfigured (no action server) -> configure -> inactive (goals rejected, no commands) ->
-    activate -> a goal runs -> deactivate mid-run (the goal ends deactivated, one zero command,
-    then silence) -> cleanup -> unconfigured -> configure, activate again -> shutdown."""
+    """unconfigured (the action server answers at once: rejected) -> configure -> inactive (goals
+    rejected, no commands) -> activate -> a goal runs -> deactivate mid-run (the goal ends
+    deactivated, one zero command, then silence) -> cleanup -> unconfigured (goals rejected) ->
+    configure, activate again -> shutdown: the goal ends deactivated and the process exits 0."""
     GoalStatus = from_goal_status()
     policy = fake_arm(nodes, listener, tmp_path, autostart=False)
     change, state = lifecycle_clients(listener)
     goals = Goals(listener, msgs)
     assert state() == "unconfigured"
-    assert not goals.client.wait_for_server(timeout_sec=1.0)
-    assert listener.wait_for(lambda: listener.status_after(0, lambda s: s["lifecycle"] == "unconfigured"),
-                             10.0, "the status of an unconfigured node")
-    assert change("configure") and state() == "inactive"
     assert goals.client.wait_for_server(timeout_sec=60.0)
-    handle, _ = goals.send(["3"])
-    assert not handle.accepted
-    assert "taco_policy is inactive, not active" in listener.wait_for(
-        lambda: listener.status_after(0, lambda s: s.get("rejected")), 5.0, "the rejection")["rejected"]["reason"]
+
+    def rejected_because(lifecycle):
+        t0 = time.monotonic()
+        handle, _ = goals.send(["3"], timeout=5.0)           # answered at once, not left waiting
+        assert not handle.accepted and time.monotonic() - t0 < 5.0
+        status = listener.wait_for(lambda: listener.status_after(
+            t0, lambda s: f"taco_policy is {lifecycle}, not active" in (s.get("rejected") or {}).get("reason", "")),
+            5.0, f"the rejection while {lifecycle}")
+        assert status["lifecycle"] == lifecycle
+
+    rejected_because("unconfigured")
+    assert change("configure") and state() == "inactive"
+    rejected_because("inactive")
     assert change("activate") and state() == "active"
     listener.wait_joint_states()
     handle, _ = goals.send(["3", "1"])
@@ -1022,13 +1027,44 @@ def test_lifecycle_transitions(nodes, listener, msgs, tmp_path):
     time.sleep(0.5)
     assert [c for t, c in list(listener.commands) if t > zero_t] == [], "commands while inactive"
     assert change("cleanup") and state() == "unconfigured"
-    assert listener.wait_for(lambda: not goals.client.server_is_ready() or None, 10.0, "the action server gone")
+    rejected_because("unconfigured")
     assert change("configure") and change("activate") and state() == "active"
     handle, _ = goals.send(["2"])
     assert handle.accepted
-    assert change("shutdown") and state() == "finalized"
+    t_off = time.monotonic()
+    assert change("shutdown")
     assert goals.result(handle)[1].state == "deactivated"
-    assert policy.poll() is None            # finalized, but the process lives until it is stopped
+    assert policy.wait(timeout=30) == 0, nodes.log(policy)      # finalized: the process exits
+    assert any(t >= t_off and not any(c) for t, c in list(listener.commands)), "no zero command"
+    assert "finalized: exiting" in nodes.log(policy)
+
+
+@pytest.mark.slow
+def test_sigterm_mid_pin_always_ends_with_a_zero_command(nodes, listener):
+    """SIGTERM (systemd, docker stop) at a random moment of a running PIN: the node exits 0 and
+    the last command a subscriber in another process receives is zeros (the node waits for the
+    subscribers' acknowledgement before it destroys its publisher). bench/bench_bridge.py
+    --sigterm runs the 100-trial campaign."""
+    sim = nodes.start("sim_node")
+    rng = np.random.default_rng(0)
+    for trial in range(5):
+        t_start = time.monotonic()
+        policy = nodes.start("policy_node")
+        listener.wait_for(lambda: listener.status_after(t_start, lambda s: s.get("joint_state_age") is not None
+                                                        and s["lifecycle"] == "active"),
+                          120.0, "the new policy node", nodes.log(policy))
+        t_send = listener.send("0 5 1 6")
+        listener.wait_for(lambda: listener.status_after(t_send, lambda s: s["state"] == "running"), 10.0,
+                          "the PIN running", nodes.log(policy))
+        time.sleep(rng.uniform(0.1, 2.5))
+        t_sig = time.monotonic()
+        policy.send_signal(signal.SIGTERM)
+        assert policy.wait(timeout=30) == 0, nodes.log(policy)
+        time.sleep(0.3)
+        after = [c for t, c in list(listener.commands) if t >= t_sig]
+        assert after and not any(after[-1]), f"trial {trial}: the last command after SIGTERM is {after[-1:]}"
+        assert any(any(c) for t, c in list(listener.commands) if t_send <= t < t_sig), "no PIN was running"
+    assert sim.poll() is None
 
 
 @pytest.mark.slow
@@ -1111,6 +1147,7 @@ def test_parameter_dump_lists_every_parameter(nodes, listener):
     assert list(values["command_joints"].string_array_value) == list(dial.JOINTS[:6])
     np.testing.assert_allclose(values["key_positions"].double_array_value,
                                dial.key_positions(np.asarray(dial.STANDARD_LAYOUT)).ravel())
+    assert values["model"].string_value == SHIPPED_VELOCITY_MODEL      # left empty: the one in use
 
 
 def running_with_parent(install, tmp_path, model):

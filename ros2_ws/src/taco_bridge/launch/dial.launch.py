@@ -16,43 +16,48 @@ Launch arguments:
   namespace    ROS namespace of both nodes and so of all their (relative) topics and the action
   command_interface  effort or velocity; given: overrides params_file's `command_interface` of
                both nodes (and so their default command topic and the policy's default model)
-  autostart    true (default): this launch configures the policy node, then activates it;
-               false: it stays unconfigured until `ros2 lifecycle set /taco_policy configure`
-               and `... activate`
+  autostart    true (default): the policy node configures and activates itself (its parameter
+               autostart); false: it stays unconfigured until `ros2 lifecycle set
+               /taco_policy configure` and `... activate`
 
 `model`, `rate` and `command_interface` override the parameter file only when given on the
 command line: left out, the file's values apply (and the nodes' defaults where the file is
 silent).
 
+Why autostart is the node's own parameter rather than launch_ros ChangeState events: a
+ChangeState event makes the launch wait for the node's change_state service in a thread, and
+when a node fails at start-up (a bad parameter) the launch shuts down under that wait, which then
+ends in a stray "Caught exception in launch: cannot use Destroyable because destruction was
+requested" (2 of 4 tries with command_interface:=torque). The node's own transitions race with
+nothing.
+
 Ending. When either node exits the launch shuts down: a policy node that died must not leave
 the simulated arm running on alone, nor a sim that died a policy node commanding nothing. A node
-that exits with an error (a bad parameter: `cannot start: ...`), or a policy node that cannot be
-configured (a model it cannot load) or activated, makes the launch exit with code 1 ("Caught
-exception in launch ... taco_policy ..."), so a supervisor sees the failure. Stop the launch with
+that exits with an error (a bad parameter: `cannot start: ...`; with autostart, a model it
+cannot load) makes the launch exit with code 1 ("Caught exception in launch: taco_policy exited
+with code 1"), once: what the other node does while the launch shuts down is not reported
+again. A policy node shut down through its lifecycle (`ros2 lifecycle set /taco_policy
+shutdown`) exits 0 and the launch ends with it, exit code 0. Stop the launch with
 SIGINT (Ctrl-C; systemd: KillSignal=SIGINT): `ros2 launch` has no handler for SIGTERM and dies
 at once on it; the nodes then notice that their parent has gone and stop by themselves (zero
 command, exit), see the package README.
 """
 from launch import LaunchDescription
-from launch.actions import (DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler,
-                            Shutdown)
+from launch.actions import DeclareLaunchArgument, OpaqueFunction, Shutdown
 from launch.conditions import IfCondition
-from launch.events import matches_action
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import LifecycleNode, Node
-from launch_ros.event_handlers import OnStateTransition
-from launch_ros.events.lifecycle import ChangeState
 from launch_ros.substitutions import FindPackageShare
-from lifecycle_msgs.msg import Transition
 
 
 class NodeFailed(RuntimeError):
     """Raised inside the launch to end it with exit code 1 (launch has no other way to set it)."""
 
 
-def policy_parameters(params_file, model, rate, command_interface=''):
-    """The policy node's parameters: the file, then only the overrides given (non-empty)."""
-    overrides = {}
+def policy_parameters(params_file, model, rate, command_interface='', autostart=False):
+    """The policy node's parameters: the file, then only the overrides given (non-empty), and
+    autostart when true."""
+    overrides = {'autostart': True} if autostart else {}
     if model:
         overrides['model'] = model
     if rate:
@@ -68,43 +73,17 @@ def sim_parameters(params_file, command_interface=''):
 
 
 def on_node_exit(name):
-    """A node's on_exit: shut the launch down; with exit code 1 if the node failed. Nothing more
-    when the launch is shutting down already (a second Shutdown event makes launch_ros's ROS
-    adapter, which the lifecycle events use, fail to shut down twice: exit code 1 after Ctrl-C)."""
+    """A node's on_exit: shut the launch down; with exit code 1 (an exception) if the node
+    failed. Nothing more when the launch is shutting down already: the first failure set the
+    exit code, and a node stopped by the shutdown is no news (a second Shutdown event would also
+    make launch_ros's ROS adapter fail to shut down twice: exit code 1 after Ctrl-C)."""
     def handler(event, context):
-        if event.returncode not in (0, None):
-            raise NodeFailed(f'{name} exited with code {event.returncode}')
         if context is not None and context.is_shutdown:
             return None
+        if event.returncode not in (0, None):
+            raise NodeFailed(f'{name} exited with code {event.returncode}')
         return [Shutdown(reason=f'{name} exited')]
     return handler
-
-
-def fail(message):
-    """An action that ends the launch with exit code 1 and message."""
-    def raise_it(context):
-        raise NodeFailed(message)
-    return OpaqueFunction(function=raise_it)
-
-
-def lifecycle_steps(policy):
-    """Configure the policy node, then activate it once it is inactive; a failed transition
-    ends the launch with exit code 1."""
-    def change(transition):
-        return EmitEvent(event=ChangeState(lifecycle_node_matcher=matches_action(policy),
-                                           transition_id=transition))
-    return [
-        RegisterEventHandler(OnStateTransition(
-            target_lifecycle_node=policy, start_state='configuring', goal_state='inactive',
-            entities=[change(Transition.TRANSITION_ACTIVATE)])),
-        RegisterEventHandler(OnStateTransition(
-            target_lifecycle_node=policy, start_state='configuring', goal_state='unconfigured',
-            entities=[fail('taco_policy could not be configured (its log says why)')])),
-        RegisterEventHandler(OnStateTransition(
-            target_lifecycle_node=policy, start_state='activating', goal_state='inactive',
-            entities=[fail('taco_policy could not be activated (its log says why)')])),
-        change(Transition.TRANSITION_CONFIGURE),
-    ]
 
 
 def nodes(context):
@@ -117,10 +96,10 @@ def nodes(context):
                on_exit=on_node_exit('taco_sim'))
     policy = LifecycleNode(package='taco_bridge', executable='policy_node', name='taco_policy',
                            namespace=namespace, output='screen',
-                           parameters=policy_parameters(params_file, model, rate, interface),
+                           parameters=policy_parameters(params_file, model, rate, interface,
+                                                        autostart.lower() in ('true', '1', 'yes')),
                            on_exit=on_node_exit('taco_policy'))
-    steps = lifecycle_steps(policy) if autostart.lower() in ('true', '1', 'yes') else []
-    return [sim, policy] + steps
+    return [sim, policy]
 
 
 def generate_launch_description():
@@ -140,7 +119,7 @@ def generate_launch_description():
         DeclareLaunchArgument('command_interface', default_value='',
                               description='effort or velocity; empty: params_file\'s'),
         DeclareLaunchArgument('autostart', default_value='true',
-                              description='configure and activate the policy node (a managed '
-                                          'node); false: ros2 lifecycle set drives it'),
+                              description='the policy node (a managed node) configures and '
+                                          'activates itself; false: ros2 lifecycle set drives it'),
         OpaqueFunction(function=nodes),
     ])

@@ -105,6 +105,8 @@ class Run:
     time_limit | s the whole run may take; 0: none
     keypad     | a keypad reports presses on dial/pressed during this run
     presses    | the names it registered in this run
+    inherited  | the names it registered while this run lifted off the key the run before
+               | was pressing (keypad.Handover): that run's, not in presses
     verdict    | the keypad's verdict on a finished run: None, 'done' or the mismatch text
     done_time  | time of the last STOP
     stop_probability | P(STOP | state) of the active sub-policy at the latest control step
@@ -120,6 +122,7 @@ class Run:
     time_limit: float = 0.0
     keypad: bool = False
     presses: list = field(default_factory=list)
+    inherited: list = field(default_factory=list)
     verdict: str = None
     done_time: float = None
     stop_probability: float = math.nan
@@ -146,6 +149,7 @@ class Counters:
     rejected_joint_states: int = 0
     rejected_sketches: int = 0
     watchdog_trips: int = 0
+    inherited_presses: int = 0
     runs: int = 0
     runs_done: int = 0
     last_rejection: str = None
@@ -199,6 +203,7 @@ class Controller:
                                    views=evaluate.state_views(dial.DOMAIN, n_views), stop_hold=stop_hold)
         self.on_end = on_end
         self.press_rule = keypad.PressRule()
+        self.handover = keypad.Handover()
         self.run = None                   # the Run in progress, or the last one
         self.qpos = None                  # (J,) latest accepted joint positions, model order
         self.qpos_time = None             # time of its arrival
@@ -231,6 +236,8 @@ class Controller:
                      f'after {self.summary()}', now)
         self.runner.start(sketch, now)
         self.press_rule = keypad.PressRule()
+        self.handover.begin(None if self.qpos is None
+                            else dial.observation_from_joints(self.qpos, self.key_pos))
         self.run = Run(sketch=list(sketch), started=now, goal=goal, time_limit=float(time_limit),
                        keypad=keypad_present)
         self.counters.runs += 1
@@ -270,9 +277,15 @@ class Controller:
         self.counters.last_rejection = reason
 
     def press(self, name, now):
-        """The keypad registered key `name` at now."""
+        """The keypad registered key `name` at now. While the run lifts off the key it
+        inherited, a press of that key belongs to the run before (keypad.Handover): counted in
+        the run's `inherited`, not in its presses."""
         run = self.run
         if run is None or self.runner.state not in ('running', 'done') or run.verdict is not None:
+            return
+        if name in self.model.vocab and self.handover.inherits(self.model.vocab.index(name)):
+            run.inherited.append(name)
+            self.counters.inherited_presses += 1
             return
         run.keypad = True
         run.presses.append(name)
@@ -342,26 +355,29 @@ class Controller:
                 self.runner.fail(f'no fresh joint state within {self.timeout:g} s ({age}{last})')
             return None                           # waits for the first joint state: zeros
         obs = dial.observation_from_joints(self.qpos, self.key_pos)              # (D,)
+        if self.handover.update(obs):                  # lift off the key the run before pressed
+            return self.release_action(obs, self.handover.digit)
         active = self.runner.active
         if self.press_rule.digit is None:
             self.press_rule.begin(obs, self.runner.sketch[active])
         pressed = self.press_rule.update(obs)
         if self.press_rule.releasing:
-            action = self.release_action(obs)
+            action = self.release_action(obs, self.press_rule.digit)
         else:
             # the active sub-policy's STOP counts only once its key went down (keypad.PressRule)
             action = self.runner.step(obs, now, may_stop=pressed)
             if self.runner.state == 'running' and self.runner.active != active:
                 if self.press_rule.begin(obs, self.runner.sketch[self.runner.active]):
-                    action = self.release_action(obs)     # same key again: lift off it first
+                    action = self.release_action(obs, self.press_rule.digit)  # same key again: lift off it first
         if self.runner.state == 'running':
             k = self.runner.sketch[self.runner.active]
             run.stop_probability = policy.stop_probability(self.model.params, self.model.policy, k, obs)
         return action
 
-    def release_action(self, obs):
-        """(A,) action of the release step: the sub-policy of keypad.release_digit, clipped."""
-        digit = keypad.release_digit(obs, self.press_rule.digit)
+    def release_action(self, obs, key):
+        """(A,) action of the release step off key: the sub-policy of keypad.release_digit,
+        clipped."""
+        digit = keypad.release_digit(obs, key)
         action = np.asarray(policy.action(self.model.params, self.model.policy, digit, obs),
                             dtype=np.float64)                                   # (A,)
         if not np.isfinite(action).all():
@@ -486,3 +502,34 @@ def run_offline(ctl, env, sketch, step):
             break
         step(command)
     return run
+
+
+
+def keypad_offline(ctl, env, runs, step, steps=None):
+    """Runs on a taco_sim DialEnv without ROS, with its keypad: runs is [(control step, sketch)],
+    each sketch started at its step (before that step's tick: it arrived during the step
+    before), preempting the one before; every control step hands ctl the joint state, ticks,
+    applies the command with step(command) and hands ctl each press the simulation registered
+    (at the end of the step). Stops when the last run has ended or after `steps` steps (default:
+    the last run's start plus its sketch's step budget).
+
+    Returns (the Runs in the order of runs, the presses [(control step, digit)]).
+    """
+    starts = dict(runs)
+    if steps is None:
+        last, sketch = runs[-1]
+        steps = last + dial.budget(len(sketch))
+    out, presses = [], []
+    for t in range(steps):
+        now = t * dial.CONTROL_DT
+        if t in starts:
+            out.append(ctl.start(starts[t], now, keypad_present=True))
+        ctl.joint_state(env.qpos, now)
+        command = ctl.tick(now)
+        if len(out) == len(runs) and not out[-1].in_progress:
+            break
+        step(ctl.zeros() if command is None else command)
+        for digit in env.new_presses():
+            presses.append((t, int(digit)))
+            ctl.press(ctl.model.vocab[digit], now + dial.CONTROL_DT)
+    return out, presses

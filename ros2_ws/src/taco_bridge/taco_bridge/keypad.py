@@ -22,6 +22,17 @@ Two domain rules, both functions of the observation alone, make the second press
    active, having been clear of the finger before (`PressRule`). This also stops a sub-policy
    whose STOP fires just before its press (seen with the shipped model on some start poses):
    it keeps acting and presses.
+3. **Hand-over.** A run never credits a press that began under the run before. A new sketch
+   can arrive while the finger is on its way down to the old run's key; the keypad then
+   registers that key a moment later, and without a rule the new run would count it as its
+   own (seen over DDS as "the keypad registered 8, not the sketch 6 9 3"). So a run that starts
+   with the fingertip within reach of a key (`key_in_reach`: over it, within REACH_RADIUS of
+   its centre, and less than REACH_HEIGHT above its top) first lifts off it with the release
+   step's sub-policy, until the finger is out of reach (`out_of_reach`), and a press of that
+   key registered before then belongs to the run before (`Handover`). In the demonstrations
+   the finger descends about 7 mm a control step and is 35-45 mm above the key 300 ms before
+   it registers; from above REACH_HEIGHT it takes at least seven steps to reach a press, and
+   the new run's own sub-policy decides each of them.
 
 The geometry. With obs = concat(q (9,), (key_pos - fingertip) (K, 3)) (taco_sim.dial.observe),
 key k's offset gives the fingertip's height above the key's rest top and its horizontal distance
@@ -46,6 +57,12 @@ RELEASED_HEIGHT = 0.01
 """m: the fingertip this far above the key's rest top (or higher) means the key is up, re-armed."""
 KEY_RADIUS = 0.02
 """m: the fingertip is over a key when horizontally within this of its centre (keys are 54 mm wide)."""
+REACH_HEIGHT = 0.05
+"""m: a fingertip less than this above a key's top, and within REACH_RADIUS of its centre, may
+still press it (rule 3 of the module docstring)."""
+REACH_RADIUS = 0.035
+"""m: half a key (27 mm) and a margin: a fingertip farther than this from a key's centre
+cannot press it."""
 
 
 def key_offset(obs, digit):
@@ -73,6 +90,57 @@ def release_digit(obs, digit):
     offsets = np.asarray(obs, dtype=np.float64)[9:].reshape(-1, 3)             # (K, 3)
     distance = np.hypot(*(offsets[:, :2] - offsets[digit, :2]).T)             # (K,)
     return int(np.argmax(distance))
+
+
+def key_in_reach(obs):
+    """The digit whose key the fingertip may still press (rule 3): the key horizontally nearest
+    the fingertip, when within REACH_RADIUS of its centre and less than REACH_HEIGHT above its
+    top; else None."""
+    offsets = np.asarray(obs, dtype=np.float64)[9:].reshape(-1, 3)             # (K, 3)
+    distance = np.hypot(offsets[:, 0], offsets[:, 1])                          # (K,)
+    digit = int(np.argmin(distance))
+    height = -float(offsets[digit, 2])
+    return digit if distance[digit] < REACH_RADIUS and height < REACH_HEIGHT else None
+
+
+def out_of_reach(obs, digit):
+    """True when the fingertip can no longer press key digit: REACH_HEIGHT above its top or
+    farther than REACH_RADIUS from its centre."""
+    height, distance = key_offset(obs, digit)
+    return height >= REACH_HEIGHT or distance >= REACH_RADIUS
+
+
+class Handover:
+    """Rule 3 of the module docstring, for one run.
+
+    `begin(obs)` when the run starts (obs: the latest observation, or None when no joint state
+    has come yet, then the first `update` decides); `lifting` is True while the run must first
+    lift off the key it inherited (`digit`). `update(obs)` every control step before anything
+    else; `inherits(digit)` tells whether a press of digit registered now belongs to the run
+    before.
+    """
+
+    def __init__(self):
+        self.digit, self.decided = None, False
+
+    def begin(self, obs):
+        self.digit, self.decided = None, obs is not None
+        if obs is not None:
+            self.digit = key_in_reach(obs)
+
+    @property
+    def lifting(self):
+        return self.digit is not None
+
+    def update(self, obs):
+        if not self.decided:
+            self.begin(obs)
+        elif self.digit is not None and out_of_reach(obs, self.digit):
+            self.digit = None
+        return self.lifting
+
+    def inherits(self, digit):
+        return self.digit is not None and int(digit) == self.digit
 
 
 class PressRule:

@@ -6,6 +6,7 @@ import signal
 import sys
 
 import rclpy
+from rclpy.parameter import Parameter
 from rclpy.signals import SignalHandlerOptions
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.exceptions import (NameValidationException, ParameterException,
@@ -18,7 +19,7 @@ RCLError = _rclpy.RCLError
 READ_ONLY = 'read at start-up; read-only: restart the node to change it'
 
 
-def declare(node, parameters, derive=None):
+def declare(node, parameters, derive=None, resolve_empty=None):
     """Declare every parameter of a {name: (default, description)} table up front, read-only.
 
     The nodes read their parameters once, at start-up (a control rate, a topic or a safety
@@ -27,6 +28,9 @@ def declare(node, parameters, derive=None):
     being accepted and ignored. A default of None is derived from the parameters declared before
     it, `derive(name, {name: value})`, so that every parameter has a value and `ros2 param dump`
     shows them all. Numbers accept ints and floats alike (`-p rate:=25` works for a rate of 25.0).
+    A parameter for which `resolve_empty(name, {name: value})` returns a value (not None) takes
+    that value when it is left empty (''), so that a dump shows what is in use (the policy node's
+    model: the shipped one); it is read-only from then on, as the others.
     """
     values = {}
     for name, (default, description) in parameters.items():
@@ -34,8 +38,14 @@ def declare(node, parameters, derive=None):
         if default is None:
             default = derive(name, values)
         dynamic = isinstance(default, (int, float)) and not isinstance(default, bool)
+        resolved = None if resolve_empty is None else resolve_empty(name, values)
         node.declare_parameter(name, default, ParameterDescriptor(
-            description=text, dynamic_typing=dynamic, read_only=True))
+            description=text, dynamic_typing=dynamic, read_only=resolved is None))
+        if resolved is not None:
+            if value(node, name) == '':
+                node.set_parameters([Parameter(name, value=resolved)])
+            node.set_descriptor(name, ParameterDescriptor(             # a new one: read-only now
+                description=text, type=node.describe_parameter(name).type, read_only=True))
         values[name] = value(node, name)
 
 
@@ -87,8 +97,9 @@ def stop_on_signals():
 
 
 def spin_until(node, received, period=0.1):
-    """Spin node until stop_on_signals' record is non-empty or the process that started this one
-    has exited (checked at least every period s).
+    """Spin node until stop_on_signals' record is non-empty, the node says it has finished (its
+    attribute `finished` true: the policy node after its lifecycle shutdown) or the process that
+    started this one has exited (checked at least every period s).
 
     The parent's exit counts as a stop signal: `ros2 launch` has no handler for SIGTERM (what
     systemd and `docker stop` send), so SIGTERM kills it at once and leaves its children running
@@ -97,7 +108,7 @@ def spin_until(node, received, period=0.1):
     parent exits is re-parented (to init or a subreaper).
     """
     parent = os.getppid()
-    while not received and rclpy.ok():
+    while not received and rclpy.ok() and not getattr(node, 'finished', False):
         rclpy.spin_once(node, timeout_sec=period)
         if os.getppid() != parent:
             node.get_logger().warning(f'the process that started this node (pid {parent}) exited: '

@@ -3,11 +3,14 @@
 A managed (lifecycle) node, `taco_policy`. Its transitions (`ros2 lifecycle set /taco_policy
 <transition>`; the launch file drives the first two itself):
 
-  configure   load and check the model; create the topics and the action server
+  configure   load and check the model; create the topics
   activate    start commanding: the control timer runs, sketches and goals are accepted
   deactivate  halt whatever runs (its goal ends `deactivated`), one zero command, stop the timer
-  cleanup     free the model, the topics and the action server (back to unconfigured)
-  shutdown    from any state: as deactivate and cleanup together
+  cleanup     free the model and the topics (back to unconfigured)
+  shutdown    from any state: as deactivate and cleanup together; then the process exits (0)
+
+The action server lives as long as the process: a goal sent in any state gets an answer at once,
+rejected with the reason unless the node is active.
 
 Every parameter is checked when the node is made, before any transition (a bad one: `cannot
 start: ...`, exit 1). With the parameter `autostart` the node configures and activates itself
@@ -96,6 +99,7 @@ import numpy as np
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.duration import Duration
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.task import Future
 from rclpy.time import Time
@@ -169,12 +173,18 @@ DIAGNOSTICS_PERIOD = 1.0
 """s between two /diagnostics messages (diagnostic_updater's default)."""
 RATE_WARN = 0.9
 """The diagnostics warn when the control rate achieved falls below this fraction of the target."""
+ZERO_ACK_TIMEOUT = 0.5
+"""s: on deactivation, shutdown and exit the zero command is published and then waited for
+until every reliable subscriber has acknowledged it (or this long), before the publisher is
+deactivated or destroyed: destroyed at once, its last message can be dropped unsent (seen once
+in six SIGTERMs: the arm kept its last torque)."""
 
 PARAMETERS = {
     # name: (default, description); None: derived from the parameters above it (derive_default)
-    'model': ('', 'taco_ref model directory; empty: the shipped Dial model of command_interface'),
     'command_interface': ('effort', 'effort: joint torques (N m) on top of gravity compensation; '
                                     'velocity: arm joint velocities (rad/s); the model must match'),
+    'model': ('', 'taco_ref model directory; empty: the shipped Dial model of command_interface '
+                  '(its path is then the value, so that a dump shows the model in use)'),
     'rate': (1.0 / dial.CONTROL_DT, 'control rate (Hz), (0, 500]; the policies were trained at 25 Hz'),
     'joint_names': (list(dial.JOINTS), 'robot joint names in the model action order'),
     'command_joints': (None, 'joint order of the command; default joint_names (effort), its first '
@@ -216,6 +226,14 @@ def derive_default(name, p):
         except (ValueError, TypeError) as err:
             raise ValueError(f'parameter {err}') from None
     raise KeyError(name)
+
+
+def resolve_empty(name, p):
+    """The value an empty parameter takes (node_util.declare): model, the shipped model of
+    command_interface; None for the others (and for an unknown interface, refused later)."""
+    if name == 'model' and p.get('command_interface') in INTERFACES:
+        return INTERFACES[p['command_interface']].default_model
+    return None
 
 
 def dial_model(path, interface='effort'):
@@ -315,7 +333,7 @@ class PolicyNode(LifecycleNode):
         super().__init__('taco_policy', **kwargs)
         if ExecuteSketch is None:
             raise ValueError(MSGS_MISSING)
-        declare(self, PARAMETERS, derive_default)
+        declare(self, PARAMETERS, derive_default, resolve_empty)
         self.p = {name: value(self, name) for name in PARAMETERS}
         self.c = checked_parameters(self.p)
         self.clock = clock                # s, monotonic: every time the controller sees
@@ -325,7 +343,8 @@ class PolicyNode(LifecycleNode):
         self.rejected = None              # {'sketch': ..., 'reason': ...} of the latest refusal
         self.problem = None               # why the latest transition failed
         self.starting = False             # autostart is running the first transitions
-        self.entities, self.command_pub, self.action_server, self.control_timer = [], None, None, None
+        self.entities, self.command_pub, self.control_timer = [], None, None
+        self.finished = False             # after the shutdown transition: the process exits
         self.tick_duration = None
         self.last_status = None
         self.last_counters = None
@@ -333,6 +352,12 @@ class PolicyNode(LifecycleNode):
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self.create_timer(1.0 / self.c['status_rate'], lambda: self.publish_status(force=True))
         self.create_timer(DIAGNOSTICS_PERIOD, self.publish_diagnostics)
+        # the action server lives from the start to the end of the process, so that a goal always
+        # gets an answer: rejected with the reason unless active (on_goal)
+        self.action_server = ActionServer(
+            self, ExecuteSketch, 'taco/execute_sketch', execute_callback=self.execute_goal,
+            goal_callback=self.on_goal, handle_accepted_callback=self.on_goal_accepted,
+            cancel_callback=self.on_cancel)
         self.publish_status(force=True)
 
     # ----- lifecycle --------------------------------------------------------------------------
@@ -358,10 +383,6 @@ class PolicyNode(LifecycleNode):
         self.entities = [self.create_subscription(String, 'taco/sketch', self.on_sketch, 10),
                          self.create_subscription(JointState, 'joint_states', self.on_joint_state, 10),
                          self.pressed_sub]
-        self.action_server = ActionServer(
-            self, ExecuteSketch, 'taco/execute_sketch', execute_callback=self.execute_goal,
-            goal_callback=self.on_goal, handle_accepted_callback=self.on_goal_accepted,
-            cancel_callback=self.on_cancel)
         self.lifecycle = 'inactive'
         self.get_logger().info(
             f'configured: model {path} (vocabulary {" ".join(model.vocab)}), {c["rate"]:g} Hz, '
@@ -389,19 +410,21 @@ class PolicyNode(LifecycleNode):
         return super().on_deactivate(state)
 
     def on_cleanup(self, state):
-        """Free the model, the topics and the action server."""
+        """Free the model and the topics (the action server stays: it rejects goals now)."""
         self.free()
         self.lifecycle = 'unconfigured'
         self.publish_status(force=True)
         return super().on_cleanup(state)
 
     def on_shutdown(self, state):
-        """From any state: halt (zeros when active), free everything but the action server,
-        which still has to send the result of a goal that ended here (the process exits next)."""
+        """From any state: halt (zeros when active), free the model and the topics; the process
+        then exits (node_util.spin_until reads `finished`) after the goals' results went out."""
         if self.lifecycle == 'active':
             self.stop_commanding('deactivated')
-        self.free(keep_action_server=True)
+        self.free()
         self.lifecycle = 'finalized'
+        self.finished = True
+        self.get_logger().info('finalized: exiting')
         self.publish_status(force=True)
         return super().on_shutdown(state)
 
@@ -414,25 +437,24 @@ class PolicyNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def stop_commanding(self, outcome):
-        """Halt the run (its goal ends with outcome), publish zeros now, stop the control timer."""
+        """Halt the run (its goal ends with outcome), publish zeros now and wait until the
+        subscribers have them (ZERO_ACK_TIMEOUT at most), stop the control timer."""
         if self.ctl is not None:
             self.ctl.halt(self.clock(), outcome)
-            self.publish_command(self.ctl.take_zeros())
+            self.publish_command(self.ctl.take_zeros(), flush=True)
         if self.control_timer is not None:
             self.destroy_timer(self.control_timer)
             self.control_timer = None
 
-    def free(self, keep_action_server=False):
+    def free(self):
         for goal in list(self.goals.values()):       # none runs by now; finish any left
             if not goal.done.done():
                 goal.done.set_result(None)
-        if self.action_server is not None and not keep_action_server:
-            self.action_server.destroy()
         for entity in self.entities:
             self.destroy_subscription(entity)
         if self.command_pub is not None:
             self.destroy_lifecycle_publisher(self.command_pub)
-        self.entities, self.command_pub, self.action_server, self.ctl = [], None, None, None
+        self.entities, self.command_pub, self.ctl = [], None, None
 
     def autostart(self):
         """With the parameter autostart: configure and activate now; ValueError (the reason)
@@ -587,10 +609,14 @@ class PolicyNode(LifecycleNode):
 
     # ----- output -----------------------------------------------------------------------------
 
-    def publish_command(self, action):
-        """The action (A,) in model order; sent in command_joints order."""
+    def publish_command(self, action, flush=False):
+        """The action (A,) in model order; sent in command_joints order. flush: then wait until
+        every reliable subscriber has acknowledged it (ZERO_ACK_TIMEOUT at most)."""
         if self.command_pub is not None:
             self.command_pub.publish(Float64MultiArray(data=[float(x) for x in action[self.to_command]]))
+            if flush and not self.command_pub.wait_for_all_acked(Duration(seconds=ZERO_ACK_TIMEOUT)):
+                self.get_logger().warning(f'the zero command was not acknowledged by every '
+                                          f'subscriber within {ZERO_ACK_TIMEOUT:g} s')
 
     def model_vocab(self):
         return self.ctl.model.vocab
@@ -651,6 +677,7 @@ class PolicyNode(LifecycleNode):
                            'joint state age (s)': 'none' if age is None else f'{age:.3f}',
                            'state': self.ctl.runner.state, 'runs': str(c.runs),
                            'runs done': str(c.runs_done),
+                           'inherited presses': str(c.inherited_presses),
                            'last rejection': c.last_rejection or ''})
             values.update({k: str(v) for k, v in counts.items()})
             problems = [f'{n} {k}' for k, n in new.items() if n]
