@@ -10,7 +10,15 @@ tolerance, and exactly where rules R3 and R4 of spec/align.md fix a gradient at 
 failing case and quantity the report names the one rule or equation its worst element breaks,
 that element's index, the value expected and the value got. A function the module lacks fails
 the quantities it computes. Exit status 0 when everything passes, 1 when something fails, 2 on
-bad arguments.
+bad arguments (a module that cannot be found, vectors that cannot be read, a --case that
+selects no case).
+
+The kit exists to run other people's code, so the command runs the implementation in a child
+process (`run_isolated`): importing it and each case there, with a time limit per case
+(--timeout). An implementation that raises or has a syntax error at import, exits (sys.exit,
+os._exit) at import or inside a function, hangs, or crashes the interpreter is a failure with
+one line saying which, never a traceback or a silent exit 0; a fresh child runs the cases after
+the one that failed.
 
 The vectors ship inside the installed package (setup.py copies them there); in a source
 checkout they are read from spec/vectors/. This module reads the vectors and compares numbers;
@@ -21,8 +29,11 @@ import functools
 import importlib
 import importlib.util
 import json
+import multiprocessing
 import re
+import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import NamedTuple
 
@@ -427,6 +438,162 @@ def report(results, rules, verbose=False, out=None):
     return 1 if failed else 0
 
 
+# ------------------------------------------------------------------------------ isolation
+
+CASE_TIMEOUT = 60.0
+"""s a case may take in the child (the largest vector case takes about 0.1 s with taco_ref.align)."""
+IMPORT_TIMEOUT = 120.0
+"""s the child may take to import the implementation."""
+
+
+def _result_json(r):
+    """A Result as JSON (numbers as Python floats; non-finite ones as strings)."""
+    def num(x):
+        if x is None or isinstance(x, (bool, str)):
+            return x
+        x = float(x)
+        return x if np.isfinite(x) else repr(x)
+    return {"case": r.case, "quantity": r.quantity, "passed": bool(r.passed), "max_error": num(r.max_error),
+            "rule": r.rule, "index": [int(i) for i in r.index], "got": num(r.got),
+            "expected": num(r.expected), "detail": r.detail}
+
+
+def _result_from_json(d):
+    def num(x):
+        return float(x) if isinstance(x, str) else x
+    return Result(d["case"], d["quantity"], d["passed"], num(d["max_error"]), d["rule"], tuple(d["index"]),
+                  num(d["got"]), num(d["expected"]), d["detail"])
+
+
+def _one_line(err):
+    return " ".join(f"{type(err).__name__}: {err}".split())
+
+
+def _child(conn, path, module, vectors):
+    """The child process: import module, then run the cases whose indices arrive on conn,
+    answering each with its results (JSON); a case that raises SystemExit answers so."""
+    sys.path[:] = path
+    signal.signal(signal.SIGINT, signal.SIG_IGN)           # the parent handles Ctrl-C
+    try:
+        impl = importlib.import_module(module)
+    except SystemExit as err:
+        conn.send_bytes(json.dumps({"error": f"called sys.exit({err.code!r}) while being imported"}).encode())
+        return
+    except BaseException as err:  # noqa: BLE001 - whatever the import does is reported
+        if isinstance(err, SyntaxError):
+            at = f" ({Path(err.filename or '?').name}, line {err.lineno})"
+            err = SyntaxError(err.msg)
+        else:
+            where = traceback.extract_tb(err.__traceback__)[-1] if err.__traceback__ else None
+            at = f" ({Path(where.filename).name}, line {where.lineno})" if where else ""
+        conn.send_bytes(json.dumps({"error": f"raised {_one_line(err)}{at} while being imported"}).encode())
+        return
+    loaded = load(vectors)
+    conn.send_bytes(b'{"ready": true}')
+    while True:
+        try:
+            index = json.loads(conn.recv_bytes())
+        except EOFError:
+            return
+        case, _, quantities = loaded[index]
+        try:
+            answer = {"results": [_result_json(r) for r in run_case(impl, case, quantities)]}
+        except SystemExit as err:
+            answer = {"error": f"called sys.exit({err.code!r})"}
+        except BaseException as err:  # noqa: BLE001 - e.g. KeyboardInterrupt raised by the module
+            answer = {"error": f"raised {_one_line(err)} outside the functions' calls"}
+        conn.send_bytes(json.dumps(answer).encode())
+
+
+def _ended(proc):
+    """Why the child ended, in words."""
+    code = proc.exitcode
+    if code is None:
+        return "did not answer"
+    if code < 0:
+        try:
+            return f"crashed the interpreter ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"crashed the interpreter (signal {-code})"
+    return f"exited with code {code}"
+
+
+class _Child:
+    """One child process running module; started lazily, replaced after a failure."""
+
+    def __init__(self, module, vectors):
+        self.module, self.vectors, self.proc, self.conn = module, str(vectors), None, None
+
+    def start(self):
+        """None when the module imported, else why not (one line)."""
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child_conn = ctx.Pipe()
+        self.proc = ctx.Process(target=_child, args=(child_conn, list(sys.path), self.module, self.vectors),
+                                daemon=True)
+        self.proc.start()
+        child_conn.close()
+        answer = self.receive(IMPORT_TIMEOUT)
+        if answer is None:
+            self.stop()
+            return f"{_ended(self.proc)} while being imported"
+        if "error" in answer:
+            self.stop()
+            return answer["error"]
+        return None
+
+    def receive(self, timeout):
+        """The child's next answer (a dict), or None when it ended or did not answer in time."""
+        try:
+            if self.conn.poll(timeout):
+                return json.loads(self.conn.recv_bytes())
+        except (EOFError, OSError):
+            pass
+        if self.proc.is_alive():          # hung: stop it, so that _ended says so
+            self.stop()
+            return None
+        self.proc.join()
+        return None
+
+    def stop(self):
+        if self.proc is not None and self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+        if self.conn is not None:
+            self.conn.close()
+
+
+def run_isolated(module, vectors, loaded, indices, timeout=CASE_TIMEOUT):
+    """[Result] for the cases loaded[i] (loaded = load(vectors)), i in indices, of module (an
+    importable name) run in a child process, a case at most timeout s: (results, None), or
+    (results so far, why) when the module could not be imported in the child."""
+    child = _Child(module, vectors)
+    results = []
+    try:
+        for index in indices:
+            if child.proc is None or not child.proc.is_alive():
+                why = child.start()
+                if why is not None:
+                    return results, why
+            case = loaded[index][0]
+            child.conn.send_bytes(json.dumps(index).encode())
+            answer = child.receive(timeout)
+            if answer is None:
+                why = (f"did not return within {timeout:g} s" if child.proc.exitcode == -signal.SIGKILL
+                       else _ended(child.proc))
+                results.append(Result(case["name"], "(the case)", False, float("inf"), "", (), None, None,
+                                      f"the implementation {why} in this case"))
+                child.stop()
+                child.proc = None
+            elif "error" in answer:
+                results.append(Result(case["name"], "(the case)", False, float("inf"), "", (), None, None,
+                                      f"the implementation {answer['error']} in this case"))
+            else:
+                results.extend(_result_from_json(r) for r in answer["results"])
+    finally:
+        child.stop()
+    return results, None
+
+
 def build_parser(parser=None):
     parser = parser or argparse.ArgumentParser(
         prog="taco conformance", description=__doc__,
@@ -434,23 +601,44 @@ def build_parser(parser=None):
     parser.add_argument("module", help="importable module with the spec's functions, e.g. taco_ref.align")
     parser.add_argument("--vectors", default=str(VECTORS), help="directory of *.json vector files")
     parser.add_argument("--case", default=None, metavar="SUBSTRING", help="only cases whose name contains it")
+    parser.add_argument("--timeout", type=float, default=CASE_TIMEOUT, metavar="S",
+                        help="seconds one case may take before it fails as hung")
     parser.add_argument("--verbose", action="store_true", help="a line for every quantity, passed or not")
     return parser
 
 
 def run_args(args):
-    """Run the kit for parsed arguments; the exit status."""
+    """Run the kit for parsed arguments, the implementation in a child process; the exit status."""
+    name = args.module
     try:
-        impl = importlib.import_module(args.module)
+        if importlib.util.find_spec(name) is None:
+            raise ImportError(f"no module named {name!r}")
+    except (ImportError, ValueError) as err:       # a parent package that raises counts too
+        print(f"taco conformance: {name}: cannot find the module ({_one_line(err)})", file=sys.stderr)
+        return 2
+    except BaseException as err:  # noqa: BLE001 - importing a parent package ran its code
+        print(f"taco conformance: {name}: its package {_one_line(err)} while being imported", file=sys.stderr)
+        return 1
+    if not (isinstance(args.timeout, float) and args.timeout > 0):
+        print(f"taco conformance: --timeout: expected a positive number of seconds, got {args.timeout!r}",
+              file=sys.stderr)
+        return 2
+    try:
         loaded = load(args.vectors)
-    except (ImportError, FileNotFoundError, ValueError) as err:
-        print(f"taco conformance: {err}", file=sys.stderr)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError,
+            SyntaxError) as err:
+        print(f"taco conformance: --vectors {args.vectors}: {_one_line(err)}", file=sys.stderr)
+        return 2
+    indices = [i for i, (case, _, _) in enumerate(loaded) if args.case is None or args.case in case["name"]]
+    if not indices:
+        print(f"taco conformance: --case {args.case!r} selects no case (the {len(loaded)} cases are named "
+              f"{', '.join(sorted({c['name'] for c, _, _ in loaded})[:6])}, ...)", file=sys.stderr)
         return 2
     rules = {k: v for _, r, _ in loaded for k, v in r.items()}
-    results = []
-    for case, _, quantities in loaded:
-        if args.case is None or args.case in case["name"]:
-            results.extend(run_case(impl, case, quantities))
+    results, why = run_isolated(name, args.vectors, loaded, indices, args.timeout)
+    if why is not None:
+        print(f"taco conformance: {name}: the implementation {why}", file=sys.stderr)
+        return 1
     return report(results, rules, args.verbose)
 
 

@@ -297,6 +297,55 @@ def test_failing_module_exits_1(tmp_path, monkeypatch, capsys):
     assert "FAIL" in out and "loglik (taco_loglik)" in out and "eq. (5), (8)" in out
 
 
+# ------------------------------------------------------------------------------ isolation
+
+HOSTILE = {
+    # module: (source, expected exit status, the one line or the failure detail)
+    "cf_exit_import": ("import sys\nsys.exit(0)\n", 1, "called sys.exit(0) while being imported"),
+    "cf_osexit_import": ("import os\nos._exit(0)\n", 1, "exited with code 0 while being imported"),
+    "cf_raise_import": ("raise RuntimeError('boom')\n", 1,
+                        "raised RuntimeError: boom (cf_raise_import.py, line 1) while being imported"),
+    "cf_syntax": ("def f(:\n", 1, "raised SyntaxError: invalid syntax (cf_syntax.py, line 1)"),
+    "cf_hang": ("from taco_ref.align import *\nimport time\n"
+                "def taco_forward_backward(*a, **k):\n    time.sleep(100)\n", 1, "did not return within 2 s"),
+    "cf_osexit_call": ("from taco_ref.align import *\nimport os\n"
+                       "def taco_forward_backward(*a, **k):\n    os._exit(0)\n", 1, "exited with code 0 in this case"),
+    "cf_sysexit_call": ("from taco_ref.align import *\nimport sys\n"
+                        "def taco_loglik(*a, **k):\n    sys.exit(0)\n", 1, "called sys.exit(0) in this case"),
+    "cf_crash": ("from taco_ref.align import *\nimport ctypes\n"
+                 "def ctc_loglik(*a, **k):\n    ctypes.string_at(0)\n", 1, "crashed the interpreter (SIGSEGV)"),
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n not in ("cf_exit_import", "cf_hang")
+                                  else n for n in HOSTILE])
+def test_an_implementation_that_exits_hangs_or_crashes_fails_with_one_line(name, tmp_path):
+    """`taco conformance` runs the implementation in a child process with a time limit per case:
+    exiting, raising or a syntax error at import, hanging, exiting or crashing inside a function
+    are failures (exit 1) named in one line, never a traceback, a hang or a silent exit 0; the
+    cases after a failing one still run (in a fresh child)."""
+    source, status, text = HOSTILE[name]
+    (tmp_path / f"{name}.py").write_text(source, encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    proc = subprocess.run([sys.executable, "-m", "taco_ref.conformance", name, "--case", "L1", "--timeout", "2"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == status and text in out and "Traceback" not in out, out
+    if "in this case" in text:          # the other L1 cases ran and passed
+        assert "quantities pass; 1/3 cases pass" in out or "2/3 cases pass" in out, out
+
+
+def test_a_selection_of_no_case_or_unreadable_vectors_is_an_error(tmp_path, capsys):
+    assert conformance.main(["taco_ref.align", "--case", "zzz"]) == 2
+    assert "--case 'zzz' selects no case" in capsys.readouterr().err
+    shutil.copy(conformance.VECTORS / "formula.py", tmp_path / "formula.py")
+    (tmp_path / "deep.json").write_text("[" * 100000 + "]" * 100000, encoding="utf-8")
+    assert conformance.main(["taco_ref.align", "--vectors", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--vectors" in err and "RecursionError" in err and len(err.strip().splitlines()) == 1
+    assert conformance.main(["taco_ref.align", "--timeout", "0"]) == 2
+
+
 # ------------------------------------------------------------------------------ installed
 
 def _checkout_copy(root, dest):
