@@ -43,15 +43,34 @@ MAX_YAML_BYTES = 2 ** 20
 """Largest config file read (1 MiB; the shipped ones are under 2 kB)."""
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (safe_load keeps the last
+    silently: a task listed twice with two sketches would label episodes with the wrong one)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark)
+            except TypeError:                  # an unhashable key: construct_mapping says so
+                break
+            if first is not key_node.start_mark:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} appears twice (line {first.line + 1} and line "
+                    f"{key_node.start_mark.line + 1})", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
 def safe_yaml(path, max_bytes, error=ValueError, what="a config"):
-    """yaml.safe_load of the file at path after two guards: at most max_bytes, and no aliases
-    (nested aliases can expand to billions of entries); a syntax error becomes one error line
-    with its position."""
+    """yaml.safe_load of the file at path after three guards: at most max_bytes, no aliases
+    (nested aliases can expand to billions of entries), and no key given twice in a mapping; a
+    syntax error becomes one error line with its position."""
     text = files.read_bytes(path, max_bytes, error).decode("utf-8", errors="replace")
     try:
         if any(isinstance(token, yaml.AliasToken) for token in yaml.scan(text)):
             raise error(f"{path}: YAML aliases (*name) are not accepted in {what}")
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

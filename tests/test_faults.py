@@ -919,6 +919,27 @@ def two_gru_layers_asked_of_ctcbc_gru(base, tmp, capsys):
                     "--set", "ctc_hidden=[5,5]"], 2, "ctc_hidden", "one hidden size")
 
 
+@case("silent")
+def a_key_given_twice_in_a_yaml_file(base, tmp, capsys):
+    """yaml.safe_load keeps the last of two equal keys: a config (or a sketches file, whose task
+    listed twice with two sketches labelled episodes with the wrong one at confidence 0.999)
+    took one value silently."""
+    (tmp / "dup.yaml").write_text("epochs: 1\nlr: 0.1\nepochs: 3\n")
+    expect(capsys, ["train", "--data", base / "nav.npz", "--out", tmp / "r", "--config", tmp / "dup.yaml"],
+           2, "dup.yaml", "'epochs' appears twice (line 1 and line 3)")
+    assert not (tmp / "r").exists()
+
+
+@case("crash")
+def a_fifo_given_as_the_dataset(base, tmp, capsys):
+    """A named pipe as DATASET blocked annotate forever (the format probe opened and read it)."""
+    fifo = tmp / "pipe"
+    os.mkfifo(fifo)
+    expect(capsys, ["annotate", fifo, "--model", base / "run" / "model", "--out", tmp / "o"], 2,
+           "pipe", "not a regular file")
+    assert not (tmp / "o").exists()
+
+
 # ---- untidy errors -----------------------------------------------------------------------
 
 @case("crash")

@@ -146,7 +146,8 @@ def test_sketches_file_is_read_and_checked(tmp_path):
     assert lab.read_sketches(path) == {"pick: a, b": ["a", "b"], "x": ["c"]}
     for text, why in (("- a\n- b\n", "expected a mapping"), ("t: []\n", "non-empty list"),
                       ("t: [a, [b]]\n", "non-empty list"), ("a: &x [b]\nc: *x\n", "aliases"),
-                      ("t: [a\n", "not valid YAML")):
+                      ("t: [a\n", "not valid YAML"),
+                      ("t: [a, b]\nu: [c]\nt: [a, d]\n", "the key 't' appears twice .line 1 and line 3.")):
         path.write_text(text)
         with pytest.raises(lab.InteropError, match=why):
             lab.read_sketches(path)

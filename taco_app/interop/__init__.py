@@ -52,6 +52,9 @@ def detect(path):
         if os.path.isfile(os.path.join(path, "meta", "info.json")):
             return "lerobot"
         raise InteropError(f"{path}: a folder without meta/info.json, so not a LeRobot v3 dataset")
+    if not os.path.isfile(path):                  # a FIFO's read would block forever
+        raise InteropError(f"{path}: not a regular file or folder (a pipe, device or socket); "
+                           "expected a LeRobot v3 folder or a robomimic HDF5 file")
     with open(path, "rb") as f:
         head = f.read(8)
     if head == b"\x89HDF\r\n\x1a\n":

@@ -42,8 +42,11 @@ REOPEN_EVERY = 256
 
 
 def is_dataset(path):
-    """Whether path is an HDF5 file (by its signature, not its name)."""
+    """Whether path is a regular HDF5 file (by its signature, not its name; never opens a FIFO,
+    a device or a socket, whose read could block forever)."""
     try:
+        if not os.path.isfile(path):
+            return False
         with open(path, "rb") as f:
             return f.read(8) == HDF5_SIGNATURE
     except OSError:
