@@ -35,6 +35,12 @@ def _umask():
     return mask
 
 
+def ordinary_mode(directory=False):
+    """The permissions an ordinary open() (0666) or mkdir() (0777) gives, less the umask:
+    for files made through mkstemp / mkdtemp (0600 / 0700) before they take their final name."""
+    return (0o777 if directory else 0o666) & ~_umask()
+
+
 def atomic_write(path, write):
     """Call write(file_object) on a temporary file beside path, then rename it over path.
 
@@ -49,7 +55,7 @@ def atomic_write(path, write):
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, ordinary_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

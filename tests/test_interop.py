@@ -15,6 +15,8 @@ import hashlib
 import json
 import os
 import shutil
+import stat
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -331,6 +333,42 @@ def test_annotate_in_place_rewrites_the_dataset(work, fmt, tmp_path):
     assert sorted(os.listdir(tmp_path)) == [src.name]               # no temporary left behind
     _, episodes = _read_all(src)
     assert len(episodes) == 12 and all(ep.labels is not None for ep in episodes)
+
+
+def _modes(path):
+    """{relative path: permission bits} of path and everything under it."""
+    path = Path(path)
+    if path.is_file():
+        return {".": stat.S_IMODE(path.stat().st_mode)}
+    out = {".": stat.S_IMODE(path.stat().st_mode)}
+    for p in path.rglob("*"):
+        out[str(p.relative_to(path))] = stat.S_IMODE(p.stat().st_mode)
+    return out
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_outputs_get_the_umask_and_in_place_keeps_the_datasets_modes(work, fmt, tmp_path):
+    """Outputs were 0600 / 0700 whatever the umask (mkstemp, mkdtemp), and --in-place turned a
+    755 / 644 dataset into 700 / 600."""
+    old = os.umask(0o027)
+    try:
+        out = tmp_path / _name(fmt, "export")
+        assert cli.main(["export", str(work / "nav.npz"), "--format", fmt, "--out", str(out)]) == 0
+        modes = _modes(out)
+        assert all(m == (0o750 if (out / k).is_dir() else 0o640) for k, m in modes.items()), modes
+        annotated = tmp_path / _name(fmt, "annotated")
+        assert cli.main(["annotate", str(out), "--model", str(work / "run" / "model"), "--out",
+                         str(annotated)]) == 0
+        modes = _modes(annotated)
+        assert all(m == (0o750 if (annotated / k).is_dir() else 0o640) for k, m in modes.items()), modes
+        for p in [out] + list(Path(out).rglob("*")):            # the user's own modes: 755 / 644
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        before = _modes(out)
+        assert cli.main(["annotate", str(out), "--model", str(work / "run" / "model"), "--in-place"]) == 0
+        after = _modes(out)
+        assert {k: after[k] for k in before if k in after} == before
+    finally:
+        os.umask(old)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -19,6 +19,7 @@ meta/episodes gains `subtask/confidence` and meta/subtask_annotation.json the su
 import json
 import os
 import shutil
+import stat
 import tempfile
 
 import numpy as np
@@ -527,11 +528,21 @@ def _copy_tree(src, dst, skip, link):
 
 def _commit(tmp, target, in_place):
     """Move the finished folder tmp to target; in place, swap it with the original by two
-    renames and only then delete the original."""
+    renames and only then delete the original. Permissions: a new dataset gets those of any
+    folder and file the user creates (the umask; mkdtemp made its top folder 0700); in place,
+    every folder and file keeps the original's mode (new ones the umask's)."""
     for dirpath, _, filenames in os.walk(tmp):
         for name in filenames:
             with open(os.path.join(dirpath, name), "rb") as f:
                 os.fsync(f.fileno())
+    os.chmod(tmp, files.ordinary_mode(directory=True))
+    if in_place:
+        for dirpath, dirnames, filenames in os.walk(tmp):
+            for name in [""] + dirnames + filenames:
+                new = os.path.join(dirpath, name)
+                old = os.path.join(target, os.path.relpath(new, tmp))
+                if os.path.exists(old) and not os.path.islink(new):
+                    os.chmod(new, stat.S_IMODE(os.stat(old).st_mode))
     if not in_place:
         os.rename(tmp, target)
         return

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 
 import h5py
@@ -261,7 +262,7 @@ def _finite(values, key, what):
 def _file_beside(target):
     """A temporary file's path beside target (an HDF5 file is written by path, so
     files.atomic_write's file object does not serve): renamed over target, after an fsync, when
-    the block ends; removed if it raises."""
+    the block ends, with target's mode if it exists, else the umask's; removed if it raises."""
     parent = os.path.dirname(os.path.abspath(target))
     os.makedirs(parent, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=files.TEMP_PREFIX, suffix=os.path.basename(target), dir=parent)
@@ -270,6 +271,9 @@ def _file_beside(target):
         yield tmp
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
+        # the mode of the file it replaces (in place), else what any new file gets (the umask)
+        os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode) if os.path.exists(target)
+                 else files.ordinary_mode())
         os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):
