@@ -27,11 +27,13 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from taco_ref import data, files as files_mod, model as model_mod
 from taco_app import cli
+import taco_sim
 
 SMALL = ["--set", "epochs=2", "--set", "act_hidden=[8]", "--set", "stop_hidden=[8]",
          "--set", "ctc_hidden=[8]", "--set", "patience=100"]
 RESULTS = []
 """(case name, class, passed) of every case run; conftest.py prints the count."""
+SHIPPED_DIAL = taco_sim.get("dial").models["default"]
 
 
 @pytest.fixture(scope="module")
@@ -938,6 +940,52 @@ def a_fifo_given_as_the_dataset(base, tmp, capsys):
     expect(capsys, ["annotate", fifo, "--model", base / "run" / "model", "--out", tmp / "o"], 2,
            "pipe", "not a regular file")
     assert not (tmp / "o").exists()
+
+
+def _robomimic(path, build):
+    """A robomimic-shaped HDF5 file at path: data/demo_0 with the env_args and task a dataset
+    has, then build(demo group) adds the rest."""
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(path, "w") as f:
+        g = f.create_group("data/demo_0")
+        f["data"].attrs["env_args"] = json.dumps({"env_name": "pick"})
+        build(g, h5py)
+    (path.parent / "s.yaml").write_text('pick: ["0", "1"]\n')
+    return ["--sketches", path.parent / "s.yaml"]
+
+
+@case("crash")
+def an_hdf5_dataset_declaring_two_billion_rows(base, tmp, capsys):
+    """A 9 KiB file whose datasets declare 2e9 rows made annotate allocate 119 GiB."""
+    def build(g, h5py):
+        g.create_dataset("actions", shape=(2_000_000_000, 9), dtype="f4", chunks=(1000, 9))
+        g.create_dataset("obs/s", shape=(2_000_000_000, 39), dtype="f4", chunks=(1000, 39))
+    extra = _robomimic(tmp / "huge.hdf5", build)
+    expect(capsys, ["annotate", tmp / "huge.hdf5", "--model", SHIPPED_DIAL, "--out", tmp / "o.hdf5"] + extra,
+           2, "huge.hdf5: demo_0: actions declares shape (2000000000, 9)", "stores 0 bytes")
+    assert not (tmp / "o.hdf5").exists()
+
+
+@case("crash")
+def an_hdf5_soft_link_loop(base, tmp, capsys):
+    def build(g, h5py):
+        g.create_dataset("actions", data=np.zeros((5, 9)))
+        g["obs/a"] = h5py.SoftLink("/data/demo_0/obs/b")
+        g["obs/b"] = h5py.SoftLink("/data/demo_0/obs/a")
+    extra = _robomimic(tmp / "loop.hdf5", build)
+    expect(capsys, ["annotate", tmp / "loop.hdf5", "--model", SHIPPED_DIAL, "--out", tmp / "o.hdf5"] + extra,
+           2, "loop.hdf5: demo_0: cannot open", "too many links")
+
+
+@case("crash")
+def a_sketch_attribute_nested_100000_deep(base, tmp, capsys):
+    def build(g, h5py):
+        g.create_dataset("actions", data=np.zeros((5, 9)))
+        g.create_dataset("obs/s", data=np.zeros((5, 39)))
+        g.attrs["sketch"] = "[" * 100000 + "]" * 100000
+    extra = _robomimic(tmp / "deep.hdf5", build)
+    expect(capsys, ["annotate", tmp / "deep.hdf5", "--model", SHIPPED_DIAL, "--out", tmp / "o.hdf5"] + extra,
+           2, "deep.hdf5: demo_0: attribute 'sketch' is JSON nested too deeply")
 
 
 # ---- untidy errors -----------------------------------------------------------------------

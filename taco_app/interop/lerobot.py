@@ -590,7 +590,7 @@ def _hf_metadata(metadata, annotated, posterior_width):
     try:
         hf = json.loads(raw)
         feats = hf["info"]["features"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         metadata.pop(b"huggingface")
         return metadata or None
     for k in ANNOTATION_COLUMNS:

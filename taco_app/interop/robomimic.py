@@ -59,16 +59,52 @@ def _demo_order(name):
     return (0, int(m.group(1)), "") if m else (1, 0, name)
 
 
+MAX_ATTR_CHARS = 2**20
+"""Longest JSON attribute read (1 Mi characters: a sketch, env_args, ep_meta)."""
+MAX_EXPANSION = 1100
+"""A dataset may declare at most this many times the bytes the file stores for it (zlib, the
+strongest HDF5 filter h5py writes, compresses at most about 1032:1), so that a file cannot make
+a read allocate what it does not hold (a 9 KiB file declaring 2e9 rows asked for 119 GiB)."""
+SMALL_BYTES = 2**20
+"""Datasets of at most this many declared bytes are read whatever they store (fill values)."""
+
+
 def _json_attr(attrs, name, what):
     value = attrs.get(name)
     if value is None:
         return None
     if isinstance(value, bytes):
         value = value.decode("utf-8", errors="replace")
+    value = str(value)
+    if len(value) > MAX_ATTR_CHARS:
+        raise InteropError(f"{what}: attribute {name!r} holds {len(value)} characters, more than the "
+                           f"{MAX_ATTR_CHARS} a JSON attribute may")
     try:
-        return json.loads(str(value))
+        return json.loads(value)
+    except RecursionError:
+        raise InteropError(f"{what}: attribute {name!r} is JSON nested too deeply") from None
     except ValueError:
         raise InteropError(f"{what}: attribute {name!r} is not JSON text") from None
+
+
+def _stored(ds, key, what):
+    """ds (an h5py.Dataset) checked to hold the bytes it declares (MAX_EXPANSION); InteropError
+    naming the episode and key otherwise."""
+    declared = int(ds.size) * ds.dtype.itemsize
+    stored = int(ds.id.get_storage_size())
+    if declared > SMALL_BYTES and declared > MAX_EXPANSION * stored:
+        raise InteropError(f"{what}: {key} declares shape {ds.shape} ({declared / 2**30:.3g} GiB) but the file "
+                           f"stores {stored} bytes of it; a corrupt or hand-made file")
+    return ds
+
+
+def _member(group, key, what):
+    """group.get(key), with HDF5's failures (a soft-link loop, a dangling external link, a
+    damaged object header) as one InteropError naming the episode and key."""
+    try:
+        return group.get(key)
+    except (RuntimeError, KeyError, OSError, ValueError) as err:
+        raise InteropError(f"{what}: cannot open {key} ({' '.join(str(err).split())})") from None
 
 
 class Dataset:
@@ -102,20 +138,23 @@ class Dataset:
         data = h5.get("data")
         if not isinstance(data, h5py.Group):
             raise InteropError(f"{self.path}: no group 'data'; is this a robomimic dataset?")
-        self.names = sorted((k for k in data if isinstance(data[k], h5py.Group)), key=_demo_order)
+        self.names = sorted((k for k in data if isinstance(_member(data, k, f"{self.path}: data"), h5py.Group)),
+                            key=_demo_order)
         if not self.names:
             raise InteropError(f"{self.path}: data holds no demonstrations (data/demo_N groups)")
         self.action_key = action_key or DEFAULT_ACTION_KEY
         first = data[self.names[0]]
+        first_what = f"{self.path}: {self.names[0]}"
         if state_keys:
             self.state_keys = tuple(self._resolve(first, k) for k in state_keys)
         else:
-            obs = first.get("obs")
-            low_dim = sorted(f"obs/{k}" for k, v in (obs.items() if isinstance(obs, h5py.Group) else ())
-                             if isinstance(v, h5py.Dataset) and v.ndim == 2 and v.dtype.kind in "fiub")
+            obs = _member(first, "obs", first_what)
+            low_dim = sorted(f"obs/{k}" for k in (obs if isinstance(obs, h5py.Group) else ())
+                             if isinstance(v := _member(obs, k, first_what), h5py.Dataset)
+                             and v.ndim == 2 and v.dtype.kind in "fiub")
             if low_dim:
                 self.state_keys = tuple(low_dim)
-            elif isinstance(first.get("states"), h5py.Dataset):
+            elif isinstance(_member(first, "states", first_what), h5py.Dataset):
                 self.state_keys = ("states",)
             else:
                 raise InteropError(f"{self.path}: {self.names[0]} has no low-dimensional obs/<key> "
@@ -130,7 +169,7 @@ class Dataset:
                 data = h5["data"]
             g = data[name]
             what = f"{self.path}: {name}"
-            act = g.get(self.action_key)
+            act = _member(g, self.action_key, what)
             if not isinstance(act, h5py.Dataset):
                 raise InteropError(f"{what}: no dataset {self.action_key!r} (--action-key)")
             if act.dtype.kind not in "fiu" or act.ndim not in (1, 2) or (act.ndim == 2 and act.dtype.kind != "f"):
@@ -139,11 +178,12 @@ class Dataset:
             T = act.shape[0]
             if T < 1:
                 raise InteropError(f"{what}: no frames")
+            _stored(act, self.action_key, what)
             kinds.add(act.dtype.kind != "f")
             widths.add(act.shape[1] if act.ndim == 2 else 0)
             dims = []
             for key in self.state_keys:
-                ds = g.get(key)
+                ds = _member(g, key, what)
                 if not isinstance(ds, h5py.Dataset):
                     raise InteropError(f"{what}: no dataset {key!r} (state key)")
                 if ds.dtype.kind not in "fiub" or ds.ndim not in (1, 2):
@@ -152,6 +192,7 @@ class Dataset:
                 if ds.shape[0] != T:
                     raise InteropError(f"{what}: ragged demonstration: {key} has {ds.shape[0]} frames, "
                                        f"{self.action_key} {T}")
+                _stored(ds, key, what)
                 dims.append(ds.shape[1] if ds.ndim == 2 else 1)
             if not hasattr(self, "state_dims"):
                 self.state_dims = dims
@@ -174,7 +215,7 @@ class Dataset:
 
     def _resolve(self, group, key):
         for candidate in (f"obs/{key}", key):
-            if isinstance(group.get(candidate), h5py.Dataset):
+            if isinstance(_member(group, candidate, f"{self.path}: {self.names[0]}"), h5py.Dataset):
                 return candidate
         obs = group.get("obs")
         known = sorted(obs) if isinstance(obs, h5py.Group) else []
