@@ -371,6 +371,30 @@ def test_outputs_get_the_umask_and_in_place_keeps_the_datasets_modes(work, fmt, 
         os.umask(old)
 
 
+def test_a_corrupt_value_names_the_file_the_episode_the_frame_and_the_key(work, tmp_path, capsys):
+    """A state of magnitude 1e9 (finite, past data.MAX_ABS_VALUE) in one frame was reported as
+    `episodes 0..11: states[5, 3, 1]`: an index into the chunk, with neither the dataset, its
+    episode index nor the feature."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    src = tmp_path / "nan"
+    shutil.copytree(work / _name("lerobot"), src)
+    path = next(src.rglob("data/**/*.parquet"))
+    table = pq.read_table(path)
+    rows = table.column("observation.state").to_pylist()
+    episode = table.column("episode_index").to_pylist()
+    frame = table.column("frame_index").to_pylist()
+    r = next(i for i, e in enumerate(episode) if e == 5 and frame[i] == 3)
+    rows[r][1] = 1e9
+    column = table.schema.get_field_index("observation.state")
+    table = table.set_column(column, table.schema.field(column), pa.array(rows, type=table.schema.field(column).type))
+    pq.write_table(table, path)
+    assert cli.main(["annotate", str(src), "--model", str(work / "run" / "model"), "--out", str(tmp_path / "o")]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"taco annotate: {src}: episode 5, frame 3: observation.state (states): "), line
+    assert "magnitude at most" in line and len(line.splitlines()) == 1 and not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_annotation_streams_one_chunk_at_a_time(work, fmt, tmp_path, monkeypatch):
     """Each call of the labeller gets at most --chunk episodes, every episode once and in

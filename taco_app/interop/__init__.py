@@ -12,6 +12,7 @@ when it trains, the demonstrations the training needs).
 """
 import json
 import os
+import re
 import sys
 import time
 
@@ -110,7 +111,7 @@ def vocabulary(plan):
     return tuple(dict.fromkeys(name for sketch in plan.values() for name in sketch))
 
 
-def to_demos(episodes, plan, vocab, discrete, n_actions=None, meta=None):
+def to_demos(episodes, plan, vocab, discrete, n_actions=None, meta=None, dataset=None):
     """A validated Demos of episodes with their planned sketches (ids into vocab). labels: the
     annotation already in the dataset where its sketch is the planned one and its labels an
     alignment path (an argmax decoder's may not be), else the even split (spec/objectives.md
@@ -141,7 +142,28 @@ def to_demos(episodes, plan, vocab, discrete, n_actions=None, meta=None):
     try:
         return demos.validate()
     except data.DataError as err:
-        raise InteropError(f"episodes {episodes[0].key}..{episodes[-1].key}: {err}") from None
+        raise InteropError(_located(err, episodes, dataset)) from None
+
+
+def _located(err, episodes, dataset=None):
+    """A Demos validation error of episodes as one line that names the dataset's file, its own
+    episode key, the frame and the dataset's fields (the state and action keys), not the index
+    into this chunk: "ds: episode 20, frame 92: observation.state: expected finite values ...,
+    got states[20, 92, 7] = nan"."""
+    text = str(err)
+    where = (getattr(dataset, "root", None) or getattr(dataset, "path", None)) if dataset is not None else None
+    m = re.search(r"\b(states|actions|final_state|labels|traj_len|sketch_len)\[(\d+)(?:, (\d+))?", text)
+    if m is None or int(m.group(2)) >= len(episodes):
+        first, last = episodes[0].key, episodes[-1].key
+        return f"{where + ': ' if where else ''}episodes {first}..{last}: {text}"
+    field, b = m.group(1), int(m.group(2))
+    frame = f", frame {m.group(3)}" if m.group(3) is not None and field in ("states", "actions", "labels") else ""
+    keys = {"states": "+".join(getattr(dataset, "state_keys", ()) or ()),
+            "final_state": "+".join(getattr(dataset, "state_keys", ()) or ()),
+            "actions": getattr(dataset, "action_key", "")}.get(field)
+    named = f"{keys} ({field})" if keys else field
+    return (f"{where + ': ' if where else ''}episode {episodes[b].key}{frame}: {named}: "
+            f"{text.split(': ', 1)[1] if text.startswith(field + ':') else text}")
 
 
 def read_all(dataset, plan, vocab, chunk, n_actions=None, meta=None):
@@ -151,7 +173,7 @@ def read_all(dataset, plan, vocab, chunk, n_actions=None, meta=None):
         n_actions = int(max(int(ep.actions.max()) for ep in episodes)) + 1
         if np.any([ep.actions.min() < 0 for ep in episodes]):
             raise InteropError("actions: discrete action ids must be >= 0")
-    return to_demos(episodes, plan, vocab, dataset.discrete, n_actions, meta)
+    return to_demos(episodes, plan, vocab, dataset.discrete, n_actions, meta, dataset)
 
 
 # ------------------------------------------------------------------------------------------
@@ -162,15 +184,16 @@ class Labeller:
     """label_fn for a writer: annotates each chunk with the model and keeps what the summary
     and the review list need, and the agreement with labels already in the dataset."""
 
-    def __init__(self, model, plan, decoder):
-        self.model, self.plan, self.decoder = model, plan, decoder
+    def __init__(self, model, plan, decoder, dataset=None):
+        self.model, self.plan, self.decoder, self.dataset = model, plan, decoder, dataset
         self.confidence, self.monotone = {}, {}
         self.agree = self.compared = 0
         self.frames = 0
 
     def __call__(self, episodes):
         n_actions = self.model.policy.action_dim if self.model.policy.discrete else None
-        demos = to_demos(episodes, self.plan, self.model.vocab, self.model.policy.discrete, n_actions)
+        demos = to_demos(episodes, self.plan, self.model.vocab, self.model.policy.discrete, n_actions,
+                         dataset=self.dataset)
         ann = annotate_mod.annotate(self.model, demos, self.decoder)
         out = []
         for b, ep in enumerate(episodes):
@@ -258,7 +281,7 @@ def annotate_dataset(path, out=None, sketches=None, model=None, decoder=annotate
             model = trained
             del demos
         evaluate.check_compatible(loaded, _shape_probe(dataset, plan, loaded), f"{path}")
-        labeller = Labeller(loaded, plan, decoder)
+        labeller = Labeller(loaded, plan, decoder, dataset)
         width = max(len(s) for s in plan.values())
 
         def summary():
