@@ -41,6 +41,25 @@ def ordinary_mode(directory=False):
     return (0o777 if directory else 0o666) & ~_umask()
 
 
+def check_room(path, nbytes):
+    """OSError (ENOSPC or EFBIG, naming path) when a file of about nbytes cannot be written at
+    path: fewer bytes free on its file system, or a file size limit (ulimit -f) below it. For
+    writers that cannot fail cleanly half-way: HDF5 crashed the interpreter (SIGSEGV) after a
+    write failed, leaving its temporary file behind."""
+    import errno
+    import resource
+    directory = os.path.dirname(os.path.abspath(path))
+    st = os.statvfs(directory)
+    free = st.f_bavail * st.f_frsize
+    if nbytes > free:
+        raise OSError(errno.ENOSPC, f"about {nbytes / 2**20:.1f} MiB needed, {free / 2**20:.1f} MiB free "
+                                    "on its disk", os.fspath(path))
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY and nbytes > limit:
+        raise OSError(errno.EFBIG, f"about {nbytes / 2**20:.1f} MiB needed, above the file size limit of "
+                                   f"{limit / 2**20:.1f} MiB (ulimit -f)", os.fspath(path))
+
+
 def atomic_write(path, write):
     """Call write(file_object) on a temporary file beside path, then rename it over path.
 

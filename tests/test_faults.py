@@ -988,6 +988,26 @@ def a_sketch_attribute_nested_100000_deep(base, tmp, capsys):
            2, "deep.hdf5: demo_0: attribute 'sketch' is JSON nested too deeply")
 
 
+@case("crash")
+def a_robomimic_export_that_does_not_fit(base, tmp, capsys):
+    """Under `ulimit -f` (or on a full disk) HDF5's failed write crashed the interpreter (rc
+    139) after thousands of traceback lines and left its .tmp-*.hdf5 behind; the room is now
+    checked before HDF5 writes a byte."""
+    pytest.importorskip("h5py")
+    demos = taco_sim.get("navworld").collect(60, 3, seed=3)
+    data.save(demos, tmp / "nav60.npz")
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100 * 2**10, 100 * 2**10))
+    done = subprocess.run([sys.executable, "-m", "taco_app.cli", "export", str(tmp / "nav60.npz"), "--format",
+                           "robomimic", "--out", str(tmp / "out" / "o.hdf5")], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, preexec_fn=small_files)
+    err = done.stderr.decode(errors="replace")
+    assert done.returncode == 3 and err.count("\n") == 1, err
+    assert err.startswith("taco export: cannot read or write") and "file size limit" in err, err
+    assert not (tmp / "out").exists() or os.listdir(tmp / "out") == []
+
+
 # ---- untidy errors -----------------------------------------------------------------------
 
 @case("crash")
@@ -1021,7 +1041,7 @@ def disk_full_after_a_progress_line(base, tmp, capsys, monkeypatch):
     assert "\ntaco train: cannot read or write" in err and err.count("taco train:") == 1, err
 
 
-SLOW_CASES = {"no_warnings_before_a_divergence", "a_billion_demonstrations", "a_billion_test_tasks",
+SLOW_CASES = {"no_warnings_before_a_divergence", "a_robomimic_export_that_does_not_fit", "a_billion_demonstrations", "a_billion_test_tasks",
               "model_read_under_an_address_space_limit"}
 """Cases run in fresh processes of the command line (each imports it anew), marked slow."""
 
