@@ -7,11 +7,15 @@ arrays as an ``.npz`` blob whose SHA-256 is recorded in a JSON file beside it
 (:func:`npz_blob`, :func:`read_npz`), so a replaced, truncated or edited array file is refused.
 Nothing here unpickles.
 """
+import errno
 import hashlib
 import io
 import json
 import os
+import re
+import shutil
 import stat
+import sys
 import tempfile
 import time
 import zipfile
@@ -255,6 +259,70 @@ def read_npz(path, sha256, error=ValueError, recorded_in="its metadata", what="a
         raise error(f"{path}: contents do not match the SHA-256 recorded in {recorded_in} "
                     "(truncated, replaced or edited)")
     return load_npz(blob, path, error, what)
+
+
+def owned_prefix():
+    """TEMP_PREFIX with this process's id: the prefix of temporaries that
+    remove_dead_temporaries may delete once this process is gone."""
+    return f"{TEMP_PREFIX}{os.getpid()}-"
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:          # another user's process
+        return True
+    return True
+
+
+def remove_dead_temporaries(directory, name):
+    """Delete the temporaries for name (files or folders, owned_prefix + anything + name) in
+    directory whose process has exited: what a writer killed mid-way (SIGKILL, power loss)
+    left; returns how many. A living process's are spared."""
+    removed = 0
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return 0
+    for entry in entries:
+        m = re.match(re.escape(TEMP_PREFIX) + r"(\d+)-", entry)
+        if m is None or not entry.endswith(name) or _alive(int(m.group(1))):
+            continue
+        full = os.path.join(directory, entry)
+        try:
+            if os.path.isdir(full) and not os.path.islink(full):
+                shutil.rmtree(full)
+            else:
+                os.unlink(full)
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
+def exchange(a, b):
+    """Swap the paths a and b (both existing) in one step: at every moment each name holds
+    one of the two whole objects (Linux renameat2 RENAME_EXCHANGE). Returns False where the
+    system has no such call (the caller then renames twice)."""
+    import ctypes
+    import ctypes.util
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    AT_FDCWD, RENAME_EXCHANGE = -100, 2
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) != 0:
+        err = ctypes.get_errno()
+        if err in (errno.ENOSYS, errno.EINVAL):          # kernel or file system without it
+            return False
+        raise OSError(err, os.strerror(err), os.fspath(b))
+    return True
 
 
 def remove_stale_temporaries(directory, older_than=3600.0):

@@ -335,6 +335,46 @@ def test_annotate_in_place_rewrites_the_dataset(work, fmt, tmp_path):
     assert len(episodes) == 12 and all(ep.labels is not None for ep in episodes)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_in_place_survives_a_sigkill_at_any_moment(work, fmt, tmp_path):
+    """`annotate --in-place` killed (SIGKILL) at moments spread over its run: the dataset is
+    always whole under its own name (the old one or the annotated one), and the next run
+    finishes and removes what the killed one left (a whole-dataset .tmp-* copy stayed before,
+    and a kill between the two renames left the dataset only under .tmp-old-*)."""
+    import subprocess
+    import sys
+    import time
+    model = str(work / "run" / "model")
+    src = tmp_path / _name(fmt)
+
+    def fresh():
+        if src.exists():
+            (shutil.rmtree if src.is_dir() else os.unlink)(src)
+        (shutil.copytree if fmt == "lerobot" else shutil.copyfile)(work / _name(fmt), src)
+
+    def annotate():
+        return subprocess.Popen([sys.executable, "-m", "taco_app.cli", "annotate", str(src), "--model", model,
+                                 "--in-place"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    killed_writing = 0
+    for delay in (0.0, 0.002, 0.01, 0.03, 0.1, 0.3, 1.0):
+        fresh()
+        proc = annotate()
+        while proc.poll() is None and not any(n.startswith(".tmp-") for n in os.listdir(tmp_path)):
+            time.sleep(0.001)                         # until it starts writing its temporary
+        time.sleep(delay)
+        killed_writing += proc.poll() is None
+        proc.kill()
+        proc.wait()
+        _, episodes = _read_all(src)                  # whole under its name: old or new
+        assert len(episodes) == 12, delay
+        assert annotate().wait(timeout=300) == 0, delay
+        assert sorted(os.listdir(tmp_path)) == [src.name], (delay, os.listdir(tmp_path))
+        _, episodes = _read_all(src)
+        assert all(ep.labels is not None for ep in episodes)
+    assert killed_writing >= 3, "the kills did not land while it wrote: the test is moot"
+
+
 def _modes(path):
     """{relative path: permission bits} of path and everything under it."""
     path = Path(path)

@@ -420,7 +420,8 @@ class Dataset:
                                "unless --in-place)")
         parent = os.path.dirname(os.path.abspath(target))
         os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=files.TEMP_PREFIX, suffix=os.path.basename(target), dir=parent)
+        files.remove_dead_temporaries(parent, os.path.basename(target))   # a killed run's leftovers
+        tmp = tempfile.mkdtemp(prefix=files.owned_prefix(), suffix=os.path.basename(target), dir=parent)
         try:
             self._write_into(tmp, label_fn, list(vocab), posterior_width, summary_fn, chunk, link=in_place)
             _commit(tmp, target, in_place)
@@ -527,8 +528,9 @@ def _copy_tree(src, dst, skip, link):
 
 
 def _commit(tmp, target, in_place):
-    """Move the finished folder tmp to target; in place, swap it with the original by two
-    renames and only then delete the original. Permissions: a new dataset gets those of any
+    """Move the finished folder tmp to target; in place, exchange the two in one step
+    (files.exchange, Linux; elsewhere two renames) and only then delete the original, so that a
+    SIGKILL at any moment leaves the dataset whole under its name, old or new. Permissions: a new dataset gets those of any
     folder and file the user creates (the umask; mkdtemp made its top folder 0700); in place,
     every folder and file keeps the original's mode (new ones the umask's)."""
     for dirpath, _, filenames in os.walk(tmp):
@@ -546,7 +548,11 @@ def _commit(tmp, target, in_place):
     if not in_place:
         os.rename(tmp, target)
         return
-    old = tempfile.mkdtemp(prefix=files.TEMP_PREFIX + "old-", dir=os.path.dirname(os.path.abspath(target)))
+    if files.exchange(tmp, target):          # one step: target is the old or the new dataset
+        shutil.rmtree(tmp, ignore_errors=True)   # now the old one; a kill here leaves it to
+        return                                   # the next run's remove_dead_temporaries
+    old = tempfile.mkdtemp(prefix=files.owned_prefix() + "old-",
+                           suffix=os.path.basename(target), dir=os.path.dirname(os.path.abspath(target)))
     os.rmdir(old)
     os.rename(target, old)
     os.rename(tmp, target)
@@ -696,7 +702,8 @@ def export(demos, out, fps, tasks, data_file_mb=DATA_FILE_MB):
         raise InteropError(f"--fps: LeRobot needs a whole number of frames per second, got {fps!r}")
     parent = os.path.dirname(os.path.abspath(target))
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=files.TEMP_PREFIX, suffix=os.path.basename(target), dir=parent)
+    files.remove_dead_temporaries(parent, os.path.basename(target))
+    tmp = tempfile.mkdtemp(prefix=files.owned_prefix(), suffix=os.path.basename(target), dir=parent)
     try:
         _export_into(tmp, demos, fps, tasks, data_file_mb)
         _commit(tmp, target, False)

@@ -320,8 +320,9 @@ def _file_beside(target, need=0):
     fails half-way)."""
     parent = os.path.dirname(os.path.abspath(target))
     os.makedirs(parent, exist_ok=True)
+    files.remove_dead_temporaries(parent, os.path.basename(target))    # a killed run's leftovers
     files.check_room(target, int(need))
-    fd, tmp = tempfile.mkstemp(prefix=files.TEMP_PREFIX, suffix=os.path.basename(target), dir=parent)
+    fd, tmp = tempfile.mkstemp(prefix=files.owned_prefix(), suffix=os.path.basename(target), dir=parent)
     os.close(fd)
     try:
         yield tmp
