@@ -400,6 +400,16 @@ def cmd_rollout(args):
 
 def cmd_annotate(args):
     from taco_app import interop
+    if args.sketches_template:
+        if args.out or args.in_place or args.sketches or args.model:
+            raise ValueError("--sketches-template: only lists DATASET's task strings; run it alone, then "
+                             "annotate with --sketches")
+        report = interop.sketches_template(args.dataset, args.sketches_template, state_keys=args.state_key,
+                                           action_key=args.action_key)
+        print(f"wrote {report['tasks']} task strings of {report['episodes']} episodes to {report['out']} "
+              f"({report['known']} with the dataset's own sketch, {report['tasks'] - report['known']} with an "
+              "empty one to fill in); then: taco annotate DATASET --sketches " + report["out"] + " --out ...")
+        return EXIT_OK
     report = interop.annotate_dataset(
         args.dataset, out=args.out, sketches=args.sketches, model=args.model, decoder=args.decoder,
         in_place=args.in_place, state_keys=args.state_key, action_key=args.action_key, chunk=args.chunk,
@@ -729,6 +739,9 @@ def build_parser():
     p.add_argument("--chunk", type=_integer(1, "an integer in [1, 4096]", 4096), default=64,
                    help="episodes decoded together (memory holds one chunk)")
     p.add_argument("--review", type=non_negative, default=20, help="least confident episodes to list")
+    p.add_argument("--sketches-template", default=None, metavar="OUT.yaml",
+                   help="write every task string of DATASET to OUT.yaml with a sketch to fill in (its own, "
+                        "if the dataset is annotated) and stop; the file for --sketches")
     p.set_defaults(func=cmd_annotate)
 
     p = sub.add_parser("export", help="write demonstrations as a LeRobot v3 or robomimic dataset, true labels included")

@@ -335,6 +335,32 @@ def test_annotate_in_place_rewrites_the_dataset(work, fmt, tmp_path):
     assert len(episodes) == 12 and all(ep.labels is not None for ep in episodes)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_sketches_template_lists_every_task_and_missing_tasks_are_named_at_once(work, fmt, tmp_path, capsys):
+    """--sketches-template writes every task string (with the dataset's own sketch where it is
+    annotated) to a file --sketches reads back; a sketches file that lacks tasks names them all
+    in one line, not one per run."""
+    src = work / _name(fmt)
+    out = tmp_path / "template.yaml"
+    assert cli.main(["annotate", str(src), "--sketches-template", str(out)]) == 0
+    assert "task strings of 12 episodes" in capsys.readouterr().out
+    table = lab.read_sketches(out)
+    ds = interop.open_dataset(str(src))
+    assert set(table) == {info.task for info in ds.describe()}
+    assert all(table[info.task] == list(info.sketch) for info in ds.describe())
+    assert out.read_text().startswith("# The task strings of")
+    assert cli.main(["annotate", str(src), "--sketches-template", str(out)]) == 2        # exists
+    capsys.readouterr()
+    first = sorted(table)[0]
+    lab.write_sketches(tmp_path / "one.yaml", {first: table[first]})
+    assert cli.main(["annotate", str(src), "--model", str(work / "run" / "model"), "--sketches",
+                     str(tmp_path / "one.yaml"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    missing = len(table) - 1
+    assert f"{missing} task string(s) not in the sketches file" in err and "--sketches-template" in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_in_place_survives_a_sigkill_at_any_moment(work, fmt, tmp_path):
@@ -573,7 +599,7 @@ BAD = {
     "nan action": ("robomimic", lambda p: _h5(p, _nan_action), [], "actions holds nan"),
     "missing action key": ("robomimic", None, ["--action-key", "commands"], "no dataset 'commands'"),
     "long sketch": ("robomimic", "sketch:" + json.dumps(["black"] * 500), [], "its sketch has 500 sub-tasks"),
-    "unknown task": ("lerobot", "sketch-other", [], "is not in the sketches file"),
+    "unknown task": ("lerobot", "sketch-other", [], "not in the sketches file"),
     "bad yaml": ("lerobot", "yaml:t: [a\n", [], "not valid YAML"),
     "unknown sub-task": ("robomimic", "sketch:" + json.dumps(["black", "purple"]), [],
                          "'purple' is not one the model knows"),

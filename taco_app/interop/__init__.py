@@ -76,8 +76,15 @@ def open_dataset(path, state_keys=None, action_key=None):
 def plan_sketches(dataset, sketches=None, vocab=None):
     """{episode key: sub-task names}: from the sketches mapping by each episode's task string,
     else from the annotation already in the dataset; every sketch no longer than its episode
-    and, given vocab (a model's), made of names in it. InteropError naming the episode otherwise."""
+    and, given vocab (a model's), made of names in it. InteropError naming the episode otherwise;
+    task strings missing from the sketches mapping are all named at once."""
     where = getattr(dataset, "root", None) or dataset.path
+    if sketches is not None:
+        missing = sorted({info.task for info in dataset.describe() if info.task is not None} - set(sketches))
+        if missing:
+            raise InteropError(f"{where}: {len(missing)} task string(s) not in the sketches file: "
+                               + "; ".join(repr(t) for t in missing[:8]) + (" ..." if len(missing) > 8 else "")
+                               + " (taco annotate DATASET --sketches-template OUT.yaml lists them all)")
     plan = {}
     for info in dataset.describe():
         what = f"{where}: episode {info.key}"
@@ -104,6 +111,32 @@ def plan_sketches(dataset, sketches=None, vocab=None):
                                    f"({list(vocab)})")
         plan[info.key] = list(sketch)
     return plan
+
+
+def sketches_template(path, out, state_keys=None, action_key=None):
+    """Write {task string: sketch} for every task of the dataset at path to out (YAML): the
+    dataset's own sketch where its episodes of that task are annotated (the first one's), else
+    an empty list, which read_sketches refuses until it is filled in. Returns a small report."""
+    from taco_app.interop.labels import write_sketches
+    if os.path.exists(out):
+        raise InteropError(f"--sketches-template: {out} exists; choose a new file")
+    dataset = open_dataset(path, state_keys, action_key)
+    infos = dataset.describe()
+    where = getattr(dataset, "root", None) or dataset.path
+    problems = [info.task_problem for info in infos if info.task is None]
+    if problems:
+        raise InteropError(f"{where}: {problems[0]}")
+    table = {}
+    for info in infos:
+        if info.sketch is not None and not table.get(info.task):
+            table[info.task] = list(info.sketch)
+        table.setdefault(info.task, [])
+    write_sketches(out, table, header=(
+        f"# The task strings of {where} (taco annotate --sketches-template): each maps to its\n"
+        "# sub-task names in order. Fill in every empty list [], then:\n"
+        f"#   taco annotate {where} --sketches {os.fspath(out)} --out ANNOTATED\n"))
+    return {"out": os.fspath(out), "tasks": len(table), "episodes": len(infos),
+            "known": sum(1 for v in table.values() if v)}
 
 
 def vocabulary(plan):

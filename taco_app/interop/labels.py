@@ -109,11 +109,12 @@ def read_sketches(path):
     return out
 
 
-def write_sketches(path, sketches):
-    """Write {task: [names]} as YAML (atomically), one task per line."""
+def write_sketches(path, sketches, header=""):
+    """Write {task: [names]} as YAML (atomically), one task per line, after header (comment
+    lines)."""
     text = yaml.safe_dump({t: list(s) for t, s in sketches.items()}, sort_keys=True,
                           default_flow_style=None, allow_unicode=True, width=1000)
-    files.write_bytes(path, text.encode("utf-8"))
+    files.write_bytes(path, (header + text).encode("utf-8"))
 
 
 # ------------------------------------------------------------------------------------------
