@@ -413,7 +413,8 @@ def cmd_annotate(args):
     report = interop.annotate_dataset(
         args.dataset, out=args.out, sketches=args.sketches, model=args.model, decoder=args.decoder,
         in_place=args.in_place, state_keys=args.state_key, action_key=args.action_key, chunk=args.chunk,
-        review=args.review, config=args.config, overrides=args.set, seed=args.seed, save_model=args.save_model)
+        review=args.review, config=args.config, overrides=args.set, seed=args.seed, save_model=args.save_model,
+        report_html=args.report)
     print(f"annotated {report['episodes']} episodes ({report['frames']} frames, {report['format']}) with "
           f"{report['model']} ({'trained on them' if report['trained'] else 'given'}), decoder {report['decoder']}, "
           f"in {report['seconds']:.1f} s; wrote {report['out']}")
@@ -429,6 +430,10 @@ def cmd_annotate(args):
         print(f"{len(report['mimicgen_unparsable'])} episodes' MimicGen signals cannot express their "
               f"labels (a sub-task twice in a row, or a first sub-task of one frame): "
               f"{report['mimicgen_unparsable'][:10]}")
+    if "page" in report:
+        page = report["page"]
+        print(f"review page: {page['out']} ({page['detailed']} of {page['episodes']} episodes drawn; open it "
+              "in a browser)")
     if report["review"]:
         print("review first (least confident): " + ", ".join(
             f"{r['episode']} ({r['confidence']:.3f}{', ' + r['note'] if 'note' in r else ''})"
@@ -739,6 +744,9 @@ def build_parser():
     p.add_argument("--chunk", type=_integer(1, "an integer in [1, 4096]", 4096), default=64,
                    help="episodes decoded together (memory holds one chunk)")
     p.add_argument("--review", type=non_negative, default=20, help="least confident episodes to list")
+    p.add_argument("--report", default=None, metavar="OUT.html",
+                   help="also write a self-contained review page: per episode the posterior over sketch "
+                        "positions against time, the boundaries, the confidence, frames at the boundaries")
     p.add_argument("--sketches-template", default=None, metavar="OUT.yaml",
                    help="write every task string of DATASET to OUT.yaml with a sketch to fill in (its own, "
                         "if the dataset is annotated) and stop; the file for --sketches")

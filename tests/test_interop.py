@@ -11,6 +11,7 @@ MimicGen's way (slow tier).
 Small data (Nav-World, 12 demonstrations; a synthetic discrete set) and a model trained for
 two epochs: these tests check plumbing, not accuracy.
 """
+import base64
 import hashlib
 import json
 import os
@@ -359,6 +360,118 @@ def test_sketches_template_lists_every_task_and_missing_tasks_are_named_at_once(
     missing = len(table) - 1
     assert f"{missing} task string(s) not in the sketches file" in err and "--sketches-template" in err, err
     assert len(err.strip().splitlines()) == 1
+
+
+def _with_images(src, dest):
+    """A copy of the robomimic file src whose demonstrations carry a camera image per frame
+    (obs/agentview_image, uint8 (T, 8, 8, 3), the frame index in every pixel)."""
+    shutil.copyfile(src, dest)
+    with h5py.File(dest, "r+") as f:
+        for name, g in f["data"].items():
+            T = g["actions"].shape[0]
+            g.create_dataset("obs/agentview_image", data=np.broadcast_to(
+                np.arange(T, dtype=np.uint8)[:, None, None, None], (T, 8, 8, 3)).copy())
+    return dest
+
+
+def test_review_page_is_self_contained_and_holds_every_episode(work, tmp_path, capsys):
+    """--report writes one HTML file with its data and script inline (nothing fetched), the
+    review list first, every episode's posterior, boundaries and confidence, and the camera
+    frames at the boundaries where the dataset has images."""
+    from taco_app.interop import review
+    src = _with_images(work / _name("robomimic"), tmp_path / "img.hdf5")
+    page = tmp_path / "page.html"
+    assert cli.main(["annotate", str(src), "--model", str(work / "run" / "model"), "--out", str(tmp_path / "o.hdf5"),
+                     "--report", str(page), "--review", "3"]) == 0
+    assert f"review page: {page}" in capsys.readouterr().out
+    text = page.read_text(encoding="utf-8")
+    assert "http://" not in text and "https://" not in text and "<link" not in text and " src=\"" not in text
+    blob = text.split('<script type="application/json" id="data">', 1)[1].split("</script>", 1)[0]
+    payload = json.loads(blob)
+    assert [e["key"] for e in payload["episodes"][:3]] == payload["review"][:3]
+    assert len(payload["episodes"]) == 12 and len(payload["table"]) == 12
+    ds = interop.open_dataset(str(tmp_path / "o.hdf5"))
+    for ep in [e for part in ds.episodes() for e in part]:
+        rec = next(r for r in payload["episodes"] if r["key"] == ep.key)
+        assert rec["bounds"] == review.boundaries(ep.labels) and rec["sketch"] == list(ep.sketch)
+        post = np.frombuffer(base64.b64decode(rec["post"]), np.uint8).reshape(rec["C"], len(rec["sketch"]))
+        assert post.shape[0] == min(ep.length, review.MAX_COLUMNS)
+        assert [im["frame"] for im in rec["images"]] == review.frames_to_show(rec)
+        assert all(im["src"].startswith("data:image/png;base64,") for im in rec["images"])
+    assert cli.main(["annotate", str(src), "--model", str(work / "run" / "model"), "--out", str(tmp_path / "o2.hdf5"),
+                     "--report", str(page)]) == 2                                  # never overwritten
+    assert "--report" in capsys.readouterr().err
+
+
+def test_review_page_shows_a_lerobot_image_feature(work, tmp_path):
+    """LeRobot "image" features (PNG bytes in the data files) are shown at the boundaries too."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from taco_app.interop import review
+    src = tmp_path / "img-lerobot"
+    shutil.copytree(work / _name("lerobot"), src)
+    info = json.loads((src / "meta" / "info.json").read_text())
+    info["features"]["observation.images.top"] = {"dtype": "image", "shape": [8, 8, 3],
+                                                  "names": ["height", "width", "channel"]}
+    (src / "meta" / "info.json").write_text(json.dumps(info, indent=4))
+    for path in src.rglob("data/**/*.parquet"):
+        table = pq.read_table(path)
+        frames = table.column("frame_index").to_pylist()
+        images = [{"bytes": review.png_bytes(np.full((8, 8, 3), f, np.uint8)), "path": None} for f in frames]
+        pq.write_table(table.append_column("observation.images.top", pa.array(
+            images, type=pa.struct([("bytes", pa.binary()), ("path", pa.string())]))), path)
+    page = tmp_path / "page.html"
+    assert cli.main(["annotate", str(src), "--model", str(work / "run" / "model"), "--out", str(tmp_path / "o"),
+                     "--report", str(page)]) == 0
+    payload = json.loads(page.read_text().split('id="data">', 1)[1].split("</script>", 1)[0])
+    for rec in payload["episodes"]:
+        assert [im["frame"] for im in rec["images"]] == review.frames_to_show(rec)
+        shown = [base64.b64decode(im["src"].split(",", 1)[1]) for im in rec["images"]]
+        assert shown == [review.png_bytes(np.full((8, 8, 3), t, np.uint8)) for t in review.frames_to_show(rec)]
+
+
+def test_png_encoder_round_trips():
+    from taco_app.interop import review
+    img = np.random.default_rng(0).integers(0, 256, size=(5, 7, 3), dtype=np.uint8)
+    blob = review.png_bytes(img)
+    assert blob[:8] == b"\x89PNG\r\n\x1a\n"
+    import zlib
+    body = blob[8:]
+    chunks = {}
+    while body:
+        n = int.from_bytes(body[:4], "big")
+        chunks[body[4:8]] = body[8:8 + n]
+        body = body[12 + n:]
+    raw = np.frombuffer(zlib.decompress(chunks[b"IDAT"]), np.uint8).reshape(5, 1 + 7 * 3)
+    assert (raw[:, 0] == 0).all() and np.array_equal(raw[:, 1:].reshape(5, 7, 3), img)
+
+
+@pytest.mark.slow
+def test_review_page_renders_in_a_real_browser(work, tmp_path):
+    """Debian's chromium (headless, .ci/run installs it) opens the page from a file: its script
+    draws every episode (a canvas each, the review list first, the camera frames decoded), and
+    a screenshot is not blank."""
+    import subprocess
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium on this machine (Debian: apt-get install chromium; .ci/run does)")
+    src = _with_images(work / _name("robomimic"), tmp_path / "img.hdf5")
+    page = tmp_path / "page.html"
+    assert cli.main(["annotate", str(src), "--model", str(work / "run" / "model"), "--out", str(tmp_path / "o.hdf5"),
+                     "--report", str(page), "--review", "3"]) == 0
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([chromium, *flags, "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    assert 'data-rendered="12"' in dom, dom[-2000:]
+    review_part = dom.split('id="review"', 1)[1].split('id="others"', 1)[0]
+    assert review_part.count('class="card flag"') == 3 and review_part.count("<canvas") == 3
+    assert dom.count("<canvas") == 12 and dom.count('<img src="data:image/png;base64,') >= 12
+    assert dom.count("<tr>") == 13                                         # header + 12 episodes
+    shot = tmp_path / "shot.png"
+    subprocess.run([chromium, *flags, "--window-size=1000,800", f"--screenshot={shot}", page.as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 10_000
 
 
 @pytest.mark.slow

@@ -217,8 +217,9 @@ class Labeller:
     """label_fn for a writer: annotates each chunk with the model and keeps what the summary
     and the review list need, and the agreement with labels already in the dataset."""
 
-    def __init__(self, model, plan, decoder, dataset=None):
+    def __init__(self, model, plan, decoder, dataset=None, recorder=None):
         self.model, self.plan, self.decoder, self.dataset = model, plan, decoder, dataset
+        self.recorder = recorder          # review.Recorder for --report, or None
         self.confidence, self.monotone = {}, {}
         self.agree = self.compared = 0
         self.frames = 0
@@ -236,6 +237,9 @@ class Labeller:
                                      ann.stop[b, :T].astype(np.float32), float(ann.confidence[b])))
             self.confidence[ep.key] = float(ann.confidence[b])
             self.monotone[ep.key] = bool(ann.monotone[b])
+            if self.recorder is not None:
+                self.recorder.add(ep.key, ep.task, self.plan[ep.key], positions, ann.posterior[b, :T, :L],
+                                  ann.confidence[b], ann.monotone[b])
             self.frames += T
             if ep.labels is not None and ep.sketch == self.plan[ep.key]:
                 self.agree += int((ep.labels == positions).sum())
@@ -265,13 +269,14 @@ def default_model_dir(out):
 def annotate_dataset(path, out=None, sketches=None, model=None, decoder=annotate_mod.DEFAULT_DECODER,
                      in_place=False, state_keys=None, action_key=None, chunk=DEFAULT_CHUNK,
                      review=DEFAULT_REVIEW, config=None, overrides=(), seed=None, save_model=None,
-                     log=sys.stderr):
+                     log=sys.stderr, report_html=None):
     """`taco annotate`: sub-task labels, posteriors and confidences for every episode of the
     dataset at path, written to a new dataset out (or into path with in_place).
 
     sketches: a YAML file (task string -> sub-task names) or None (the dataset's own annotation);
     model: a model directory, or None to train TACO on the dataset first (with config, overrides
     and seed as `taco train` takes them; saved in save_model, default default_model_dir(out)).
+    report_html: also write the review page there (taco_app.interop.review).
     Returns the report printed by the command line (a dict)."""
     if in_place == (out is not None):
         raise InteropError("--out: give a new dataset to write, or --in-place to rewrite DATASET (not both)")
@@ -281,6 +286,8 @@ def annotate_dataset(path, out=None, sketches=None, model=None, decoder=annotate
             raise InteropError(f"--out: {out} is inside DATASET {path}; write the new dataset elsewhere")
     if not isinstance(chunk, int) or not 1 <= chunk <= MAX_CHUNK:
         raise InteropError(f"--chunk: expected an integer in [1, {MAX_CHUNK}], got {chunk!r}")
+    if report_html is not None and os.path.exists(report_html):
+        raise InteropError(f"--report: {report_html} exists; choose a new file")
     t0 = time.time()
     table = read_sketches(sketches) if sketches else None
     dataset = open_dataset(path, state_keys, action_key)
@@ -314,7 +321,11 @@ def annotate_dataset(path, out=None, sketches=None, model=None, decoder=annotate
             model = trained
             del demos
         evaluate.check_compatible(loaded, _shape_probe(dataset, plan, loaded), f"{path}")
-        labeller = Labeller(loaded, plan, decoder, dataset)
+        recorder = None
+        if report_html is not None:
+            from taco_app.interop import review as review_mod
+            recorder = review_mod.Recorder()
+        labeller = Labeller(loaded, plan, decoder, dataset, recorder)
         width = max(len(s) for s in plan.values())
 
         def summary():
@@ -327,6 +338,14 @@ def annotate_dataset(path, out=None, sketches=None, model=None, decoder=annotate
                     "confidence": {str(_jsonable(k)): round(v, 6) for k, v in labeller.confidence.items()}}
         unparsable = dataset.write_labelled(out, labeller, vocab=loaded.vocab, posterior_width=width,
                                             summary_fn=summary, chunk=chunk, in_place=in_place)
+        page = None
+        if recorder is not None:
+            meta = {"dataset": os.path.abspath(path), "written to": os.path.abspath(path if in_place else out),
+                    "model": os.path.abspath(model), "decoder": decoder, "episodes": len(labeller.confidence),
+                    "mean confidence": f"{np.mean(list(labeller.confidence.values())):.4f}"}
+            images = getattr(dataset, "frame_images", None)
+            page = review_mod.write_page(report_html, recorder, labeller.review(review), meta,
+                                         images=images if images is not None and dataset.has_images() else None)
     finally:
         if hasattr(dataset, "close"):
             dataset.close()
@@ -339,6 +358,8 @@ def annotate_dataset(path, out=None, sketches=None, model=None, decoder=annotate
               "not_alignment_paths": sum(not v for v in labeller.monotone.values())}
     if labeller.compared:
         report["agreement_with_existing_labels"] = labeller.agree / labeller.compared
+    if page is not None:
+        report["page"] = page
     return report
 
 

@@ -393,6 +393,34 @@ class Dataset:
             for table, part in self._chunks(path, refs, columns + extra, chunk):
                 yield self._episodes_of(table, part)
 
+    def image_key(self):
+        """The first feature of dtype "image" (frames stored in the data files as PNG or JPEG
+        bytes), or None; "video" features would need a video decoder and are not shown."""
+        return next((k for k, f in sorted(self.features.items()) if f.get("dtype") == "image"), None)
+
+    def has_images(self):
+        return self.image_key() is not None
+
+    def frame_images(self, key, frames):
+        """[(frame, data URI)] of the image feature at each frame of episode key."""
+        from taco_app.interop.review import data_uri
+        ref = next((r for r in self.refs if r.episode == key), None)
+        name = self.image_key()
+        if ref is None or name is None:
+            return []
+        cached = getattr(self, "_image_table", None)         # the page asks episode by episode,
+        if cached is None or cached[0] != ref.file:         # in file order: one file's column read once
+            self._image_table = cached = (ref.file, pq.ParquetFile(ref.file).read(columns=[name]))
+        table = cached[1]
+        out = []
+        for t in frames:
+            if 0 <= t < ref.length:
+                cell = table.column(name)[ref.row0 + t].as_py()
+                blob = cell.get("bytes") if isinstance(cell, dict) else cell
+                if isinstance(blob, (bytes, bytearray)) and blob:
+                    out.append((t, data_uri(bytes(blob))))
+        return out
+
     def _episodes_of(self, table, part):
         """The Episodes of the refs in part, whose frames are table's rows in order."""
         out, offset = [], 0

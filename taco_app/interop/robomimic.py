@@ -253,6 +253,36 @@ class Dataset:
                                    f"[0, {len(info.sketch)}) per frame")
         return Episode(info.key, states, actions, final, info.task, info.sketch, labels)
 
+    def image_key(self):
+        """The first camera image dataset of the first demonstration (obs/<key> of uint8
+        (T, H, W, C) with C 1, 3 or 4, as robomimic's *_image keys), or None."""
+        if not hasattr(self, "_image_key"):
+            self._image_key = None
+            with self._file() as h5:
+                obs = _member(h5["data"][self.names[0]], "obs", f"{self.path}: {self.names[0]}")
+                for k in sorted(obs) if isinstance(obs, h5py.Group) else ():
+                    v = _member(obs, k, f"{self.path}: {self.names[0]}")
+                    if isinstance(v, h5py.Dataset) and v.ndim == 4 and v.dtype == np.uint8 and v.shape[3] in (1, 3, 4):
+                        self._image_key = f"obs/{k}"
+                        break
+        return self._image_key
+
+    def has_images(self):
+        return self.image_key() is not None
+
+    def frame_images(self, key, frames):
+        """[(frame, data URI)] of the camera image at each frame of demonstration key."""
+        from taco_app.interop.review import data_uri, png_bytes
+        out = []
+        with self._file() as h5:
+            ds = _member(h5["data"][key], self.image_key(), f"{self.path}: {key}")
+            if not isinstance(ds, h5py.Dataset):
+                return out
+            for t in frames:
+                if 0 <= t < ds.shape[0]:
+                    out.append((t, data_uri(png_bytes(ds[t]))))
+        return out
+
     def episodes(self, chunk=64):
         """Yield lists of at most chunk Episodes, in demonstration order."""
         for i in range(0, len(self.infos), chunk):
