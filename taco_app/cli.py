@@ -430,6 +430,14 @@ def cmd_annotate(args):
         print(f"{len(report['mimicgen_unparsable'])} episodes' MimicGen signals cannot express their "
               f"labels (a sub-task twice in a row, or a first sub-task of one frame): "
               f"{report['mimicgen_unparsable'][:10]}")
+    for hit in report.get("previous_action_keys", [])[:3]:
+        print(f"warning: state {hit['key']} tracks the previous action (r = {hit['r_previous']:.3f} with "
+              f"action[{hit['action_dim']}] one frame earlier, {hit['r_current']:.3f} with the current one): "
+              "a sub-task's end then shows in the state a frame late and boundaries may follow it; "
+              "annotate without that key (--state-key), see docs/annotate.md")
+    if report.get("lagging_episodes"):
+        print(f"{report['lagging_episodes']} episodes' boundaries mostly come one frame after the actions "
+              "change (in the review list)")
     if "page" in report:
         page = report["page"]
         print(f"review page: {page['out']} ({page['detailed']} of {page['episodes']} episodes drawn; open it "

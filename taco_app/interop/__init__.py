@@ -220,6 +220,8 @@ class Labeller:
     def __init__(self, model, plan, decoder, dataset=None, recorder=None):
         self.model, self.plan, self.decoder, self.dataset = model, plan, decoder, dataset
         self.recorder = recorder          # review.Recorder for --report, or None
+        self.lagged = {}                  # key -> (boundaries one frame after the action change, boundaries)
+        self.moments = None               # streaming sums for previous_action_keys
         self.confidence, self.monotone = {}, {}
         self.agree = self.compared = 0
         self.frames = 0
@@ -237,6 +239,9 @@ class Labeller:
                                      ann.stop[b, :T].astype(np.float32), float(ann.confidence[b])))
             self.confidence[ep.key] = float(ann.confidence[b])
             self.monotone[ep.key] = bool(ann.monotone[b])
+            if not self.model.policy.discrete:
+                self.lagged[ep.key] = lagging_boundaries(ep.actions, positions)
+                self._moments(ep.states, ep.actions)
             if self.recorder is not None:
                 self.recorder.add(ep.key, ep.task, self.plan[ep.key], positions, ann.posterior[b, :T, :L],
                                   ann.confidence[b], ann.monotone[b])
@@ -246,13 +251,85 @@ class Labeller:
                 self.compared += T
         return out
 
+    def _moments(self, states, actions):
+        """Add an episode's (s_t, a_{t-1}) and (s_t, a_t) pairs to the streaming sums."""
+        if len(actions) < 2:
+            return
+        x = np.asarray(states[1:], dtype=np.float64)                        # (T-1, D)
+        prev, now = np.asarray(actions[:-1], np.float64), np.asarray(actions[1:], np.float64)  # (T-1, A)
+        if self.moments is None:
+            D, A = x.shape[1], prev.shape[1]
+            self.moments = {"n": 0, "x": np.zeros(D), "xx": np.zeros(D), "p": np.zeros(A), "pp": np.zeros(A),
+                            "q": np.zeros(A), "qq": np.zeros(A), "xp": np.zeros((D, A)), "xq": np.zeros((D, A))}
+        m = self.moments
+        m["n"] += len(x)
+        m["x"] += x.sum(0)
+        m["xx"] += (x * x).sum(0)
+        m["p"] += prev.sum(0)
+        m["pp"] += (prev * prev).sum(0)
+        m["q"] += now.sum(0)
+        m["qq"] += (now * now).sum(0)
+        m["xp"] += x.T @ prev
+        m["xq"] += x.T @ now
+
+    def previous_action_dims(self):
+        """[(state dim, action dim, r with a_{t-1}, r with a_t)] of the state dimensions that
+        track the previous action (|r| >= PREVIOUS_ACTION_R with a_{t-1}, above their |r| with
+        a_t): a state key such as observation.velocity that holds the last command. With one,
+        a sub-task's end shows in the state a frame late and TACO's boundaries follow it."""
+        m = self.moments
+        if m is None or m["n"] < 3:
+            return []
+        n = m["n"]
+
+        def corr(xy, y, yy):
+            cov = xy / n - np.outer(m["x"] / n, y / n)
+            sx = np.sqrt(np.maximum(m["xx"] / n - (m["x"] / n) ** 2, 0.0))
+            sy = np.sqrt(np.maximum(yy / n - (y / n) ** 2, 0.0))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return np.nan_to_num(cov / np.outer(sx, sy))                  # (D, A)
+        r_prev, r_now = corr(m["xp"], m["p"], m["pp"]), corr(m["xq"], m["q"], m["qq"])
+        hits = np.argwhere((np.abs(r_prev) >= PREVIOUS_ACTION_R) & (np.abs(r_prev) > np.abs(r_now)))
+        return [(int(d), int(j), float(r_prev[d, j]), float(r_now[d, j])) for d, j in hits]
+
     def review(self, n):
         """The n least confident episodes, least first, and every one whose labels are not an
-        alignment path (an argmax decoder's can skip or revisit a sketch step)."""
+        alignment path (an argmax decoder's can skip or revisit a sketch step) or whose
+        boundaries mostly come one frame after the actions change (lagging_boundaries)."""
         order = sorted(self.confidence, key=lambda k: (self.confidence[k], str(k)))
-        picked = order[:n] + [k for k in order[n:] if not self.monotone[k]]
-        return [{"episode": _jsonable(k), "confidence": round(self.confidence[k], 6),
-                 **({} if self.monotone[k] else {"note": "labels are not an alignment path"})} for k in picked]
+        lagging = {k for k, (late, total) in self.lagged.items() if total and late >= LAG_SHARE * total}
+        picked = order[:n] + [k for k in order[n:] if not self.monotone[k] or k in lagging]
+
+        def note(k):
+            notes = ([] if self.monotone[k] else ["labels are not an alignment path"])
+            if k in lagging:
+                late, total = self.lagged[k]
+                notes.append(f"{late} of {total} boundaries one frame after the actions change")
+            return {"note": "; ".join(notes)} if notes else {}
+        return [{"episode": _jsonable(k), "confidence": round(self.confidence[k], 6), **note(k)} for k in picked]
+
+
+PREVIOUS_ACTION_R = 0.98
+"""|correlation| of a state dimension with the previous action above which it counts as a
+copy of it (Labeller.previous_action_dims)."""
+LAG_SHARE = 2 / 3
+"""An episode is listed for review when at least this share of its boundaries lag the actions."""
+
+
+def lagging_boundaries(actions, positions):
+    """(boundaries one frame after the actions change, boundaries) of one episode with
+    continuous actions (T, A) and labels (T,): a boundary at frame b lags when the action jump
+    into frame b - 1 is more than twice the jump into b and more than three times the episode's
+    median jump, i.e. the new sub-task's actions began a frame before its label."""
+    a = np.asarray(actions, dtype=np.float64).reshape(len(actions), -1)      # (T, A)
+    jump = np.concatenate([[0.0], np.linalg.norm(np.diff(a, axis=0), axis=1)])   # (T,) into frame t
+    bounds = np.nonzero(np.diff(np.asarray(positions)))[0] + 1
+    bounds = bounds[bounds >= 2]
+    if not len(bounds):
+        return 0, 0
+    typical = np.median(jump[1:]) if len(jump) > 1 else 0.0
+    late = (jump[bounds - 1] > 2 * jump[bounds]) & (jump[bounds - 1] > 3 * typical)
+    return int(late.sum()), int(len(bounds))
 
 
 def _jsonable(key):
@@ -350,6 +427,7 @@ def annotate_dataset(path, out=None, sketches=None, model=None, decoder=annotate
         if hasattr(dataset, "close"):
             dataset.close()
     conf = np.array(list(labeller.confidence.values()))
+    tracking = _key_names(labeller.previous_action_dims(), dataset)
     report = {"format": fmt, "episodes": len(conf), "frames": labeller.frames, "decoder": decoder,
               "model": os.path.abspath(model), "trained": trained is not None,
               "out": os.path.abspath(path if in_place else out), "seconds": round(time.time() - t0, 2),
@@ -360,7 +438,25 @@ def annotate_dataset(path, out=None, sketches=None, model=None, decoder=annotate
         report["agreement_with_existing_labels"] = labeller.agree / labeller.compared
     if page is not None:
         report["page"] = page
+    if tracking:
+        report["previous_action_keys"] = tracking
+    lagging = [r for r in report["review"] if "one frame after" in r.get("note", "")]
+    report["lagging_episodes"] = len(lagging)
     return report
+
+
+def _key_names(dims, dataset):
+    """previous_action_dims' hits as [{"key", "dim", "action_dim", "r_previous", "r_current"}],
+    the state dimension named by the dataset's state key (and the index within it)."""
+    widths = list(getattr(dataset, "state_dims", []) or [])
+    keys = list(getattr(dataset, "state_keys", []) or [])
+    starts = np.cumsum([0] + widths)
+    out = []
+    for d, j, r_prev, r_now in dims:
+        k = int(np.searchsorted(starts, d, side="right") - 1) if widths else -1
+        name = f"{keys[k]}[{d - starts[k]}]" if 0 <= k < len(keys) else f"state[{d}]"
+        out.append({"key": name, "action_dim": j, "r_previous": round(r_prev, 4), "r_current": round(r_now, 4)})
+    return out
 
 
 def _shape_probe(dataset, plan, model):
