@@ -9,9 +9,12 @@ action accuracy on the held-out set and on the training set. For the feature exp
 accuracy by the rule of feature_plan that decided each held-out step.
 
     python bench/craft_realisability.py --out results/craft/realisability [--workers 2]
+    python bench/craft_realisability.py --out results/craft/realisability --epochs 150 --patience 20 --l2 1e-4
 
 Writes OUT/realisability.json (every figure) and OUT/realisability.md (the tables, which
-tables() rebuilds from the JSON); runs resume from OUT/runs/ (not committed).
+tables() rebuilds from the JSON); with another budget than the default (--epochs, --patience),
+OUT/realisability-e<E>-p<P>.json and .md. Runs resume from OUT/runs/ (not committed): a model
+found there is used only if it was trained with the same config on the same data.
 """
 import argparse
 import collections
@@ -81,40 +84,61 @@ def dataset(out, expert, n, seed):
     return demos
 
 
-def run(out, expert, l2):
-    """One clone: its figures (a dict)."""
+def run(out, expert, l2, epochs=EPOCHS, patience=EPOCHS):
+    """One clone: its figures (a dict). patience = epochs: no early stop."""
     demos, held = dataset(out, expert, N_TRAIN, TRAIN_SEED), dataset(out, expert, N_HELD, HELD_SEED)
-    cfg = config_mod.load("craft", overrides=[f"epochs={EPOCHS}", f"patience={EPOCHS}", f"act_l2={l2}",
+    cfg = config_mod.load("craft", overrides=[f"epochs={epochs}", f"patience={patience}", f"act_l2={l2}",
                                               f"stop_l2={l2}"], algo="gtbc", seed=0)
-    run_dir = os.path.join(out, "runs", f"gtbc-{expert}-l2-{l2:g}")
+    budget = "" if (epochs, patience) == (EPOCHS, EPOCHS) else f"-e{epochs}-p{patience}"
+    run_dir = os.path.join(out, "runs", f"gtbc-{expert}-l2-{l2:g}{budget}")
     model_dir = os.path.join(run_dir, "model")
     if os.path.exists(os.path.join(model_dir, "model.json")):          # trained before: the same run?
         model = model_mod.load(model_dir)
-        same = {k: v for k, v in model.info.get("data", {}).items() if k != "collected_on"} == \
-            {k: v for k, v in demos.meta.items() if k != "collected_on"}
+        volatile = ("collected_on", "format_version")     # set by collect / by data.load
+        same = {k: v for k, v in model.info.get("data", {}).items() if k not in volatile} == \
+            {k: v for k, v in demos.meta.items() if k not in volatile}
         if model.config != asdict(cfg) or not same:
             raise ValueError(f"{model_dir}: trained with another config or data; remove it")
     else:
         model = train.train(demos, cfg, out_dir=run_dir, log=io.StringIO(), overwrite=True)
-    figures = {"expert": expert, "l2": l2, "epochs": EPOCHS,
+    history = [h for h in model.info["history"] if h["stage"] == "policy"]
+    figures = {"expert": expert, "l2": l2, "epochs": epochs, "patience": patience, "epochs_run": len(history),
                "held_out": evaluate.action_accuracy(model, held),
                "training_data": evaluate.action_accuracy(model, demos),
                "best_held_out_loss": min(h["held_out_loss"] for h in model.info["history"]
                                          if h["stage"] == "policy")}
+    figures["held_out_steps"] = int(held.traj_len.sum())
     if expert == "features":
         figures["by_rule"] = by_rule(model, held)
     return figures
 
 
+def wilson(k, n, z=1.96):
+    """95 % Wilson interval of k successes in n."""
+    p = k / n
+    centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
 def tables(figures):
     """The markdown tables of figures (the JSON's content)."""
-    lines = [f"GT-BC, {N_TRAIN} demonstrations (collect seed {TRAIN_SEED}), {EPOCHS} epochs of the Craft "
-             f"config; action accuracy on {N_HELD} held-out demonstrations (seed {HELD_SEED}) of the "
-             "same expert and on the training data.", "",
-             "| expert | L2 | held-out | training data |", "|---|---|---:|---:|"]
+    first = figures["runs"][0]
+    epochs, patience = first.get("epochs", EPOCHS), first.get("patience", EPOCHS)
+    budget = (f"{epochs} epochs of the Craft config" if patience >= epochs else
+              f"the Craft config's training (at most {epochs} epochs, early stopping with patience {patience} "
+              "on the 300 demonstrations kept aside)")
+    lines = [f"GT-BC, {N_TRAIN} demonstrations (collect seed {TRAIN_SEED}), {budget}; action accuracy on "
+             f"{N_HELD} held-out demonstrations (seed {HELD_SEED}) of the same expert and on the training data.",
+             "", "| expert | L2 | epochs run | held-out [95 % Wilson over steps] | training data |",
+             "|---|---|---:|---:|---:|"]
     for f in figures["runs"]:
-        lines.append(f"| {f['expert']} | {f['l2']:g} | {100 * f['held_out']:.1f} % | "
-                     f"{100 * f['training_data']:.1f} % |")
+        steps = sum(v[0] for v in f["by_rule"].values()) if "by_rule" in f else f.get("held_out_steps")
+        interval = ""
+        if steps:
+            lo, hi = wilson(round(f["held_out"] * steps), steps)
+            interval = f" [{100 * lo:.1f}, {100 * hi:.1f}]"
+        lines.append(f"| {f['expert']} | {f['l2']:g} | {f.get('epochs_run', f.get('epochs', EPOCHS))} | "
+                     f"{100 * f['held_out']:.1f} %{interval} | {100 * f['training_data']:.1f} % |")
     for f in figures["runs"]:
         if "by_rule" in f:
             total = sum(v[0] for v in f["by_rule"].values())
@@ -131,18 +155,25 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="folder for realisability.json/.md and runs/")
     ap.add_argument("--workers", type=int, default=1, help="clones trained at once (processes)")
+    ap.add_argument("--epochs", type=int, default=EPOCHS, help="epochs of every clone")
+    ap.add_argument("--patience", type=int, default=None,
+                    help="early stopping's patience (default: --epochs, i.e. none)")
+    ap.add_argument("--l2", type=float, nargs="+", default=list(L2S), help="L2 penalties, each a clone per expert")
+    ap.add_argument("--experts", nargs="+", choices=EXPERTS, default=list(EXPERTS))
     args = ap.parse_args(argv)
+    patience = args.epochs if args.patience is None else args.patience
     os.makedirs(os.path.join(args.out, "runs"), exist_ok=True)
-    for expert in EXPERTS:                            # collected once, before the clones share them
+    for expert in args.experts:                       # collected once, before the clones share them
         dataset(args.out, expert, N_TRAIN, TRAIN_SEED), dataset(args.out, expert, N_HELD, HELD_SEED)
-    jobs = [(args.out, e, l2) for l2 in L2S for e in EXPERTS]
+    jobs = [(args.out, e, l2, args.epochs, patience) for l2 in args.l2 for e in args.experts]
     with concurrent.futures.ProcessPoolExecutor(args.workers) as pool:
         runs = list(pool.map(run, *zip(*jobs)))
     figures = {"runs": runs}
-    files.write_bytes(os.path.join(args.out, "realisability.json"),
+    stem = "realisability" + ("" if (args.epochs, patience) == (EPOCHS, EPOCHS) else f"-e{args.epochs}-p{patience}")
+    files.write_bytes(os.path.join(args.out, f"{stem}.json"),
                       (json.dumps(figures, indent=1, sort_keys=True) + "\n").encode())
     text = tables(figures)
-    files.write_bytes(os.path.join(args.out, "realisability.md"), text.encode())
+    files.write_bytes(os.path.join(args.out, f"{stem}.md"), text.encode())
     print(text)
 
 
