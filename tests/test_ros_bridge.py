@@ -1040,14 +1040,16 @@ def test_lifecycle_transitions(nodes, listener, msgs, tmp_path):
 
 
 @pytest.mark.slow
-def test_sigterm_mid_pin_always_ends_with_a_zero_command(nodes, listener):
-    """SIGTERM (systemd, docker stop) at a random moment of a running PIN: the node exits 0 and
-    the last command a subscriber in another process receives is zeros (the node waits for the
-    subscribers' acknowledgement before it destroys its publisher). bench/bench_bridge.py
-    --sigterm runs the 100-trial campaign."""
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_mid_pin_always_ends_with_a_zero_command(nodes, listener, sig):
+    """SIGTERM (systemd, docker stop), SIGINT (Ctrl-C, the launch's own shutdown) or SIGHUP at a
+    random moment of a running PIN: the node exits 0 and the last command a subscriber in
+    another process receives is zeros (the node waits for the subscribers' acknowledgement
+    before it destroys its publisher). bench/bench_bridge.py --sigterm runs the 100-trial
+    campaign."""
     sim = nodes.start("sim_node")
-    rng = np.random.default_rng(0)
-    for trial in range(5):
+    rng = np.random.default_rng(int(sig))
+    for trial in range(3):
         t_start = time.monotonic()
         policy = nodes.start("policy_node")
         listener.wait_for(lambda: listener.status_after(t_start, lambda s: s.get("joint_state_age") is not None
@@ -1058,11 +1060,11 @@ def test_sigterm_mid_pin_always_ends_with_a_zero_command(nodes, listener):
                           "the PIN running", nodes.log(policy))
         time.sleep(rng.uniform(0.1, 2.5))
         t_sig = time.monotonic()
-        policy.send_signal(signal.SIGTERM)
+        policy.send_signal(sig)
         assert policy.wait(timeout=30) == 0, nodes.log(policy)
         time.sleep(0.3)
         after = [c for t, c in list(listener.commands) if t >= t_sig]
-        assert after and not any(after[-1]), f"trial {trial}: the last command after SIGTERM is {after[-1:]}"
+        assert after and not any(after[-1]), f"trial {trial}: the last command after {sig.name} is {after[-1:]}"
         assert any(any(c) for t, c in list(listener.commands) if t_send <= t < t_sig), "no PIN was running"
     assert sim.poll() is None
 
