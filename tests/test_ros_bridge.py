@@ -1070,6 +1070,47 @@ def test_a_signal_mid_pin_always_ends_with_a_zero_command(nodes, listener, sig):
 
 
 @pytest.mark.slow
+def test_an_exception_that_ends_the_spin_still_sends_the_zero_command(install, listener, tmp_path):
+    """An exception that escapes the node's callbacks (here: the diagnostics timer, made to
+    raise once the node has run for 6 s, while a run goes on) ends the spin; on its way out the node still publishes the zero
+    command and waits for its acknowledgement, and a subscriber in another process (this one)
+    receives it last; the process then exits with the error."""
+    model = saved_model(tmp_path / "m", act_bias=1e3, stop_bias=-50.0)
+    code = ("import sys, time\n"
+            "from taco_bridge import policy_node as p\n"
+            "start = time.monotonic()\n"
+            "real = p.PolicyNode.publish_diagnostics\n"
+            "def failing(self):\n"
+            "    if self.ctl is not None and self.ctl.run is not None and time.monotonic() - start > 6:\n"
+            "        raise RuntimeError('injected fault')\n"
+            "    return real(self)\n"
+            "p.PolicyNode.publish_diagnostics = failing\n"
+            f"sys.exit(p.main(['--ros-args', '-p', 'autostart:=true', '-p', 'model:={model}', "
+            "'-p', 'max_subtask_time:=100.0']))\n")
+    (tmp_path / "node.py").write_text(code)
+    log = open(tmp_path / "node.log", "w")
+    proc = subprocess.Popen(["bash", "-c", f"source '{install}/setup.bash' && exec '{sys.executable}' "
+                             f"'{tmp_path / 'node.py'}'"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        listener.fake_q = (list(dial.JOINTS), PLAUSIBLE_Q)
+        listener.wait_subscribed(timeout=120)
+        listener.wait_joint_states()
+        t_send = listener.send("3 1")
+        listener.wait_for(lambda: any(t >= t_send and any(c) for t, c in list(listener.commands)), 10.0,
+                          "commands of the run")
+        assert proc.wait(timeout=60) != 0
+        time.sleep(0.3)
+        after = [c for t, c in list(listener.commands) if t >= t_send]
+        assert after and not any(after[-1]), f"the last command is {after[-1:]}"
+        text = open(tmp_path / "node.log").read()
+        assert "injected fault" in text, text[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+
+
+@pytest.mark.slow
 def test_a_model_that_does_not_load_fails_configure(nodes, listener, tmp_path):
     """Without autostart the node comes up unconfigured; configure with a missing model fails,
     says why on taco/status and /diagnostics (ERROR), and the node stays unconfigured. With
