@@ -12,9 +12,9 @@ command; it never waits for a joint state, a press or a client. Its bounds:
 - **Joint-state staleness.** A command stays in force until the next tick, one control period
   later, and reaches the controller DELIVERY_MARGIN after it is sent at the latest (DDS on one
   machine takes 1-2 ms; on a 2-core machine at load 3-6, transport and a late timer together
-  took up to 12 ms: bench/bench_bridge.py --frozen), so a joint state may drive a command only if it will still be younger
-  than joint_state_timeout when the next tick's command arrives: age + period + DELIVERY_MARGIN
-  <= timeout (`usable`). At the first tick where no such state exists the run ends (zeros): with
+  took up to 12 ms: bench/bench_bridge.py --frozen), so a joint state may drive a command only
+  if it will still be younger than joint_state_timeout when the next tick's command arrives:
+  age + period + DELIVERY_MARGIN <= timeout (`usable`). At the first tick where no such state exists the run ends (zeros): with
   ticks on time, the zero command is sent within joint_state_timeout - DELIVERY_MARGIN of the
   last joint state and arrives within joint_state_timeout, and no command is ever in force on a
   state older than that. A sketch that starts before any fresh joint state gets the same
@@ -368,7 +368,8 @@ class Controller:
             action = self.runner.step(obs, now, may_stop=pressed)
             if self.runner.state == 'running' and self.runner.active != active:
                 if self.press_rule.begin(obs, self.runner.sketch[self.runner.active]):
-                    action = self.release_action(obs, self.press_rule.digit)  # same key again: lift off it first
+                    # the same key again: lift off it first
+                    action = self.release_action(obs, self.press_rule.digit)
         if self.runner.state == 'running':
             k = self.runner.sketch[self.runner.active]
             run.stop_probability = policy.stop_probability(self.model.params, self.model.policy, k, obs)
@@ -502,7 +503,6 @@ def run_offline(ctl, env, sketch, step):
             break
         step(command)
     return run
-
 
 
 def keypad_offline(ctl, env, runs, step, steps=None):

@@ -8,7 +8,8 @@ learned to push down (the expert's rule 1: within PRESS_RADIUS of the target, de
 "7 7 2" the second 7 cannot tell "just pressed 7" from "press 7 again": it stops one step after
 the first 7, or, if it did not stop, it would push on a key that is already down and never
 re-arms. The training PINs never repeat a digit back to back (taco_sim.dial.sample_sketches).
-Two domain rules, both functions of the observation alone, make the second press explicit:
+Two domain rules, both functions of the observation alone, make the second press explicit,
+and a third keeps one run's press from being credited to the next:
 
 1. **Release step.** When a sub-task starts with its own key still down (the previous sub-task
    pressed the same key), the policy node first runs the sub-policy of another digit, the one
