@@ -14,10 +14,10 @@ command; it never waits for a joint state, a press or a client. Its bounds:
   machine takes 1-2 ms; on a 2-core machine at load 3-6, transport and a late timer together
   took up to 12 ms: bench/bench_bridge.py --frozen), so a joint state may drive a command only
   if it will still be younger than joint_state_timeout when the next tick's command arrives:
-  age + period + DELIVERY_MARGIN <= timeout (`usable`). At the first tick where no such state exists the run ends (zeros): with
-  ticks on time, the zero command is sent within joint_state_timeout - DELIVERY_MARGIN of the
-  last joint state and arrives within joint_state_timeout, and no command is ever in force on a
-  state older than that. A sketch that starts before any fresh joint state gets the same
+  age + period + DELIVERY_MARGIN <= timeout (`usable`). At the first tick where no such state
+  exists the run ends (zeros): with ticks on time, the zero command is sent within
+  joint_state_timeout - DELIVERY_MARGIN of the last joint state and arrives within
+  joint_state_timeout, and no command is ever in force on a state older than that. A sketch that starts before any fresh joint state gets the same
   allowance from its start.
 - **Inference.** One decision evaluates the active sub-policy's action and STOP nets (two on a
   hand-over, plus the release step's), whose cost is fixed by the model; the tick's duration is
