@@ -17,8 +17,8 @@ command; it never waits for a joint state, a press or a client. Its bounds:
   age + period + DELIVERY_MARGIN <= timeout (`usable`). At the first tick where no such state
   exists the run ends (zeros): with ticks on time, the zero command is sent within
   joint_state_timeout - DELIVERY_MARGIN of the last joint state and arrives within
-  joint_state_timeout, and no command is ever in force on a state older than that. A sketch that starts before any fresh joint state gets the same
-  allowance from its start.
+  joint_state_timeout, and no command is ever in force on a state older than that. A sketch
+  that starts before any fresh joint state gets the same allowance from its start.
 - **Inference.** One decision evaluates the active sub-policy's action and STOP nets (two on a
   hand-over, plus the release step's), whose cost is fixed by the model; the tick's duration is
   measured and reported (`Counters`), and a tick that comes later than 1.5 periods after the one
