@@ -110,6 +110,7 @@ def write_page(path, recorder, review, meta, images=None):
     or None where the dataset has no readable camera images."""
     order = [str(r["episode"]) for r in review]
     by_key = {str(k): rec for k, rec in recorder.episodes.items()}
+    original = {str(k): k for k in recorder.episodes}                   # the dataset's own key
     detailed = [k for k in order if k in by_key]
     detailed += [k for k in by_key if k not in set(detailed)]
     detailed = detailed[:MAX_DETAILED]
@@ -119,8 +120,7 @@ def write_page(path, recorder, review, meta, images=None):
         rec["review"] = k in order
         rec["note"] = next((r.get("note", "") for r in review if str(r["episode"]) == k), "")
         if images is not None:
-            original = next(key for key in recorder.episodes if str(key) == k)
-            rec["images"] = [{"frame": int(t), "src": src} for t, src in images(original, frames_to_show(rec))]
+            rec["images"] = [{"frame": int(t), "src": src} for t, src in images(original[k], frames_to_show(rec))]
         shown.append(rec)
     table = sorted(({"key": k, "confidence": r["confidence"], "T": r["T"], "path": r["path"]}
                     for k, r in by_key.items()), key=lambda r: (r["confidence"], r["key"]))
