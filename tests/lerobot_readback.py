@@ -9,7 +9,10 @@ lerobot's active_at(t, style="subtask") resolves the active sub-task row; the fr
 position is that row's rank among the episode's subtask rows in time order. Writes
 {"frames": [[episode, frame, sub-task name, position, subtask_index, subtask.position], ...],
  "features": {...}, "subtasks": [names by subtask_index], "posterior_shape": [...] or null,
- "confidence": {episode: value} or null}.
+ "confidence": {episode: value} or null,
+ "sarm": [[episode, frame, position, name], ...] or null}: the sub-task lerobot's SARM reward
+model finds for each frame (its find_stage_and_tau on meta/episodes' sparse_subtask_* columns),
+with "sarm_legacy_equal": whether the unprefixed subtask_* columns hold the same.
 """
 import json
 import os
@@ -48,7 +51,21 @@ def main(root, out):
     confidence = None
     if "subtask/confidence" in episodes.column_names:
         confidence = {str(e): c for e, c in zip(episodes["episode_index"], episodes["subtask/confidence"])}
-    result = {"frames": frames, "features": {k: v["dtype"] for k, v in ds.meta.features.items()},
+    sarm, legacy_equal = None, None
+    if "sparse_subtask_names" in episodes.column_names:
+        from lerobot.rewards.sarm.sarm_utils import find_stage_and_tau
+        sarm, legacy_equal = [], True
+        columns = ("subtask_names", "subtask_start_frames", "subtask_end_frames",
+                   "subtask_start_times", "subtask_end_times")
+        for row in range(len(episodes)):
+            episode, length = int(episodes["episode_index"][row]), int(episodes["length"][row])
+            names, starts, ends = (list(episodes["sparse_" + c][row]) for c in columns[:3])
+            legacy_equal &= all(list(episodes["sparse_" + c][row]) == list(episodes[c][row]) for c in columns)
+            tokens = [str(i) for i in range(len(names))]        # positions, so a repeated name stays apart
+            for frame in range(length):
+                stage, _ = find_stage_and_tau(frame, length, tokens, starts, ends, tokens, {})
+                sarm.append([episode, frame, stage, names[stage]])
+    result = {"frames": frames, "sarm": sarm, "sarm_legacy_equal": legacy_equal, "features": {k: v["dtype"] for k, v in ds.meta.features.items()},
               "subtasks": list(subtasks.index), "posterior_shape": shape,
               "confidence": confidence, "episodes": ds.meta.total_episodes, "fps": ds.meta.fps,
               "tasks": list(ds.meta.tasks.index)}

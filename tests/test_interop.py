@@ -82,6 +82,28 @@ def test_prop_subtask_rows_resolve_to_the_labels(seg, fps):
     np.testing.assert_array_equal(back, positions)
 
 
+def plain_sarm_stage(frame, starts, ends):
+    """lerobot SARM's rule written plainly (its sarm_utils.find_stage_and_tau): the first
+    sub-task whose start <= frame <= end, both ends inclusive."""
+    return next((i for i, (a, e) in enumerate(zip(starts, ends)) if a <= frame <= e), None)
+
+
+@given(segmentations(), st.sampled_from([2, 10, 30]), st.floats(0, 100))
+def test_prop_sarm_columns_give_every_frame_its_own_subtask(seg, fps, t0):
+    """spec/interop.md eq. (5): one entry per segment; SARM's inclusive rule puts every frame
+    in its own segment and no frame in two; times are seconds from the episode's first frame."""
+    sketch, positions = seg
+    timestamps = t0 + np.arange(len(positions)) / fps
+    cols = lab.sarm_segments(sketch, positions, timestamps)
+    starts, ends = cols["subtask_start_frames"], cols["subtask_end_frames"]
+    assert cols["subtask_names"] == sketch and len(starts) == len(ends) == len(sketch)
+    for f, p in enumerate(positions):
+        assert plain_sarm_stage(f, starts, ends) == p
+        assert sum(a <= f <= e for a, e in zip(starts, ends)) == 1
+    np.testing.assert_allclose(cols["subtask_start_times"], np.array(starts) / fps, atol=1e-9)
+    np.testing.assert_allclose(cols["subtask_end_times"], np.array(ends) / fps, atol=1e-9)
+
+
 def plain_mimicgen_parse(signals, sketch, T):
     """MimicGen's source-demonstration parse written plainly (spec/interop.md §5): for each
     sub-task but the last, the first index f >= the previous end with signal[f] != signal[f-1]
@@ -103,7 +125,7 @@ def plain_mimicgen_parse(signals, sketch, T):
 
 @given(segmentations(min_first=2, adjacent_repeats=False))
 def test_prop_mimicgen_parses_the_signals_back(seg):
-    """spec/interop.md eq. (5), (6): the termination signals are 0/1, rise on the last frame of
+    """spec/interop.md eq. (6), (7): the termination signals are 0/1, rise on the last frame of
     each segment of their sub-task, and MimicGen's parse of them gives back every segment
     (sketches that repeat a sub-task, but never twice in a row, first segment >= 2 frames)."""
     sketch, positions = seg
@@ -126,7 +148,7 @@ def test_prop_mimicgen_parses_the_signals_back(seg):
 
 
 def test_mimicgen_cannot_express_a_sub_task_twice_in_a_row():
-    """spec/interop.md eq. (5), (6): a sub-task named twice in a row, or a first segment of one
+    """spec/interop.md eq. (6), (7): a sub-task named twice in a row, or a first segment of one
     frame, has no signal MimicGen parses back; mimicgen_representable says so, while a repeat
     with another sub-task between is parsed back."""
     twice = (["grasp", "grasp", "lift"], np.array([0, 0, 1, 1, 2, 2]))
@@ -271,6 +293,16 @@ def test_annotate_writes_labels_posteriors_and_confidence(work, fmt, capsys):
         meta_eps = pq.read_table(out / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
         conf = meta_eps.column("subtask/confidence").to_pylist()
         assert conf == pytest.approx([summary["confidence"][str(e)] for e in range(12)], abs=1e-6)
+        # the per-episode sub-task columns lerobot's SARM reads, replaced (not doubled) on re-annotation
+        for prefix in ("sparse_", ""):
+            names = meta_eps.column(prefix + "subtask_names").to_pylist()
+            starts = meta_eps.column(prefix + "subtask_start_frames").to_pylist()
+            ends = meta_eps.column(prefix + "subtask_end_frames").to_pylist()
+            for e, episode in enumerate(episodes):
+                assert names[e] == list(episode.sketch)
+                assert [plain_sarm_stage(f, starts[e], ends[e]) for f in range(len(episode.labels))] == \
+                    episode.labels.tolist()
+        assert len(set(meta_eps.column_names)) == len(meta_eps.column_names)
     else:
         with h5py.File(out, "r") as f:
             g = f["data/demo_0"]

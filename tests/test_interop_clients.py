@@ -110,7 +110,8 @@ def lerobot_python():
 # ------------------------------------------------------------------------------------------
 
 def strip_lerobot(root):
-    """Remove every label column (and its declaration) and meta/subtasks.parquet."""
+    """Remove every label column (and its declaration), meta/episodes' sub-task columns and
+    meta/subtasks.parquet."""
     for path in glob.glob(os.path.join(root, "data", "*", "*.parquet")):
         table = pq.read_table(path)
         pq.write_table(table.drop_columns([c for c in lerobot.ANNOTATION_COLUMNS if c in table.column_names]), path)
@@ -122,6 +123,9 @@ def strip_lerobot(root):
     with open(info_path, "w") as f:
         json.dump(info, f, indent=4)
     os.unlink(os.path.join(root, "meta", "subtasks.parquet"))
+    for path in glob.glob(os.path.join(root, "meta", "episodes", "*", "*.parquet")):
+        table = pq.read_table(path)
+        pq.write_table(table.drop_columns([c for c in lerobot.SARM_COLUMNS if c in table.column_names]), path)
 
 
 def strip_robomimic(path):
@@ -184,7 +188,7 @@ def _annotate(argv):
 
 @pytest.mark.parametrize("domain", ["navworld", "dial"])
 def test_real_lerobot_and_mimicgen_read_the_labels(domain, tmp_path, lerobot_py, capsys):
-    """spec/interop.md eq. (4), (5), (6): labels written by taco annotate from the sketches alone
+    """spec/interop.md eq. (4), (5), (6), (7): labels written by taco annotate from the sketches alone
     are read back by lerobot's LeRobotDataset and active_at, and by MimicGen's parse of the
     termination signals, and agree with the true labels on at least 99 % (Nav-World, TACO
     trained on the dataset) and 97 % (the Dial, shipped model) of the frames."""
@@ -219,6 +223,11 @@ def test_real_lerobot_and_mimicgen_read_the_labels(domain, tmp_path, lerobot_py,
     # lerobot's own API, in its own venv
     back, lerobot_agreement, by_name = _read_with_lerobot(lerobot_py, tmp_path / "ann", truth, tmp_path)
     assert back["episodes"] == demos.n and back["features"]["language_persistent"] == "language"
+    # lerobot's SARM reads the per-episode columns of meta/episodes to the same frame
+    written = {(e, f): (p, name) for e, f, name, p, _, _ in back["frames"]}
+    assert back["sarm"] is not None and back["sarm_legacy_equal"]
+    assert len(back["sarm"]) == len(written)
+    assert all(written[(e, f)] == (p, name) for e, f, p, name in back["sarm"])
     assert back["posterior_shape"] == [s["sketch_len"]] and len(back["confidence"]) == demos.n
 
     # robomimic's layout through h5py, MimicGen's signals parsed as MimicGen parses them

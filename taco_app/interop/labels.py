@@ -135,6 +135,27 @@ def subtask_rows(sketch, positions, timestamps):
             for start, _, pos in segments(positions)]
 
 
+SARM_SUFFIXES = ("subtask_names", "subtask_start_times", "subtask_end_times",
+                 "subtask_start_frames", "subtask_end_frames")
+"""lerobot 0.6's per-episode sub-task columns in meta/episodes (its SARM reward model reads
+them), each written with the prefix "sparse_" and, as lerobot's own writer does, unprefixed."""
+
+
+def sarm_segments(sketch, positions, timestamps):
+    """{suffix: list} of one episode's per-episode sub-task columns, spec/interop.md eq. (5):
+    for each run [a_i, e_i) of equal labels the sub-task's name, its first and last frame
+    (a_i, e_i - 1: lerobot's SARM counts frame f in sub-task i when start_i <= f <= end_i, so
+    the end is inclusive and runs never share a frame), and the same frames as seconds from
+    the episode's first frame, read from the timestamp column."""
+    runs = segments(positions)
+    ts = np.asarray(timestamps, dtype=np.float64)
+    return {"subtask_names": [sketch[pos] for _, _, pos in runs],
+            "subtask_start_times": [float(ts[a] - ts[0]) for a, _, _ in runs],
+            "subtask_end_times": [float(ts[b - 1] - ts[0]) for _, b, _ in runs],
+            "subtask_start_frames": [int(a) for a, _, _ in runs],
+            "subtask_end_frames": [int(b - 1) for _, b, _ in runs]}
+
+
 def labels_from_rows(rows, timestamps, what):
     """(sketch names, (T,) positions) of an episode from its language_persistent rows: the
     style "subtask" rows in time order are the sketch, and each frame is at the row active at
@@ -177,12 +198,12 @@ def runs_to_sketch(ids, names, what):
 
 
 # ------------------------------------------------------------------------------------------
-# MimicGen: datagen_info/subtask_term_signals (spec/interop.md eq. (5), (6))
+# MimicGen: datagen_info/subtask_term_signals (spec/interop.md eq. (6), (7))
 # ------------------------------------------------------------------------------------------
 
 def mimicgen_signals(sketch, positions):
     """{sub-task name: (T,) int64 0/1} termination signals of one episode, spec/interop.md
-    eq. (5): the signal of a sketch step's sub-task rises on the step's last frame and stays 1
+    eq. (6): the signal of a sketch step's sub-task rises on the step's last frame and stays 1
     until the frame before the frame before the same sub-task's next step begins (so that a
     sub-task named twice rises twice, and the fall is never taken for the second rise)."""
     T = len(positions)
@@ -197,7 +218,7 @@ def mimicgen_signals(sketch, positions):
 
 
 def mimicgen_segments(signals, sketch, length):
-    """MimicGen's parse of a source demonstration, spec/interop.md eq. (6): for each sketch step
+    """MimicGen's parse of a source demonstration, spec/interop.md eq. (7): for each sketch step
     but the last, the first frame f >= the previous step's end at which its sub-task's signal
     changes (any nonzero difference s[f] - s[f-1]) ends the step at f + 1; the last step ends
     with the demonstration. Returns the list of [start, end) per step, or None where a signal

@@ -14,7 +14,9 @@ per segment; lerobot's active_at(t, style="subtask") resolves the one active at 
 it, `subtask_index` (the sub-task's index in meta/subtasks.parquet, as lerobot 0.4.4-0.5 wrote
 it), `subtask.position` (the sketch position), and for an annotation `subtask.posterior`
 (float32, one entry per sketch position, 0 beyond the episode's sketch) and `subtask.stop`;
-meta/episodes gains `subtask/confidence` and meta/subtask_annotation.json the summary.
+meta/episodes gains the per-episode sub-task columns lerobot's SARM reads (names, first and
+last frames, times: `sparse_subtask_*` and `subtask_*`), an annotation's `subtask/confidence`,
+and meta/subtask_annotation.json the summary.
 """
 import json
 import os
@@ -27,8 +29,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from taco_ref import files
-from taco_app.interop.labels import (Episode, EpisodeInfo, InteropError, SUBTASK_STYLE, labels_from_rows,
-                                     runs_to_sketch, subtask_rows)
+from taco_app.interop.labels import (SARM_SUFFIXES, Episode, EpisodeInfo, InteropError, SUBTASK_STYLE,
+                                     labels_from_rows, runs_to_sketch, sarm_segments, subtask_rows)
 
 CODEBASE_VERSION = "v3.0"
 DEFAULT_STATE_KEYS = ("observation.state",)
@@ -44,6 +46,13 @@ ANNOTATION_COLUMNS = LABEL_COLUMNS + (POSTERIOR, STOP)
 """... and an annotation's posteriors."""
 CONFIDENCE = "subtask/confidence"
 """The per-episode confidence's column in meta/episodes."""
+SARM_PREFIX = "sparse_"
+SARM_COLUMNS = tuple(SARM_PREFIX + s for s in SARM_SUFFIXES) + SARM_SUFFIXES
+"""The per-episode sub-task columns of meta/episodes (labels.sarm_segments), as lerobot 0.6's
+annotator writes them: "sparse_"-prefixed and the unprefixed names its SARM falls back to."""
+SARM_TYPES = {"subtask_names": pa.list_(pa.string()), "subtask_start_times": pa.list_(pa.float64()),
+              "subtask_end_times": pa.list_(pa.float64()), "subtask_start_frames": pa.list_(pa.int64()),
+              "subtask_end_frames": pa.list_(pa.int64())}
 SUMMARY_FILE = "meta/subtask_annotation.json"
 INFO, TASKS, SUBTASKS, STATS = "meta/info.json", "meta/tasks.parquet", "meta/subtasks.parquet", "meta/stats.json"
 EPISODES_DIR = "meta/episodes"
@@ -463,7 +472,7 @@ class Dataset:
         rewritten |= {os.path.abspath(os.path.join(self.root, p)) for p in (INFO, SUBTASKS, SUMMARY_FILE)}
         rewritten |= {os.path.abspath(p) for p in _glob_parquet(os.path.join(self.root, EPISODES_DIR))}
         _copy_tree(self.root, tmp, skip=rewritten, link=link)
-        confidences = {}
+        confidences, sarm = {}, {}
         for path in self.data_files:
             dest = os.path.join(tmp, os.path.relpath(path, self.root))
             os.makedirs(os.path.dirname(dest), exist_ok=True)
@@ -487,12 +496,13 @@ class Dataset:
                         writer.write_table(part_table.select(schema.names))   # one row group per episode
                         if lab.confidence is not None:
                             confidences[ref.episode] = float(lab.confidence)
+                        sarm[ref.episode] = sarm_segments(lab.sketch, lab.positions, ep.timestamps)
                         offset += ref.length
             finally:
                 writer.close()
-        self._write_meta(tmp, vocab, confidences, posterior_width, summary_fn() if summary_fn else None)
+        self._write_meta(tmp, vocab, confidences, sarm, posterior_width, summary_fn() if summary_fn else None)
 
-    def _write_meta(self, tmp, vocab, confidences, posterior_width, summary):
+    def _write_meta(self, tmp, vocab, confidences, sarm, posterior_width, summary):
         info = json.loads(json.dumps(self.info))
         features = {k: v for k, v in info["features"].items() if k not in ANNOTATION_COLUMNS}
         features.update(label_features(posterior_width))
@@ -501,17 +511,30 @@ class Dataset:
         write_names_table(os.path.join(tmp, SUBTASKS), "subtask_index", "subtask", vocab)
         for path in _glob_parquet(os.path.join(self.root, EPISODES_DIR)):
             table = _read_table(path, "episode metadata")
-            if CONFIDENCE in table.column_names:
-                table = table.drop_columns([CONFIDENCE])
-            if confidences and "episode_index" in table.column_names:
-                values = [confidences.get(e, float("nan")) for e in table.column("episode_index").to_pylist()]
-                table = table.append_column(pa.field(CONFIDENCE, pa.float64()), pa.array(values, pa.float64()))
+            table = table.drop_columns([c for c in (CONFIDENCE,) + SARM_COLUMNS if c in table.column_names])
+            if "episode_index" in table.column_names:
+                index = table.column("episode_index").to_pylist()
+                if confidences:
+                    values = [confidences.get(e, float("nan")) for e in index]
+                    table = table.append_column(pa.field(CONFIDENCE, pa.float64()), pa.array(values, pa.float64()))
+                table = _with_sarm_columns(table, [sarm.get(e) for e in index])
             dest = os.path.join(tmp, os.path.relpath(path, self.root))
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             pq.write_table(table, dest)
         if summary is not None:
             files.write_bytes(os.path.join(tmp, SUMMARY_FILE),
                               (json.dumps(summary, indent=1, sort_keys=True) + "\n").encode())
+
+
+def _with_sarm_columns(table, segments):
+    """table (meta/episodes rows) with the SARM_COLUMNS appended; segments: per row the
+    labels.sarm_segments dict, or None for an episode without labels (null cells)."""
+    for prefix in (SARM_PREFIX, ""):
+        for suffix in SARM_SUFFIXES:
+            values = [None if s is None else s[suffix] for s in segments]
+            table = table.append_column(pa.field(prefix + suffix, SARM_TYPES[suffix]),
+                                        pa.array(values, SARM_TYPES[suffix]))
+    return table
 
 
 def _finite(values, keys, what):
@@ -758,7 +781,7 @@ def _export_into(tmp, demos, fps, tasks, data_file_mb):
         + [pa.field(k, pa.float32() if k == "timestamp" else pa.int64()) for k in FRAME_COLUMNS]),
         ["observation.state", "action", *FRAME_COLUMNS], None)
     numeric = ["observation.state", "action", *FRAME_COLUMNS, SUBTASK_INDEX, POSITION]
-    per_episode, all_values = [], {k: [] for k in numeric}
+    per_episode, sarm, all_values = [], [], {k: [] for k in numeric}
     chunk_i = file_i = 0
     writer, written_bytes, index = None, 0, 0
     try:
@@ -807,11 +830,12 @@ def _export_into(tmp, demos, fps, tasks, data_file_mb):
             row["meta/episodes/chunk_index"] = 0
             row["meta/episodes/file_index"] = 0
             per_episode.append(row)
+            sarm.append(sarm_segments(sketch, positions, timestamps))
             index += Tn
     finally:
         if writer is not None:
             writer.close()
-    episodes = pa.Table.from_pylist(per_episode)
+    episodes = _with_sarm_columns(pa.Table.from_pylist(per_episode), sarm)
     path = os.path.join(tmp, EPISODES_PATH.format(chunk_index=0, file_index=0))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     pq.write_table(episodes, path)
