@@ -408,3 +408,29 @@ def test_targeted_preemptions_never_end_in_a_false_error():
     finally:
         keypad.key_in_reach = saved
     assert off.count("error") >= 1, off
+
+
+def test_a_finger_within_reach_needs_several_steps_to_press(tmp_path, capsys):
+    """The hand-over rule's premise (keypad.REACH_HEIGHT, REACH_RADIUS): in expert
+    demonstrations and in the shipped model's rollouts, a finger that comes within reach of a
+    key takes several control steps to press it, so a new run's sub-policy can turn away;
+    the fingertip is under the key's top at the pressing step. With reach set far too small,
+    the bench sees presses begin from out of reach, so the figure can fail."""
+    import json
+    bench = load_bench("dial_approach_heights")
+    out = tmp_path / "heights.json"
+    bench.main(["--demos", "8", "--n-tasks", "2", "--model", taco_sim.get("dial").models["default"],
+                "--out", str(out)])
+    capsys.readouterr()
+    figures = json.loads(out.read_text())["sources"]
+    assert len(figures) == 2
+    for s in figures.values():
+        assert s["n_presses"] >= 8 and s["steps_in_reach"]["min"] >= 5, s["steps_in_reach"]
+        assert s["height"][0][2] < 0 < s["height"][5][2]                   # medians, mm
+    real = keypad.REACH_HEIGHT
+    keypad.REACH_HEIGHT = 0.005
+    try:
+        assert bench.summary(bench.demo_approaches(bench.timing.instrumented_demos(2, 1)))[
+            "steps_in_reach"]["min"] <= 2
+    finally:
+        keypad.REACH_HEIGHT = real

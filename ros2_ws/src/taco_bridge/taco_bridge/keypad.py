@@ -30,10 +30,11 @@ and a third keeps one run's press from being credited to the next:
    with the fingertip within reach of a key (`key_in_reach`: over it, within REACH_RADIUS of
    its centre, and less than REACH_HEIGHT above its top) first lifts off it with the release
    step's sub-policy, until the finger is out of reach (`out_of_reach`), and a press of that
-   key registered before then belongs to the run before (`Handover`). In the demonstrations
-   the finger descends about 7 mm a control step and is 35-45 mm above the key 300 ms before
-   it registers; from above REACH_HEIGHT it takes at least seven steps to reach a press, and
-   the new run's own sub-policy decides each of them.
+   key registered before then belongs to the run before (`Handover`). The finger descends
+   5-7 mm a control step towards a key and is 39-43 mm above it (median) 7 steps before the
+   pressing step; a finger that comes within reach takes at least 6 steps to press (expert
+   demonstrations and the shipped models: bench/dial_approach_heights.py), and the new run's
+   own sub-policy decides each of them.
 
 The geometry. With obs = concat(q (9,), (key_pos - fingertip) (K, 3)) (taco_sim.dial.observe),
 key k's offset gives the fingertip's height above the key's rest top and its horizontal distance
