@@ -7,6 +7,7 @@ HERE = Path(__file__).resolve().parent
 # the alignment conformance kit's vectors: the JSON cases, formula.py (expands their compact
 # inputs) and README.md (their definition); they live in spec/vectors/ with the spec
 VECTORS = ("*.json", "formula.py", "README.md")
+DIAL = ["mujoco>=3.2", "scipy>=1.11"]
 
 
 class BuildPyWithVectors(build_py):
@@ -44,18 +45,23 @@ setup(
     # the domains' training configs and shipped models are package data: found after any install
     package_data={"taco_sim": ["configs/*.yaml"], "taco_sim.dial": ["*.xml", "models/*/*"],
                   "taco_sim.craft": ["*.yaml"]},
-    install_requires=["numpy>=1.26", "scipy>=1.11", "pyyaml>=6", "mujoco>=3.2"],
+    # the core, the CLI, Nav-World, Craft and the conformance kit need NumPy and PyYAML only
+    install_requires=["numpy>=1.26", "pyyaml>=6"],
     extras_require={
+        # the Dial (MuJoCo physics, SciPy's least squares for its inverse kinematics); SciPy also
+        # gives the reports' t intervals over seeds
+        "dial": DIAL,
         # matplotlib: the picture code (alignment plots, rollout sheets and GIFs) is tested too
-        "test": ["pytest>=8", "hypothesis>=6.100", "autograd>=1.7", "matplotlib>=3.8"],
+        "test": ["pytest>=8", "hypothesis>=6.100", "autograd>=1.7", "matplotlib>=3.8"] + DIAL,
         "plot": ["matplotlib>=3.8"],
         # the experiment grid on a Dask cluster (`taco experiment --scheduler`); also the `dask` command
         "dist": ["distributed>=2024.1"],
         # reading and writing the ecosystem's robot datasets (`taco annotate`, `taco export`):
         # LeRobot v3 (Parquet through pyarrow) and robomimic / MimicGen (HDF5 through h5py)
         "interop": ["pyarrow>=14", "h5py>=3.8"],
-        # ROS 2 from PyPI wheels (real rclpy with Fast DDS), for the ros2_ws bridge
-        "ros": ["ros-rclpy", "ros-std-msgs", "ros-sensor-msgs", "ros-rmw-fastrtps-cpp",
+        # ROS 2 from PyPI wheels (real rclpy with Fast DDS), for the ros2_ws bridge (its
+        # simulator is the Dial's)
+        "ros": DIAL + ["ros-rclpy", "ros-std-msgs", "ros-sensor-msgs", "ros-rmw-fastrtps-cpp",
                 "ros-lifecycle-msgs", "ros-diagnostic-msgs", "ros-action-msgs",
                 "colcon-core", "colcon-ros", "colcon-bash", "colcon-cmake",
                 # colcon builds the action's interface package (ros2_ws/src/taco_bridge_msgs):

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from taco_ref import algorithms, evaluate
 from taco_app.cells import load_results
+from taco_app.stats import t_quantile
 
 MARGIN = 5.0
 """Points within which "approaches" and "the paper's figure" count as met."""
@@ -145,7 +145,7 @@ def _t_interval(values):
     mean = float(v.mean())
     if len(v) < 2:
         return mean, None, None
-    half = float(scipy_stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)))
+    half = float(t_quantile(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)))
     return mean, mean - half, mean + half
 
 

@@ -35,7 +35,7 @@ import inspect  # noqa: E402
 
 import taco_sim  # noqa: E402
 from taco_sim.domain import (MAX_COLLECT, MAX_DART_SIGMA, MAX_SKETCH_LEN, MAX_WORKERS,  # noqa: E402
-                             RenderingUnavailable)
+                             MissingPackage, RenderingUnavailable)
 from taco_ref import algorithms, data, evaluate, model as model_mod, runner, train  # noqa: E402
 from taco_ref.config import PROTOCOLS  # noqa: E402
 from taco_ref import files as files_mod  # noqa: E402
@@ -832,7 +832,7 @@ def main(argv=None):
         return fail(_one_line(err), EXIT_DIVERGED)
     except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as err:
         return fail(_one_line(err), EXIT_BAD_INPUT)                         # bad input
-    except RenderingUnavailable as err:         # no offscreen OpenGL on this machine
+    except (RenderingUnavailable, MissingPackage) as err:   # no offscreen OpenGL; no MuJoCo or SciPy
         return fail(_one_line(err), EXIT_IO)
     except OSError as err:                      # full or read-only disk, permissions
         where = f" {err.filename}" if err.filename else ""

@@ -5,11 +5,11 @@ import os
 import re
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 import taco_sim
 from taco_ref import algorithms, align, evaluate, files
 from taco_app import plots
+from taco_app.stats import t_quantile
 from taco_app.cells import load_failures, load_results
 
 ALGOS = algorithms.names()
@@ -144,7 +144,7 @@ def paired_table(results, first="taco", second="gtbc"):
             shown.append(f"{100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]")
         mean = float(np.mean(diffs))
         if len(diffs) > 1:
-            half = float(scipy_stats.t.ppf(0.975, len(diffs) - 1) * np.std(diffs, ddof=1) / np.sqrt(len(diffs)))
+            half = float(t_quantile(0.975, len(diffs) - 1) * np.std(diffs, ddof=1) / np.sqrt(len(diffs)))
             over = f"{mean:+.1f} [{mean - half:+.1f}, {mean + half:+.1f}]"
         else:
             over = f"{mean:+.1f}"
@@ -451,3 +451,4 @@ def main(argv=None):
 
 if __name__ == "__main__":
     raise SystemExit(main())
+

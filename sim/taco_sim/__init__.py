@@ -3,9 +3,11 @@ contract of taco_sim.domain: ``taco_sim.get("navworld")`` is the Domain, ``taco_
 lists them."""
 import numpy as np
 
-from taco_sim.domain import Domain, get, names, package_file, register, shipped_models
+from taco_sim.domain import (Domain, DomainUnavailable, available_names, get, names, package_file, register,
+                             shipped_models)
 
-__all__ = ["Domain", "get", "names", "package_file", "register", "shipped_models", "sketch_array"]
+__all__ = ["Domain", "DomainUnavailable", "available_names", "get", "names", "package_file", "register",
+           "shipped_models", "sketch_array"]
 
 
 def sketch_array(sketches, K, sketch_len=None, what="sub-task ids"):

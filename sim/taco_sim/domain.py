@@ -29,6 +29,7 @@ Observations are state vectors (D,), or images (H, W, C) uint8 where ``Domain.st
 says so (the image Dial).
 """
 import importlib
+import importlib.util
 import os
 import pkgutil
 from dataclasses import dataclass, field
@@ -155,20 +156,68 @@ def register(domain):
     return domain
 
 
+class MissingPackage(OSError):
+    """An optional Python package is not installed here; the message names it and the extra
+    of taco_ref that installs it."""
+
+
+class DomainUnavailable(MissingPackage):
+    """A domain needs a Python package that is not installed here (MuJoCo for the Dial)."""
+
+
+_UNAVAILABLE = {}
+"""{domain name: (missing package, extra)} of the domains requires() found unable to load."""
+
+
+def requires(*packages, extra, domains):
+    """Called first by a domain module whose domains need optional packages: when one of
+    packages cannot be imported, the domain names are remembered with the extra that installs
+    them (names() lists them, get() says what to install) and DomainUnavailable is raised, which
+    ends the module's import before it imports the package itself."""
+    for package in packages:
+        if importlib.util.find_spec(package) is None:
+            for name in domains:
+                _UNAVAILABLE[name] = (package, extra)
+            raise DomainUnavailable(_unavailable_message(domains[0]))
+
+
+def _unavailable_message(name):
+    package, extra = _UNAVAILABLE[name]
+    return (f"domain {name!r} needs the Python package {package!r}, which is not installed: "
+            f"pip install 'taco_ref[{extra}]' (or pip install -e '.[{extra}]' in a checkout)")
+
+
+def _import(module):
+    """Import taco_sim.<module>; a domain module without its optional packages is skipped
+    (requires() has noted its domains)."""
+    try:
+        importlib.import_module(f"taco_sim.{module}")
+    except DomainUnavailable:
+        pass
+
+
 def names():
-    """Names of every domain in the package (importing each module once), sorted."""
+    """Names of every domain in the package (importing each module once), sorted; a domain
+    whose optional packages are not installed is listed too (get() says what to install)."""
     import taco_sim
     for info in pkgutil.iter_modules(taco_sim.__path__):
         if not info.name.startswith("_") and info.name != "domain":
-            importlib.import_module(f"taco_sim.{info.name}")
+            _import(info.name)
+    return sorted(set(_REGISTRY) | set(_UNAVAILABLE))
+
+
+def available_names():
+    """names() without the domains whose optional packages are missing."""
+    names()
     return sorted(_REGISTRY)
 
 
 def shipped_models():
-    """{name: directory} of every model shipped with a domain, named by its directory (the
-    Dial's: dial, dial-velocity), so a user names one without knowing where pip put it."""
+    """{name: directory} of every model shipped with an installed domain, named by its
+    directory (the Dial's: dial, dial-velocity), so a user names one without knowing where pip
+    put it."""
     return {os.path.basename(os.path.normpath(path)): path
-            for name in names() for path in _REGISTRY[name].models.values()}
+            for name in available_names() for path in _REGISTRY[name].models.values()}
 
 
 def get(name):
@@ -177,10 +226,12 @@ def get(name):
         module = str(name).split("-")[0]
         if module.isidentifier():
             try:
-                importlib.import_module(f"taco_sim.{module}")
+                _import(module)
             except ModuleNotFoundError as e:
                 if e.name != f"taco_sim.{module}":
                     raise
+    if name in _UNAVAILABLE:
+        raise DomainUnavailable(_unavailable_message(name))
     if name not in _REGISTRY:
         raise ValueError(f"domain must be one of {names()}, got {name!r}")
     return _REGISTRY[name]

@@ -5,7 +5,15 @@ the velocity loop of the velocity variant); ``expert`` the state-based expert, t
 interface (DialTask) and DART collection; ``velocity`` the velocity variant (domain
 "dial-velocity": joint velocity targets instead of torques); ``image`` the image variant (domains
 "dial-image" and "dial-image-small": the state is a camera picture, paper Sec. 5.3.2).
+The Dial needs MuJoCo and SciPy, the `dial` extra; without them its domains are listed and
+say what to install.
 """
+from taco_sim.domain import requires
+
+DOMAINS = ("dial", "dial-image", "dial-image-small", "dial-velocity")
+"""The domains this package registers (listed before the import that needs MuJoCo)."""
+requires("mujoco", "scipy", extra="dial", domains=DOMAINS)
+
 from taco_sim.dial.env import (ACTION_DIM, CONTROL_DT, DIGIT_SLOTS, HOME, JOINTS, K, MODEL_PATH,
                                PHYSICS_DT, SLOT_LABELS, SLOTS, STANDARD_LAYOUT, STATE_DIM, SUBSAMPLE,
                                TORQUE_LIMITS, VELOCITY_KV, VELOCITY_LIMITS, VOCAB, DialEnv,
