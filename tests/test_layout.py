@@ -107,5 +107,16 @@ def test_install_requires_is_what_the_code_imports():
     for path in CORE + APP + DOMAINS:
         used |= third_party(imports(path))
     used -= {"matplotlib", "PIL", "distributed", "pyarrow", "h5py"}   # the `plot`, `dist`, `interop` extras
+    used -= {"mujoco", "scipy"}                                         # the `dial` extra, below
     pypi = {"yaml": "pyyaml"}
     assert required == {pypi.get(n, n).lower() for n in used}
+
+
+def test_the_dial_extra_is_imported_only_by_the_dial_and_the_t_quantile():
+    """MuJoCo and SciPy (the `dial` extra) are imported by the Dial's package, whose first
+    statement checks for them (taco_sim.domain.requires), and by taco_app.stats inside the
+    function that needs SciPy; nothing else of the core install imports them."""
+    dial = os.path.join("sim", "taco_sim", "dial") + os.sep
+    users = [p for p in CORE + APP + DOMAINS if third_party(imports(p)) & {"mujoco", "scipy"}]
+    assert any(p.startswith(dial) for p in users) and os.path.join("taco_app", "stats.py") in users
+    assert [p for p in users if not p.startswith(dial) and p != os.path.join("taco_app", "stats.py")] == []
