@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, settings
 # when there is no display and libEGL exists (Mesa's llvmpipe needs no GPU; .ci/run installs it).
 import taco_sim.dial  # noqa: F401  (imported for its side effect)
 
-settings.register_profile("dev", max_examples=25, deadline=None)
+# dev: the inner loop (`pytest -m "not slow"`, 60 s of CPU at most); ci: every property 100 times
+settings.register_profile("dev", max_examples=10, deadline=None)
 settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("intense", max_examples=2000, deadline=None,

@@ -899,6 +899,7 @@ def test_prop_ctc_gradients_match_autograd(case):
 LONG_GRAD_ATOL = 1e-9
 
 
+@pytest.mark.slow
 def test_long_trajectory_matches_plain_log_space_recursion():
     """Checks spec/align.md eq. (17), (25)."""
     B, T, L = 2, 20000, 50

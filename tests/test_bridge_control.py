@@ -92,6 +92,7 @@ def frozen_trial(seed):
     return timeout, period, last, commands, ended, state_behind
 
 
+@pytest.mark.slow
 def test_frozen_simulator_zero_within_one_watchdog_period():
     """Issue: with the simulator frozen the node sent a torque after the last joint state and
     then nothing for ~1 s. Now, in 100 of 100 trials: a zero command sent at most
@@ -252,7 +253,8 @@ def test_implausible_and_stale_joint_states():
 # (c) the control step on taco_sim's DialEnv
 # ----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("sketch", [[7, 7, 2], [5, 5, 1], [0, 0, 0], [3, 8, 2, 7, 4, 1, 5]])
+@pytest.mark.parametrize("sketch", [[7, 7, 2]] + [pytest.param(s, marks=pytest.mark.slow)
+                                                   for s in ([5, 5, 1], [0, 0, 0], [3, 8, 2, 7, 4, 1, 5])])
 def test_repeated_digits_offline(sketch):
     """The controller's control step (release step + press rule) on taco_sim's DialEnv: every
     digit is pressed, repeats included; with the plain runner (no keypad rules) the second of two
@@ -276,6 +278,7 @@ def test_repeated_digits_offline(sketch):
         assert env.presses[:2] != sketch[:2], "the plain runner dialled a repeat: test is moot"
 
 
+@pytest.mark.slow
 def test_velocity_interface_dials_offline():
     """The controller with the shipped velocity model, on taco_sim's DialEnv executing the
     commands with its velocity loop: 6 velocities within the limits and the keypad registers the
@@ -309,6 +312,7 @@ def test_a_model_with_views_decides_over_them_in_the_bridge():
     np.testing.assert_array_equal(views(3, state), other_key_views(3, state, 4))
 
 
+@pytest.mark.slow
 def test_bridge_offline_bench_counts_dialled_pins(tmp_path, capsys):
     """bench/bridge_offline.py runs this control step over the protocol's test PINs: the shipped
     velocity model dials the first ones; a model whose STOP never fires dials none (time-outs)."""
@@ -410,6 +414,7 @@ def test_targeted_preemptions_never_end_in_a_false_error():
     assert off.count("error") >= 1, off
 
 
+@pytest.mark.slow
 def test_a_finger_within_reach_needs_several_steps_to_press(tmp_path, capsys):
     """The hand-over rule's premise (keypad.REACH_HEIGHT, REACH_RADIUS): in expert
     demonstrations and in the shipped model's rollouts, a finger that comes within reach of a

@@ -118,6 +118,7 @@ def test_evaluate_rejects_a_model_of_another_domain(trained, capsys):
     assert "vocabulary" in one_line_error(capsys, "evaluate")
 
 
+@pytest.mark.slow
 def test_collect_gives_the_same_data_for_any_workers(files, capsys):
     """The domain contract: collection is deterministic by seed whatever --workers is (the
     Dial's collect runs worker processes); a domain that collects in one process refuses

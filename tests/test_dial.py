@@ -382,6 +382,7 @@ def test_velocity_domain_is_registered():
     assert dom.models["default"].endswith("dial-velocity")
 
 
+@pytest.mark.slow
 def test_velocity_collect_records_the_clean_expert():
     d = velocity.collect(4, 3, seed=7)
     assert d.actions.shape[2] == 6 and d.meta["domain"] == "dial-velocity" and d.meta["dart_sigma"] == 0.3

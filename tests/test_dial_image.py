@@ -43,6 +43,7 @@ def test_the_camera_sees_the_arm_move_and_is_deterministic():
     assert np.abs(after.astype(int) - first).max() > 50 and task.layout.tolist() == env_mod.STANDARD_LAYOUT.tolist()
 
 
+@pytest.mark.slow
 def test_collection_records_the_joint_state_expert_on_the_standard_layout():
     """Actions are the expert's torques of the joint state behind each image, labels advance at
     the press, the layout is the standard one (paper Sec. 5.3.2: not randomised)."""
@@ -57,7 +58,8 @@ def test_collection_records_the_joint_state_expert_on_the_standard_layout():
     assert (demos.labels[demos.labels >= 0] == 0).all()                 # one digit: one segment
 
 
-@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
 def test_streamed_collection_equals_collection_in_memory(tmp_path, workers):
     """The frame directory written chunk by chunk (by worker processes: spawned here, as this
     process has rendered) reads back the data of a single-process collection in memory (same
@@ -73,6 +75,7 @@ class Interrupted(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_an_interrupted_collection_makes_only_its_unfinished_chunks(tmp_path, monkeypatch):
     """spec/data.md §10: a collection into a directory stopped in its second chunk, run again,
     reuses the first chunk (its part names the same job; its frames match their digests), makes

@@ -175,6 +175,7 @@ def test_results_json_cells_of_the_same_config_become_cell_files(tmp_path):
     assert len(rows) == 2 and [r.get("legacy") for r in rows] == [None, True]
 
 
+@pytest.mark.slow
 def test_the_report_of_the_committed_nav_world_cells_is_their_results_md(tmp_path):
     """results/navworld's cell files give its committed results.md, table for table (README's
     table is checked in tests/test_results.py)."""
@@ -243,6 +244,7 @@ def test_the_report_gives_intervals_paired_differences_and_failure_kinds():
     assert "| TACO: stopped late: pressed its key again | 400 | 28 |" in text
 
 
+@pytest.mark.slow
 def test_a_streaming_domain_collects_into_the_data_directory_once(tmp_path, monkeypatch):
     """Data too large for memory (the image Dial) goes to a frame directory under OUT/data,
     passed on as a path; a grid run again reuses a complete directory of the same spec instead

@@ -55,6 +55,7 @@ def test_without_mujoco_a_dial_command_names_the_extra(tmp_path):
     assert len(lines) == 1 and "'mujoco'" in lines[0] and "pip install 'taco_ref[dial]'" in lines[0], lines
 
 
+@pytest.mark.slow
 def test_without_mujoco_and_scipy_navworld_and_conformance_run(tmp_path):
     """Collect, train, evaluate on Nav-World and the conformance kit, with neither package
     importable (the child asserts none of their modules was loaded)."""

@@ -12,6 +12,7 @@ domains (sim/taco_sim/)   the standard library, numpy, scipy, mujoco, yaml, taco
 and setup.py's install_requires are exactly the third-party packages the code imports.
 """
 import ast
+import functools
 import os
 import re
 import subprocess
@@ -33,8 +34,9 @@ def modules(folder, recursive=True):
             break
 
 
+@functools.lru_cache(maxsize=None)
 def imports(path):
-    """Every module name imported anywhere in the file (also inside functions)."""
+    """Every module name imported anywhere in the file (also inside functions); parsed once."""
     with open(os.path.join(ROOT, path), encoding="utf-8") as f:
         tree = ast.parse(f.read(), path)
     out = set()

@@ -410,6 +410,7 @@ def failures(impl, names=None):
     return out
 
 
+@pytest.mark.slow
 def test_the_variant_machinery_builds_a_correct_module_from_unedited_source():
     """With no edit, the rebuilt module passes every case: a rejection below is the edit's doing."""
     assert failures(edited("unedited", [])) == []

@@ -225,7 +225,7 @@ def test_same_seed_same_demos():
 # The expert
 # ----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("sketch_len", [3, 4])
+@pytest.mark.parametrize("sketch_len", [3, pytest.param(4, marks=pytest.mark.slow)])
 def test_noisy_expert_completes_random_sketches_within_budget(sketch_len):
     """Rule: the DART-noisy expert that calls stop() at each arrival (first state within RADIUS)
     completes >= 99 % of sketches within budget and never fails."""

@@ -896,7 +896,7 @@ def test_conv2d_rejects_bad_input_naming_what_was_expected(args, message):
         nn.conv2d_forward(*args)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dtype", [np.float64, pytest.param(np.float32, marks=pytest.mark.slow)])
 @given(H=st.integers(9, 20), W_=st.integers(9, 20), C=st.integers(1, 3), seed=seeds)
 def test_convnet_matches_autograd(dtype, H, W_, C, seed):
     """spec/policy.md eq. (15): the core (conv -> ReLU per layer, flattened in (i, j, o) order)

@@ -16,10 +16,12 @@ A new spec page with tags is covered without editing this file. Parametrised tes
 their function name.
 """
 import ast
-
+import functools
 import re
 import tokenize
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "spec"
@@ -93,7 +95,9 @@ def modules():
     return sorted(p for p in TESTS.glob("test_*.py") if p.name != Path(__file__).name)
 
 
+@functools.lru_cache(maxsize=None)
 def parse(path):
+    """path's syntax tree, parsed once for every check (read only)."""
     return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 
 
@@ -128,6 +132,7 @@ def citations(text):
     return [(page, int(n)) for page, numbers in CITATION.findall(text) for n in re.findall(r"\d+", numbers)]
 
 
+@functools.lru_cache(maxsize=None)
 def comments(path):
     """(line, text) of every comment."""
     with open(path, "rb") as f:
@@ -200,6 +205,7 @@ def mentioned_paths(text):
     return out + [(m.group(1), None) for m in TOP_FILE.finditer(text)]
 
 
+@functools.lru_cache(maxsize=None)
 def exists(path, base):
     """path relative to the repository root or to base; a glob needs one match."""
     for root in (ROOT, base):
@@ -278,6 +284,7 @@ def test_readme_coverage_table_agrees_with_the_tested_by_lines():
 # The checker checks
 # ----------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_checker_reads_the_forms_it_documents():
     """The parsing the checks rely on, on literal examples (the checks above pass vacuously if a
     pattern stops matching)."""

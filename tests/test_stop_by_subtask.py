@@ -81,6 +81,7 @@ def test_early_end_and_label_match_enumerated_alignments(bench_script):
         assert rows[k].target_last == pytest.approx(label, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_runs_on_a_trained_model(tmp_path, capsys, bench_script):
     for name, n, seed in (("nav.npz", 20, 1), ("test.npz", 6, 2)):
         assert cli.main(["collect", "navworld", "--n", str(n), "--sketch-len", "2", "--seed", str(seed),
