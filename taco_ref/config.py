@@ -12,14 +12,12 @@ import dataclasses
 from dataclasses import dataclass, field, fields
 
 from taco_ref import algorithms, optim, policy
+from taco_ref.limits import DTYPES, MAX_LAYERS, MAX_WIDTH, check_sizes  # noqa: F401  (re-exported)
 
-DTYPES = ("float64", "float32")
 LR_DECAYS = ("none", "cosine")
 SELECTIONS = ("held_out_loss", "rollouts")
-MAX_WIDTH, MAX_LAYERS = 65536, 16
 MAX_VIEWS = 256
 """Most views of a state a sub-policy may decide over (TrainConfig.views)."""
-"""Bounds on the hidden sizes a config may ask for (the paper's largest layer is 400 wide)."""
 PRESTAGES = ("taco", "all")
 """SharedConfig.prestage: TACO alone runs the pre-stage, or every algorithm does."""
 PROTOCOLS = {"paper": {"warmup_epochs": 0},
@@ -29,15 +27,6 @@ pre-stage for any algorithm (the paper's TACO); "recipe", the same warmup_epochs
 every algorithm. `--protocol NAME` on `taco train` and `taco experiment` applies them."""
 MAX_STOP_HOLD = 10
 """Most consecutive decisions a STOP may be asked to hold for (TrainConfig.stop_hold)."""
-
-
-def check_sizes(name, sizes):
-    """ValueError naming the field unless sizes is a list of 1 to MAX_LAYERS widths in [1, MAX_WIDTH]."""
-    if (not isinstance(sizes, list) or not 1 <= len(sizes) <= MAX_LAYERS
-            or not all(isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= MAX_WIDTH
-                       for h in sizes)):
-        raise ValueError(f"{name} must be a list of 1 to {MAX_LAYERS} integers in "
-                         f"[1, {MAX_WIDTH}], got {sizes!r}")
 
 
 def _coerce(cfg):

@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from taco_ref import algorithms, align, data, objectives, policy, runner
+from taco_ref.lattice import lattice_alignments, scores  # noqa: F401  (evaluate.scores is public)
 from taco_ref.objectives import valid_mask
 
 DECODERS = align.DECODER_NAMES
@@ -474,13 +475,6 @@ def validation_rollouts(domain, n_tasks, seed, sketch_len=None):
     return validate
 
 
-def scores(model, demos):
-    """The model's lattice inputs on demos: log_act, log_stop, log_go (B, T, L). Scoring only:
-    no backward cache is kept, so the memory held is one sub-task's activations at a time."""
-    out, _ = policy.evaluate(model.params, model.policy, demos, valid_mask(demos), keep_cache=False)
-    return out["log_act"], out["log_stop"], out["log_go"]
-
-
 def ctc_log_probs(model, demos):
     """A CTC-BC model's classifier output log p(k | s_t, a_t) on demos, (B, T, K)."""
     feats = objectives.ctc_features(model.params, demos, demos.discrete, model.policy.action_dim,
@@ -498,12 +492,6 @@ def alignments(model, demos, decoders=DECODERS):
     if own is not None:
         return own(model, demos, decoders)
     return lattice_alignments(model, demos, decoders)
-
-
-def lattice_alignments(model, demos, decoders=DECODERS):
-    """{decoder: (N, T) sketch positions} from the TACO lattice of the model's sub-policies."""
-    lattice = scores(model, demos)
-    return {d: align.DECODERS[d](*lattice, demos.traj_len, demos.sketch_len) for d in decoders}
 
 
 ALIGNMENT_METRICS = ("position", "subtask")

@@ -122,3 +122,46 @@ def test_the_dial_extra_is_imported_only_by_the_dial_and_the_t_quantile():
     users = [p for p in CORE + APP + DOMAINS if third_party(imports(p)) & {"mujoco", "scipy"}]
     assert any(p.startswith(dial) for p in users) and os.path.join("taco_app", "stats.py") in users
     assert [p for p in users if not p.startswith(dial) and p != os.path.join("taco_app", "stats.py")] == []
+
+
+def _module_name(path):
+    """taco_ref/algorithms/ctcbc.py -> taco_ref.algorithms.ctcbc; a package's __init__ -> the package."""
+    name = path[:-3].replace(os.sep, ".")
+    return name[:-len(".__init__")] if name.endswith(".__init__") else name
+
+
+def test_taco_ref_has_no_import_cycle():
+    """No import cycle among taco_ref's modules, counting imports inside functions (which hide
+    a loop rather than cut it). A package importing its own modules to register them, and those
+    modules importing the package's contract, is the one pattern allowed (taco_ref.algorithms)."""
+    known = {_module_name(p) for p in CORE}
+    graph = {}
+    for path in CORE:
+        me = _module_name(path)
+        targets = set()
+        for name in imports(path):
+            parts = name.split(".")
+            for k in range(len(parts), 0, -1):             # the longest prefix that is a module of ours
+                if ".".join(parts[:k]) in known:
+                    targets.add(".".join(parts[:k]))
+                    break
+        graph[me] = {t for t in targets if t != me and not me.startswith(t + ".")}   # a module -> its package: allowed
+    for me in known:                     # a package imports its modules (the registries, by pkgutil)
+        for package in known:
+            if me.startswith(package + "."):
+                graph.setdefault(package, set()).add(me)
+    cycles, state = [], {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert cycles == [], [" -> ".join(c) for c in cycles]
+

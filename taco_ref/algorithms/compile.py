@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from taco_ref import evaluate, nn, objectives, policy
+from taco_ref import lattice, nn, objectives, policy
 from taco_ref.algorithms import SUB_POLICIES, Algorithm, Stage, register, stop_dropout
+from taco_ref.limits import check_sizes
 
 PREFIX = "cmp."
 EPS = 1e-6
@@ -52,7 +53,6 @@ class CompileConfig:
     mean T_b / L_b (a length prior in the data's own units)."""
 
     def check(self):
-        from taco_ref.config import check_sizes
         check_sizes("compile_hidden", self.compile_hidden)
         if not 0.0 <= self.compile_beta < float("inf"):
             raise ValueError(f"compile_beta must be a finite number >= 0, got {self.compile_beta!r}")
@@ -314,7 +314,7 @@ def _shapes(params, policy_cfg, config):
 def _align(model, demos, decoders):
     """The sub-policies' TACO lattice under every decoder (as GT-BC's), and CompILE's own hard
     segmentation as "boundaries" (spec/compile.md eq. (11))."""
-    out = evaluate.lattice_alignments(model, demos, decoders)
+    out = lattice.lattice_alignments(model, demos, decoders)
     out["boundaries"] = decode(model.params, demos, demos.discrete, model.policy.action_dim)
     return out
 

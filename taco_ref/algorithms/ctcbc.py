@@ -14,6 +14,7 @@ import numpy as np
 
 from taco_ref import align, data, nn, objectives, policy
 from taco_ref.algorithms import SUB_POLICIES, Algorithm, Stage, register, stop_dropout
+from taco_ref.limits import DTYPES, check_sizes
 
 WEIGHTINGS = ("argmax", "alpha")
 
@@ -40,7 +41,6 @@ class CtcConfig:
     and the saved model stay float64."""
 
     def check(self):
-        from taco_ref.config import DTYPES, check_sizes
         check_sizes("ctc_hidden", self.ctc_hidden)
         if self.algo == "ctcbc-gru" and len(self.ctc_hidden) != 1:
             raise ValueError(f"ctc_hidden must be one hidden size [H] for ctcbc-gru (its bi-GRU has "
