@@ -37,9 +37,9 @@ ALGOS = algorithms.names()
 class _Job:
     """The model being trained, its algorithm's stages (by name) and each stage's loss on a batch."""
 
-    def __init__(self, cfg, demos, rng):
+    def __init__(self, cfg, demos, rng, algorithm=None):
         self.cfg = cfg
-        self.algorithm = algorithms.get(cfg.algo)
+        self.algorithm = algorithm if algorithm is not None else cfg.algorithm
         self.vocab = demos.vocab
         self.discrete = demos.discrete
         A = demos.meta["n_actions"] if self.discrete else demos.actions.shape[2]
@@ -124,13 +124,15 @@ def passes_per_epoch(epoch_size, n_train):
     return max(1, -(-epoch_size // n_train))
 
 
-def lr_factor(cfg, stage, epoch):
+def lr_factor(cfg, stage, epoch, algorithm=None):
     """The learning rate of epoch (0-based) of stage (a name of cfg's algorithm's stages), as a
     fraction of the stage's rate; spec/training.md eq. (10): with lr_decay "cosine",
     (1 + cos(pi epoch / cfg.epochs)) / 2 in the sub-policies' stage ("policy": TACO's, GT-BC's,
     CTC-BC's second, CompILE's), 1 at epoch 0 and near 0 at the last; 1 otherwise, and always in
-    the other stages (TACO's warm-up, CTC-BC's classifier)."""
-    spec = {s.name: s for s in algorithms.get(cfg.algo).stages(cfg)}.get(stage)
+    the other stages (TACO's warm-up, CTC-BC's classifier). algorithm: cfg's, when the caller
+    holds it (the trainer does)."""
+    algorithm = algorithm if algorithm is not None else cfg.algorithm
+    spec = {s.name: s for s in algorithm.stages(cfg)}.get(stage)
     if cfg.lr_decay == "none" or spec is None or not spec.policy:
         return 1.0
     return 0.5 * (1.0 + np.cos(np.pi * epoch / cfg.epochs))
@@ -286,10 +288,11 @@ def _load_checkpoint(out_dir, job, data_sha256):
     for name, kind in _CHECKPOINT_FIELDS.items():
         if not isinstance(meta.get(name), kind) or isinstance(meta.get(name), bool):
             raise ValueError(f"cannot resume: {path}: field {name!r} missing or not a {kind.__name__}")
+    most = cfg_epochs(job.cfg, job.algorithm)
     if not (0 <= meta["stage"] <= len(job.stages) and meta["epoch"] >= 0 and meta["bad_epochs"] >= 0
-            and meta["epoch"] <= max(cfg_epochs(job.cfg), 0)):
+            and meta["epoch"] <= max(most, 0)):
         raise ValueError(f"cannot resume: {path}: stage {meta['stage']}, epoch {meta['epoch']} are "
-                         f"outside this run's {len(job.stages)} stages and {cfg_epochs(job.cfg)} epochs")
+                         f"outside this run's {len(job.stages)} stages and {most} epochs")
     if meta.get("data_sha256") != data_sha256:
         raise ValueError(f"cannot resume: the checkpoint in {out_dir} was made on different data")
     changed = config_changes(meta["config"], job.cfg)
@@ -329,9 +332,9 @@ def _load_checkpoint(out_dir, job, data_sha256):
 # The loop
 # ----------------------------------------------------------------------------------------
 
-def cfg_epochs(cfg):
-    """The most epochs any stage of a run with cfg may have."""
-    return max(stage.epochs(cfg) for stage in algorithms.get(cfg.algo).stages(cfg))
+def cfg_epochs(cfg, algorithm):
+    """The most epochs any stage of a run of algorithm with cfg may have."""
+    return max(stage.epochs(cfg) for stage in algorithm.stages(cfg))
 
 
 class DivergedError(ValueError):
@@ -414,11 +417,11 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
                          "or taco experiment, with a domain that has one); this run has none")
     prepare_out_dir(out_dir, resume, overwrite)
     keep_freed_memory()
-    algorithm = algorithms.get(cfg.algo)
+    algorithm = cfg.algorithm                       # looked up once, carried down to every run
     runs = 1 if algorithm.runs is None else algorithm.runs(cfg)
     if runs == 1:
         model, _ = _train_run(demos, cfg, 0, out_dir, resume, log, progress, stop_after, validate,
-                              augment)
+                              augment, algorithm)
     else:
         if resume and not os.path.exists(os.path.join(out_dir or "", "restart-0", CHECKPOINT_META)):
             raise FileNotFoundError(f"--resume: no checkpoint in {out_dir}/restart-0")
@@ -429,7 +432,7 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
                 os.makedirs(sub, exist_ok=True)
             again = resume and os.path.exists(os.path.join(sub, CHECKPOINT_META))
             model, used = _train_run(demos, cfg, r, sub, again, log, progress, budget, validate,
-                                     augment)
+                                     augment, algorithm)
             if model is None:
                 return None
             budget = None if budget is None else budget - used
@@ -467,14 +470,14 @@ def run_seed(seed, restart):
 
 
 def _train_run(demos, cfg, restart, out_dir, resume, log, progress, stop_after, validate=None,
-               augment=None):
+               augment=None, algorithm=None):
     """One training run; returns (Model or None if stopped by stop_after, epochs run here).
 
     Stages run in order (job.stages); each runs epochs until its epoch budget or patience is
     spent, then hands its best parameters to the next; a checkpoint follows every epoch and
     every change of stage.
     """
-    run = _Run(demos, cfg, restart, out_dir, validate, augment)
+    run = _Run(demos, cfg, restart, out_dir, validate, augment, algorithm)
     if resume:
         run.resume()
     else:
@@ -505,7 +508,7 @@ class _Run:
     """The state of one training run: the job, the optimiser, the generator, the stage, epoch,
     early-stopping counters, history and best parameters; everything a checkpoint holds."""
 
-    def __init__(self, demos, cfg, restart, out_dir, validate=None, augment=None):
+    def __init__(self, demos, cfg, restart, out_dir, validate=None, augment=None, algorithm=None):
         self.cfg, self.restart, self.out_dir, self.demos = cfg, restart, out_dir, demos
         self.validate = validate
         self.augment = augment if cfg.augment else None
@@ -515,7 +518,7 @@ class _Run:
             self.held_out = self.train_set
         if restart:
             self.rng = np.random.default_rng(run_seed(cfg.seed, restart))
-        self.job = _Job(cfg, self.train_set, self.rng)
+        self.job = _Job(cfg, self.train_set, self.rng, algorithm)
         self.state = {"stage": 0, "epoch": 0, "best_loss": None, "best_score": None, "bad_epochs": 0,
                       "history": [], "saves": 0}
         self.best = {k: v.copy() for k, v in self.job.params.items()}
@@ -593,7 +596,7 @@ class _Run:
             self.sets[stage] = job.stage_sets(stage, self.train_set, self.held_out)
         stage_train, stage_held = self.sets[stage]
         total, steps = 0.0, 0
-        self.adam.lr = job.lr(stage) * lr_factor(self.cfg, stage, state["epoch"])
+        self.adam.lr = job.lr(stage) * lr_factor(self.cfg, stage, state["epoch"], self.job.algorithm)
         passes = passes_per_epoch(self.cfg.epoch_size, stage_train.n)
         for batch in (b for _ in range(passes)
                       for b in data_mod.batches(stage_train, self.cfg.batch_size, self.rng)):
