@@ -226,8 +226,6 @@ def cmd_align(args):
     return 0
 
 
-
-
 def cmd_demo(args):
     dom = taco_sim.get(args.domain)
     config = config_mod.settings(args.domain, None, args.set)
@@ -566,9 +564,17 @@ def dart_level(text):
 
 
 def build_parser():
+    """The `taco` parser: one sub-parser per command, each built by its _add_<command>."""
     parser = _Parser(prog="taco", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_collect, _add_train, _add_evaluate, _add_align, _add_demo, _add_experiment, _add_report,
+                _add_rollout, _add_annotate, _add_export, _add_conformance):
+        add(sub)
+    return parser
 
+
+def _add_collect(sub):
+    """`taco collect`'s arguments."""
     p = sub.add_parser("collect", help="collect expert demonstrations with DART noise")
     p.add_argument("domain", choices=taco_sim.names(), help="the domain whose expert demonstrates")
     p.add_argument("--n", type=demos_count, required=True, help=f"number of demonstrations (at most {MAX_COLLECT})")
@@ -586,6 +592,9 @@ def build_parser():
                    "written as they are collected, read lazily by training) unless it ends in .npz")
     p.set_defaults(func=cmd_collect)
 
+
+def _add_train(sub):
+    """`taco train`'s arguments."""
     p = sub.add_parser("train", help="train sub-policies")
     p.add_argument("--algo", choices=algorithms.names(), default=None,
                    help="the method to train (default: the config's, TACO)")
@@ -606,6 +615,9 @@ def build_parser():
                    help="return after N epochs, leaving a checkpoint to --resume from")
     p.set_defaults(func=cmd_train)
 
+
+def _add_evaluate(sub):
+    """`taco evaluate`'s arguments."""
     p = sub.add_parser("evaluate", help="execute sketches; task, sub-task and alignment accuracy")
     p.add_argument("--model", default=None,
                    help="a model directory (a run's OUT/model), or a shipped model's name (e.g. dial); "
@@ -636,6 +648,9 @@ def build_parser():
                         "decisions (default: the model's config, else 1)")
     p.set_defaults(func=cmd_evaluate)
 
+
+def _add_align(sub):
+    """`taco align`'s arguments."""
     p = sub.add_parser("align", help="alignment accuracy on demonstrations, and a picture")
     p.add_argument("--model", required=True,
                    help="a model directory (a run's OUT/model), or a shipped model's name (e.g. dial)")
@@ -644,6 +659,9 @@ def build_parser():
     p.add_argument("--index", type=non_negative, default=0, help="which demonstration --plot draws")
     p.set_defaults(func=cmd_align)
 
+
+def _add_demo(sub):
+    """`taco demo`'s arguments."""
     p = sub.add_parser("demo", help="collect, train TACO and the baselines, print the results table")
     p.add_argument("--domain", default="navworld", choices=taco_sim.names(), help="the domain to run")
     # 1000 demonstrations and 1000 test tasks: at 400 (200 tasks) TACO's task accuracy stayed
@@ -663,6 +681,9 @@ def build_parser():
                    help="override a training config value (repeatable)")
     p.set_defaults(func=cmd_demo)
 
+
+def _add_experiment(sub):
+    """`taco experiment`'s arguments."""
     p = sub.add_parser("experiment", help="the paper's comparison across dataset sizes and seeds")
     p.add_argument("domain", choices=taco_sim.names(), help="the domain of the grid")
     p.add_argument("--sizes", type=demos_count, nargs="+", default=[50, 200, 400, 1000],
@@ -704,6 +725,9 @@ def build_parser():
                         "finished cells of the same config are not run again")
     p.set_defaults(func=cmd_experiment)
 
+
+def _add_report(sub):
+    """`taco report`'s arguments."""
     p = sub.add_parser("report", help="results.md and figures from the cell files of one or more grids")
     p.add_argument("dirs", nargs="*", metavar="OUT", help="a directory given to taco experiment --out")
     p.add_argument("--out", default=None, help="where to write (default: OUT, when there is one)")
@@ -712,6 +736,9 @@ def build_parser():
                         "from the repository root")
     p.set_defaults(func=cmd_report)
 
+
+def _add_rollout(sub):
+    """`taco rollout`'s arguments."""
     p = sub.add_parser("rollout", help="execute one sketch and draw it (contact sheet PNG, GIF)")
     p.add_argument("--model", required=True,
                    help="a model directory (a run's OUT/model), or a shipped model's name (e.g. dial)")
@@ -723,7 +750,11 @@ def build_parser():
     p.add_argument("--gif", default=None, help="also an animated GIF of every step")
     p.set_defaults(func=cmd_rollout)
 
-    # --- the ecosystem's datasets (taco_app/interop/, the interop extra) ---
+
+# --- the ecosystem's datasets (taco_app/interop/, the interop extra) ---
+
+def _add_annotate(sub):
+    """`taco annotate`'s arguments."""
     from taco_ref.annotate import DECODERS, DEFAULT_DECODER
     p = sub.add_parser("annotate", help="per-frame sub-task labels for a LeRobot v3 or robomimic dataset")
     p.add_argument("dataset", metavar="DATASET", help="a LeRobot v3 folder or a robomimic .hdf5 file")
@@ -760,6 +791,9 @@ def build_parser():
                         "if the dataset is annotated) and stop; the file for --sketches")
     p.set_defaults(func=cmd_annotate)
 
+
+def _add_export(sub):
+    """`taco export`'s arguments."""
     p = sub.add_parser("export", help="write demonstrations as a LeRobot v3 or robomimic dataset, true labels included")
     p.add_argument("data", metavar="DATA", help="a taco_ref demonstration file (.npz)")
     p.add_argument("--format", required=True, choices=("lerobot", "robomimic"), help="the dataset format to write")
@@ -769,15 +803,15 @@ def build_parser():
     p.add_argument("--sketches-out", default=None, metavar="PATH",
                    help="the sketches file for taco annotate (default: OUT.sketches.yaml)")
     p.set_defaults(func=cmd_export)
-    # --- end datasets ---
+# --- end datasets ---
 
-    # --- conformance kit (taco_ref/conformance.py owns its arguments and its output) ---
+
+def _add_conformance(sub):
+    """`taco conformance`'s arguments (taco_ref/conformance.py owns them and its output)."""
     from taco_ref import conformance
     p = sub.add_parser("conformance", help="run an alignment implementation through spec/vectors")
     conformance.build_parser(p)
     p.set_defaults(func=conformance.run_args)
-    # --- end conformance kit ---
-    return parser
 
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_IO, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
