@@ -1,4 +1,4 @@
-"""Tests for taco_ref/nn.py.
+"""Tests for taco_ref/nn/ (the layers, dropout, MLPs, convolution, GRU and log-probabilities).
 
 In three layers (an exact reference, properties, smoke and determinism), plus bad input:
 (a) every backward against autograd applied to the same forward written plainly with
@@ -677,7 +677,7 @@ def test_float32_relu_and_tanh_flush_their_outputs_and_the_census_counts_product
 def test_blocked_activation_and_derivative_equal_the_whole_array_formulas(shape, block, strided,
                                                                           dtype, data):
     """The ReLU (with its bias) and the derivative-and-flush of the backward pass run over row
-    blocks (nn.ELEMENTWISE_BLOCK_BYTES, here as small as one row); every block count, a strided
+    blocks (nn.layers.ELEMENTWISE_BLOCK_BYTES, here as small as one row); every block count, a strided
     view included, gives the values of the whole-array formulas bit for bit, and the column sums
     returned with float32 are those of the result (spec/training.md eq. (12))."""
     elements = st.one_of(any32, tiny32)
@@ -693,14 +693,14 @@ def test_blocked_activation_and_derivative_equal_the_whole_array_formulas(shape,
         keep_ref = z >= low if dtype == np.float32 else z > 0
         relu_ref = z * keep_ref
         d_ref = d * ((np.abs(d) >= FLUSH) & keep_ref) if dtype == np.float32 else d * keep_ref
-    saved = nn.ELEMENTWISE_BLOCK_BYTES
-    nn.ELEMENTWISE_BLOCK_BYTES = block
+    saved = nn.layers.ELEMENTWISE_BLOCK_BYTES
+    nn.layers.ELEMENTWISE_BLOCK_BYTES = block
     try:
         with np.errstate(over="ignore", invalid="ignore"):
             keep = nn.relu_inplace(h, b)
-            sums = nn._times_derivative_flushed(d, keep)
+            sums = nn.mlp._times_derivative_flushed(d, keep)
     finally:
-        nn.ELEMENTWISE_BLOCK_BYTES = saved
+        nn.layers.ELEMENTWISE_BLOCK_BYTES = saved
     np.testing.assert_array_equal(keep, keep_ref)
     np.testing.assert_array_equal(h, relu_ref)
     np.testing.assert_array_equal(d, d_ref)
@@ -821,18 +821,18 @@ def test_conv2d_matches_autograd(case):
     ((2, 54, 54, 10), (5, 5, 10, 5), 2, 1),      # the paper's second layer: K = 250, not folded
 ])
 def test_conv2d_folds_short_narrow_layers_and_agrees_unfolded(monkeypatch, shape, W_shape, stride, fold):
-    """nn._fold picks g output pixels per patch row for short, narrow layers (FOLD_MAX_K), and
+    """nn.conv._fold picks g output pixels per patch row for short, narrow layers (FOLD_MAX_K), and
     the folded forward pass and dW equal the unfolded ones (FOLD_MAX_K = 0) to rounding."""
     rng = np.random.default_rng(7)
     x, W, b = rng.normal(size=shape), rng.normal(size=W_shape), rng.normal(size=W_shape[3])
     kh, kw, C, O = W_shape
     Wo = nn.conv_output_size(shape[2], kw, stride)
-    assert nn._fold(kh * kw * C, O, Wo) == fold
+    assert nn.conv._fold(kh * kw * C, O, Wo) == fold
     out, cache = nn.conv2d_forward(x, W, b, stride)
     R = rng.normal(size=out.shape)
     grads = nn.conv2d_backward(R, cache)
-    monkeypatch.setattr(nn, "FOLD_MAX_K", 0)
-    assert nn._fold(kh * kw * C, O, Wo) == 1
+    monkeypatch.setattr(nn.conv, "FOLD_MAX_K", 0)
+    assert nn.conv._fold(kh * kw * C, O, Wo) == 1
     out1, cache1 = nn.conv2d_forward(x, W, b, stride)
     close(out, out1, "forward")
     for got, want, what in zip(grads, nn.conv2d_backward(R, cache1), "xWb"):
@@ -855,15 +855,15 @@ def test_conv2d_in_float32_keeps_its_dtype_and_matches_float64(case):
 
 
 def test_conv2d_pieces_give_the_same_result(monkeypatch):
-    """The patch matrix is built a few images at a time (nn.CONV_CHUNK_BYTES): one image per
+    """The patch matrix is built a few images at a time (nn.conv.CONV_CHUNK_BYTES): one image per
     piece gives the same outputs and gradients as the whole batch in one piece."""
     rng = np.random.default_rng(3)
     x, W, b = rng.normal(size=(5, 11, 9, 3)), rng.normal(size=(3, 3, 3, 10)), rng.normal(size=10)
     R = rng.normal(size=(5, 5, 4, 10))
     whole = nn.conv2d_forward(x, W, b, 2)
     whole_grads = nn.conv2d_backward(R, whole[1])
-    monkeypatch.setattr(nn, "CONV_CHUNK_BYTES", 1)
-    assert len(nn._chunks(5, 20, 27, 8)) == 5
+    monkeypatch.setattr(nn.conv, "CONV_CHUNK_BYTES", 1)
+    assert len(nn.conv._chunks(5, 20, 27, 8)) == 5
     one = nn.conv2d_forward(x, W, b, 2)
     assert np.array_equal(one[0], whole[0])
     for a, c in zip(nn.conv2d_backward(R, one[1]), whole_grads):
