@@ -26,7 +26,7 @@ def test_every_line_of_the_readme_block_runs_as_written(tmp_path):
     lines = block()
     assert lines[0].startswith("pip install -e \".[") and lines[1] == 'cd "$(mktemp -d)"'
     extras = re.search(r"\[(.*)\]", lines[0]).group(1).split(",")
-    modules = {"plot": "matplotlib", "interop": "pyarrow"}
+    modules = {"plot": "matplotlib", "interop": "pyarrow", "dial": "mujoco"}
     for extra in extras:
         assert importlib.util.find_spec(modules[extra]), f"the {extra} extra is not installed here"
     env = dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"))
