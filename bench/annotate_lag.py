@@ -59,8 +59,9 @@ def measure(demos, epochs, seed, domain):
     cfg = config_mod.load(domain, overrides=[f"epochs={epochs}", f"patience={epochs}", "augment=false",
                                              "views=1"], algo="taco", seed=seed)
     model = train.train(demos, cfg, log=io.StringIO(), progress=False)
-    positions = annotate.annotate(model, demos).positions
-    log_act, log_stop, _ = evaluate.scores(model, demos)                      # (N, T, L) each
+    lattice = evaluate.scores(model, demos)                                   # log_act, log_stop, log_go (N, T, L)
+    positions = annotate.annotate_lattice(*lattice, demos.traj_len, demos.sketch_len).positions
+    log_act, log_stop, _ = lattice
     rows = []
     for n in range(demos.n):
         T = int(demos.traj_len[n])
