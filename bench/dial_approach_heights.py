@@ -40,17 +40,11 @@ sys.path.insert(0, str(ROOT / "sim"))
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "ros2_ws" / "src" / "taco_bridge"))
 import dial_stop_timing as timing  # noqa: E402
-import taco_sim  # noqa: E402
 from taco_bridge import keypad  # noqa: E402
 from taco_ref import evaluate, model as model_mod  # noqa: E402
 
 BEFORE = 10
 """Steps before the pressing step reported (k = 0 .. BEFORE)."""
-
-
-def offsets(state, digit):
-    """(height over key digit's top, horizontal distance from its centre), m, from a state (D,)."""
-    return keypad.key_offset(state, digit)
 
 
 def demo_approaches(demos):
@@ -70,11 +64,7 @@ def rollout_approaches(model, n_tasks, seed):
     """Per press registered in validation rollouts of model (sketches and seeds of
     evaluate.validation_rollouts): the same windows, the pressing step being the step during
     which the keypad's count rose; the pressed key is the one the count credited."""
-    dom = taco_sim.get(timing.domain_of(model))
-    rng = np.random.default_rng(evaluate.VALIDATION_SKETCH_SEED + seed)
-    sketches = dom.sample_sketches(n_tasks, dom.train_sketch_len, rng)
-    seeds = np.random.default_rng(evaluate.VALIDATION_EPISODE_SEED + seed).integers(0, 2 ** 31, size=n_tasks)
-    views = evaluate.state_views(dom, int(model.config.get("views", 1)))
+    dom, sketches, seeds, views = timing.validation_pins(model, n_tasks, seed)
     out = []
     for sketch, s in zip(sketches, seeds):
         trace = []                                                  # (progress, obs) after each step
@@ -96,7 +86,7 @@ def _window(states, digit):
     r = np.full(len(states), np.nan)
     for i, s in enumerate(states):
         if s is not None:
-            h[i], r[i] = offsets(s, digit)
+            h[i], r[i] = keypad.key_offset(s, digit)
     return h, r
 
 

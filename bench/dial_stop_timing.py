@@ -129,15 +129,22 @@ def _height_over(state, digit):
     return -state[9 + 3 * digit + 2]
 
 
-def rollout_stops(model, n_tasks, seed, stop_hold=1, threshold=0.5):
-    """Validation rollouts (evaluate.validation_rollouts' PINs, envs and seeds) under one
-    execution rule: task accuracy and, for every accepted STOP, whether it was early (the
-    keypad had not counted its key), with the fingertip height, key travel and P(STOP) there."""
+def validation_pins(model, n_tasks, seed):
+    """(domain, sketches (n, L), episode seeds (n,), views) of model's validation rollouts: the
+    PINs and seeds of evaluate.validation_rollouts, never the test PINs."""
     dom = taco_sim.get(domain_of(model))
     rng = np.random.default_rng(evaluate.VALIDATION_SKETCH_SEED + seed)
     sketches = dom.sample_sketches(n_tasks, dom.train_sketch_len, rng)
     seeds = np.random.default_rng(evaluate.VALIDATION_EPISODE_SEED + seed).integers(0, 2 ** 31, size=n_tasks)
     views = evaluate.state_views(dom, int(model.config.get("views", 1)))
+    return dom, sketches, seeds, views
+
+
+def rollout_stops(model, n_tasks, seed, stop_hold=1, threshold=0.5):
+    """Validation rollouts (evaluate.validation_rollouts' PINs, envs and seeds) under one
+    execution rule: task accuracy and, for every accepted STOP, whether it was early (the
+    keypad had not counted its key), with the fingertip height, key travel and P(STOP) there."""
+    dom, sketches, seeds, views = validation_pins(model, n_tasks, seed)
     stops, done, failures, verdicts = [], 0, {}, {}
     for sketch, s in zip(sketches, seeds):
         trace = []
