@@ -39,7 +39,7 @@ from taco_sim.domain import (MAX_COLLECT, MAX_DART_SIGMA, MAX_SKETCH_LEN, MAX_WO
 from taco_ref import algorithms, data, evaluate, model as model_mod, runner, train  # noqa: E402
 from taco_ref.config import PROTOCOLS  # noqa: E402
 from taco_ref import files as files_mod  # noqa: E402
-from taco_app import cells as cells_mod, config as config_mod, costs, engine, report  # noqa: E402
+from taco_app import cells as cells_mod, cellkeys, config as config_mod, costs, engine, grids, report  # noqa: E402
 
 
 def _progress(label):
@@ -268,11 +268,6 @@ DEMO_LEGEND = (
 """The three lines under the demo's table (docs/cli.md has the long form)."""
 
 
-def _unique(values):
-    """values without repeats, in order (a size, seed or algorithm given twice runs once)."""
-    return list(dict.fromkeys(values))
-
-
 def grid_error(grid):
     """A failed cell of taco demo as one line (bad input: the demo's cells fail only on it)."""
     f = grid.failures[0]
@@ -313,14 +308,47 @@ def chosen_expert(dom, name):
     return name
 
 
+def experiment_runs(args):
+    """The runs `taco experiment` computes and where: (runs, out), each run a grid definition
+    (taco_app.grids) from the arguments, or from GRID/grid.yaml with --rerun GRID."""
+    if args.rerun is not None:
+        given = [f"--{name.replace('_', '-')}" for name in EXPERIMENT_DEFAULTS if getattr(args, name) is not None]
+        if args.domain is not None or given:
+            raise ValueError(f"--rerun: the grid's definition comes from {grids.path(args.rerun)}; leave out "
+                             f"{' and '.join((['the domain'] if args.domain else []) + given)}")
+        return grids.load(args.rerun), args.rerun if args.out is None else args.out
+    if args.domain is None:
+        raise ValueError("give the grid's domain (e.g. taco experiment navworld --out grid), or "
+                         "--rerun GRID to run a recorded grid again")
+    if args.out is None:
+        raise ValueError("--out: give the results directory of the grid (e.g. --out grid)")
+    for name, default in EXPERIMENT_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, list(algorithms.in_paper()) if name == "algos" else default)
+    return [grids.run_of(args)], args.out
+
+
+def grid_cells(run):
+    """The cells of a grid definition (taco_app.grids run): every size x seed x algorithm."""
+    dom = taco_sim.get(run["domain"])
+    base = config_mod.settings(run["domain"], run["config"], run["set"], protocol=run["protocol"])
+    expert = chosen_expert(dom, run["expert"])
+    return [dict(domain=run["domain"], algo=a, size=n, seed=s, train_sketch_len=dom.train_sketch_len,
+                 n_tasks=run["n_tasks"], n_align=run["n_align"], config=base,
+                 test_lengths=run["test_lengths"], expert=expert)
+            for n in run["sizes"] for s in run["seeds"] for a in run["algos"]]
+
+
 def cmd_experiment(args):
-    dom = taco_sim.get(args.domain)
-    base = config_mod.settings(args.domain, args.config, args.set, protocol=args.protocol)
-    expert = chosen_expert(dom, args.expert)
-    cells = [dict(domain=args.domain, algo=a, size=n, seed=s, train_sketch_len=dom.train_sketch_len,
-                  n_tasks=args.n_tasks, n_align=args.n_align, config=base,
-                  test_lengths=args.test_lengths, expert=expert)
-             for n in _unique(args.sizes) for s in _unique(args.seeds) for a in _unique(args.algos)]
+    runs, out = experiment_runs(args)
+    args.out = out
+    cells, seen = [], set()
+    for run in runs:
+        for cell in grid_cells(run):
+            key = cellkeys.cell_key(cell)
+            if key not in seen:
+                seen.add(key)
+                cells.append(cell)
     if args.workers is not None and (args.scheduler or os.environ.get(engine.SCHEDULER_ENV)):
         raise ValueError(f"--workers: the cells run on the Dask scheduler's workers, so --workers "
                          f"{args.workers} (local processes) would do nothing; leave it out")
@@ -334,6 +362,7 @@ def cmd_experiment(args):
     store = cells_mod.Store(args.out)
     todo = cells if args.force else [c for c in cells if store.finished(c) is None]
     check_not_committed(args.out, todo, args.extend_committed)
+    grids.record(args.out, runs)
     workers = 2 if args.workers is None else args.workers
     print(f"taco experiment: {costs.announce(cells, todo, workers)}", file=sys.stderr, flush=True)
     with engine.executor(args.scheduler, workers) as ex:
@@ -673,27 +702,34 @@ def _add_demo(sub):
     p.add_argument("--n-tasks", type=tasks_count, default=1000, help="unseen test sketches each model executes")
     p.add_argument("--seed", type=non_negative, default=0, help="seed of the data, the weights and the test tasks")
     p.add_argument("--workers", type=workers_count, default=2, help="local processes training models at once")
-    # CTC-BC (GRU) is left out by default: its bi-GRU classifier alone takes longer than the
-    # other three cells together at 400 demonstrations; add it with --algos ... ctcbc-gru
-    p.add_argument("--algos", nargs="+", default=["taco", "gtbc", "ctcbc-mlp"], choices=algorithms.names(),
-                   help="the methods to compare")
+    p.add_argument("--algos", nargs="+", default=list(algorithms.in_paper()), choices=algorithms.names(),
+                   help=f"the methods to compare (default, as taco experiment's: those with figures in the "
+                        f"paper, {' '.join(algorithms.in_paper())})")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a training config value (repeatable)")
     p.set_defaults(func=cmd_demo)
 
 
+EXPERIMENT_DEFAULTS = {"sizes": [50, 200, 400, 1000], "seeds": [0, 1, 2, 3, 4], "algos": None,
+                       "n_tasks": 100, "n_align": 100, "expert": None, "test_lengths": None,
+                       "config": None, "set": [], "protocol": None}
+"""`taco experiment`'s grid definition when an option is left out (algos None: the algorithms
+with paper figures, algorithms.in_paper()); --rerun takes all of it from the grid's manifest."""
+
+
 def _add_experiment(sub):
     """`taco experiment`'s arguments."""
     p = sub.add_parser("experiment", help="the paper's comparison across dataset sizes and seeds")
-    p.add_argument("domain", choices=taco_sim.names(), help="the domain of the grid")
-    p.add_argument("--sizes", type=demos_count, nargs="+", default=[50, 200, 400, 1000],
-                   help="training set sizes (demonstrations), one column each")
-    p.add_argument("--seeds", type=non_negative, nargs="+", default=[0, 1, 2, 3, 4],
-                   help="seeds: each its own data, weights and test tasks")
-    p.add_argument("--algos", nargs="+", default=list(algorithms.names()), choices=algorithms.names(),
-                   help="default: every registered algorithm")
-    p.add_argument("--n-tasks", type=tasks_count, default=100, help="test sketches each cell executes")
-    p.add_argument("--n-align", type=demos_count, default=100, help="held-out demonstrations for alignment")
+    p.add_argument("domain", nargs="?", choices=taco_sim.names(), help="the domain of the grid (not with --rerun)")
+    p.add_argument("--sizes", type=demos_count, nargs="+", default=None,
+                   help="training set sizes (demonstrations), one column each (default: 50 200 400 1000)")
+    p.add_argument("--seeds", type=non_negative, nargs="+", default=None,
+                   help="seeds: each its own data, weights and test tasks (default: 0 1 2 3 4)")
+    p.add_argument("--algos", nargs="+", default=None, choices=algorithms.names(),
+                   help=f"default: the algorithms with figures in the paper ({' '.join(algorithms.in_paper())})")
+    p.add_argument("--n-tasks", type=tasks_count, default=None, help="test sketches each cell executes (default: 100)")
+    p.add_argument("--n-align", type=demos_count, default=None,
+                   help="held-out demonstrations for alignment (default: 100)")
     p.add_argument("--expert", default=None, metavar="NAME",
                    help="which of the domain's experts demonstrates (Craft: features, the default, "
                         "or planner, whose cells are results/archive/craft*)")
@@ -701,11 +737,15 @@ def _add_experiment(sub):
                    help="also task accuracy for each test sketch length (paper figure 8)")
     p.add_argument("--config", default=None,
                    help="YAML file, or the name of a shipped config (default: the domain's)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
                    help="override a training config value (repeatable); part of each cell's key")
     p.add_argument("--protocol", choices=sorted(PROTOCOLS), default=None,
                    help="an equal-budget protocol (spec/evaluation.md §7): paper, no pre-stage for any "
                         "algorithm; recipe, the same pre-stage for every one (default: the config's)")
+    p.add_argument("--rerun", default=None, metavar="GRID",
+                   help="run the grid GRID/grid.yaml defines (what earlier runs with --out GRID "
+                        "recorded) instead of one given here: only its unfinished cells are computed; "
+                        "into GRID, or into --out")
     p.add_argument("--workers", type=workers_count, default=None,
                    help="local worker processes (default 2; not with --scheduler, whose workers run the cells)")
     p.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
@@ -720,9 +760,10 @@ def _add_experiment(sub):
     p.add_argument("--migrate", action="store_true",
                    help="only convert the grid's cells found in OUT/results.json (earlier versions' "
                         "record, same config) into cell files; compute nothing")
-    p.add_argument("--out", required=True,
-                   help="results directory: OUT/cells/<domain>/<algo>/n<size>/seed<seed>.json per cell; "
-                        "finished cells of the same config are not run again")
+    p.add_argument("--out", default=None,
+                   help="results directory: OUT/cells/<domain>/<algo>/n<size>/seed<seed>.json per cell, "
+                        "the grid's definition in OUT/grid.yaml; finished cells of the same config are "
+                        "not run again (required unless --rerun)")
     p.set_defaults(func=cmd_experiment)
 
 

@@ -426,8 +426,9 @@ CLAIMS_BLOCK = re.compile(r"(<!-- claims -->\n)(.*?)(<!-- end of claims -->)", r
 
 
 def fill_tables(text, root="."):
-    """text with every marked table replaced by compact_table(load_results(root/GRID)), and the
-    claims block by taco_app.claims.summary(root)."""
+    """text with every marked table replaced by compact_table(load_results(root/GRID)), every
+    marked command block by the commands of root/GRID/grid.yaml (taco_app.grids.fill_commands),
+    and the claims block by taco_app.claims.summary(root)."""
     def fill(match):
         rows = load_results(os.path.join(root, match.group(2)))
         return match.group(1) + compact_table(rows) + "\n" + match.group(4)
@@ -435,11 +436,14 @@ def fill_tables(text, root="."):
     def verdicts(match):
         from taco_app import claims
         return match.group(1) + claims.summary(root) + "\n" + match.group(3)
-    return CLAIMS_BLOCK.sub(verdicts, GENERATED.sub(fill, text))
+    from taco_app import grids
+    return grids.fill_commands(CLAIMS_BLOCK.sub(verdicts, GENERATED.sub(fill, text)), root)
 
 
 def main(argv=None):
-    """python -m taco_app.report FILE...: regenerate the marked tables of each markdown FILE."""
+    """python -m taco_app.report FILE...: regenerate the marked tables and command blocks of each
+    markdown FILE (tables and claims: results/GRID relative to FILE's folder; command blocks:
+    results/GRID as typed from the repository root, found from FILE's folder upwards)."""
     import sys
     for path in (argv if argv is not None else sys.argv[1:]):
         with open(path, encoding="utf-8") as f:

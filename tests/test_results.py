@@ -1,26 +1,24 @@
-"""The committed results: every grid's command finds its cells, and README's tables are the
-generated ones.
+"""The committed results: every grid's definition finds its cells, and the READMEs' tables and
+command blocks are the generated ones.
 
-Each results/<grid>/README.md gives the grid's command(s) in a fenced block under "## Command",
-and what the grid cost under "## Cost".
-Run with that command's arguments (its --out pointed at a copy of the grid), `taco experiment`
-must find every cell of the grid (their keys, taco_app.cellkeys, version 1 for the older files)
-and compute none: a key that changes under committed cells would make them run again. The
-tables README.md shows between `<!-- table: results/<grid> -->` markers must equal what
-`python -m taco_app.report README.md` writes from the cells. Figures a page computes from
-other committed outputs (results/dial-image/more-pins, the image grids' ablation/ folders) are
-recomputed from them.
+Each results/<grid> holds its definition in grid.yaml (taco_app.grids), the command block
+under its README's "## Command" generated from it, and what the grid cost under "## Cost".
+Rerun on a copy of the grid (`taco experiment --rerun COPY`), the definition must find every
+cell of the grid (their keys, taco_app.cellkeys, version 1 for the older files) and compute
+none: a key that changes under committed cells would make them run again. The tables and
+command blocks between markers in README.md and the grids' READMEs must equal what
+`python -m taco_app.report FILE` writes. Figures a page computes from other committed outputs
+(results/dial-image/more-pins, the image grids' ablation/ folders) are recomputed from them.
 """
 import glob
 import json
 import os
 import re
-import shlex
 import shutil
 
 import pytest
 
-from taco_app import cells as cells_mod, cli, engine, experiment, report
+from taco_app import cells as cells_mod, cli, engine, experiment, grids, report
 from taco_ref import evaluate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,24 +28,34 @@ GRIDS = sorted(os.path.relpath(os.path.dirname(p), os.path.join(ROOT, "results")
 """Every grid with cells, current (results/GRID) or superseded (results/archive/GRID)."""
 
 
-def commands(grid):
-    """The `taco experiment` commands of results/<grid>/README.md's "## Command" section."""
-    path = os.path.join(ROOT, "results", grid, "README.md")
-    text = open(path, encoding="utf-8").read()
-    section = text.split("\n## Command\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```\n(.*?)```", section, re.S)
-    return [shlex.split(line) for block in blocks for line in block.splitlines()
-            if line.startswith("taco experiment ")]
+def readme(grid):
+    return open(os.path.join(ROOT, "results", grid, "README.md"), encoding="utf-8").read()
 
 
-def test_every_grid_has_a_readme_with_its_command():
+def test_every_grid_has_its_definition_and_a_readme_that_gives_it():
     assert GRIDS and "navworld" in GRIDS
     for grid in GRIDS:
-        assert commands(grid), f"results/{grid}/README.md: no `taco experiment` command under ## Command"
-        text = open(os.path.join(ROOT, "results", grid, "README.md"), encoding="utf-8").read()
+        assert grids.load(os.path.join(ROOT, "results", grid)), grid
+        text = readme(grid)
+        command = text.split("\n## Command\n", 1)[1].split("\n## ", 1)[0]
+        assert f"<!-- commands: results/{grid} -->" in command, \
+            f"results/{grid}/README.md: no generated command block under ## Command"
         assert "\n## Cost\n" in text, f"results/{grid}/README.md: no ## Cost section"
-        for argv in commands(grid):
-            assert argv[argv.index("--out") + 1] == f"results/{grid}", (grid, argv)
+
+
+@pytest.mark.parametrize("grid", GRIDS)
+def test_grid_readme_command_block_is_the_generated_one(grid):
+    """results/<grid>/README.md's command block is its grid.yaml's (regenerate with
+    `python -m taco_app.report results/<grid>/README.md`), every line a command that parses."""
+    text = readme(grid)
+    assert grids.fill_commands(text, os.path.join(ROOT, "results", grid)) == text
+    block = grids.BLOCK.search(text).group(4)
+    lines = [line for line in block.splitlines() if line.startswith("taco experiment ")]
+    assert lines[0] == f"taco experiment --rerun results/{grid}" and len(lines) >= 2
+    parser = cli.build_parser()
+    for line in lines:
+        args = parser.parse_args(line.split()[1:])
+        assert cli.experiment_runs(args)[1] == f"results/{grid}"
 
 
 IN_PROGRESS = "**Status: in progress**"
@@ -56,8 +64,8 @@ would be computed (and fail here, where nothing may be computed); the committed 
 
 
 @pytest.mark.parametrize("grid", GRIDS)
-def test_the_committed_commands_recompute_nothing(grid, tmp_path, monkeypatch):
-    """Every cell file of results/<grid> is found by its README's command(s); none is computed
+def test_the_committed_definitions_recompute_nothing(grid, tmp_path, monkeypatch):
+    """Every cell file of results/<grid> is found by its definition, rerun; none is computed
     (in a grid in progress, only the cells not yet committed would be)."""
     out = tmp_path / grid
     shutil.copytree(os.path.join(ROOT, "results", grid, "cells"), out / "cells")
@@ -69,35 +77,35 @@ def test_the_committed_commands_recompute_nothing(grid, tmp_path, monkeypatch):
     monkeypatch.setattr(experiment, "collect", computed)
     monkeypatch.setattr(experiment, "run_cell", computed)
     monkeypatch.setattr(report, "write_report", lambda dirs, dest=None: ("", [], None))
-    grids, real = [], engine.run_grid
+    ran, real = [], engine.run_grid
 
     def run_grid(cells, ex, **kw):
-        grids.append(real(cells, ex, **kw))
-        return grids[-1]
+        ran.append(real(cells, ex, **kw))
+        return ran[-1]
     monkeypatch.setattr(engine, "run_grid", run_grid)
-    found = set()
     committed = {(r["cell"]["algo"], r["cell"]["size"], r["cell"]["seed"])
                  for r in cells_mod.load_cells(os.path.join(ROOT, "results", grid))}
-    in_progress = IN_PROGRESS in open(os.path.join(ROOT, "results", grid, "README.md"), encoding="utf-8").read()
-    for argv in commands(grid):
-        argv = argv[1:]                                   # without the command's name
-        argv[argv.index("--out") + 1] = str(out)
-        status = cli.main(argv + ["--workers", "1"])
-        assert grids[-1].computed == 0, argv
-        failed = {(f["cell"]["algo"], f["cell"]["size"], f["cell"]["seed"]) for f in grids[-1].failures}
-        if in_progress:
-            assert not failed & committed, sorted(failed & committed)
-        else:
-            assert status == 0 and not failed, grids[-1].failures
-        found |= {(r["algo"], r["size"], r["seed"]) for r in grids[-1].results if r is not None}
-    assert committed <= found, f"cells no command of results/{grid}/README.md finds: {sorted(committed - found)}"
+    in_progress = IN_PROGRESS in readme(grid)
+    manifest = open(os.path.join(ROOT, "results", grid, grids.MANIFEST), encoding="utf-8").read()
+    shutil.copy(os.path.join(ROOT, "results", grid, grids.MANIFEST), out / grids.MANIFEST)
+    status = cli.main(["experiment", "--rerun", str(out), "--workers", "1"])
+    assert ran[-1].computed == 0
+    failed = {(f["cell"]["algo"], f["cell"]["size"], f["cell"]["seed"]) for f in ran[-1].failures}
+    if in_progress:
+        assert not failed & committed, sorted(failed & committed)
+    else:
+        assert status == 0 and not failed, ran[-1].failures
+    found = {(r["algo"], r["size"], r["seed"]) for r in ran[-1].results if r is not None}
+    assert committed <= found, f"cells results/{grid}/grid.yaml does not define: {sorted(committed - found)}"
+    assert (out / grids.MANIFEST).read_text(encoding="utf-8") == manifest, "a rerun changed the definition"
 
 
 def test_readme_tables_are_the_generated_ones():
-    """README.md's results tables equal taco_app.report.fill_tables' output (regenerate with
-    `python -m taco_app.report README.md`)."""
+    """README.md's results tables and command blocks equal taco_app.report.fill_tables' output
+    (regenerate with `python -m taco_app.report README.md`)."""
     text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     assert len(report.GENERATED.findall(text)) >= 3
+    assert {m.group(2) for m in grids.BLOCK.finditer(text)} >= {m.group(2) for m in report.GENERATED.finditer(text)}
     assert report.fill_tables(text, ROOT) == text
 
 

@@ -142,6 +142,12 @@ def get(name):
     return _REGISTRY[name]
 
 
+def in_paper():
+    """The names of the algorithms with figures in the paper (a non-empty ``paper``), in
+    names() order: the methods `taco experiment` and `taco demo` compare by default."""
+    return tuple(n for n in names() if _REGISTRY[n].paper)
+
+
 def label(name):
     """The algorithm's label, or its name when it is not registered (a cell of a removed one)."""
     return _REGISTRY[name].label if name in names() else str(name)

@@ -1,0 +1,224 @@
+"""Grid manifests: a grid's definition kept beside its cells, in OUT/grid.yaml.
+
+A grid is what one or more `taco experiment` runs asked for. Each run is a cross product
+(algorithms x sizes x seeds) under one set of *settings*: domain, test tasks, held-out
+demonstrations, expert, test lengths, config, --set overrides and protocol. `taco experiment`
+records its run in OUT/grid.yaml before it computes anything (an interrupted grid still knows
+its definition); `taco experiment --rerun OUT` runs the recorded definition again, computing
+only the cells not finished there. Runs with the same settings that differ in one axis are
+merged (a grid grown seed by seed is one run), so the manifest reads as the grid's definition,
+not as a log of the commands that built it.
+
+The command blocks of the READMEs are generated from it: a block between
+`<!-- commands: results/GRID -->` and `<!-- end of commands -->` is rewritten by
+`python -m taco_app.report FILE` (taco_app.report.fill_tables), and tests/test_results.py
+checks every committed block. Format and fields: spec/evaluation.md §6.
+"""
+import os
+import re
+import shlex
+
+import yaml
+
+MANIFEST = "grid.yaml"
+
+AXES = ("algos", "sizes", "seeds")
+"""A run's axes: its cells are every (algorithm, size, seed) of their product."""
+
+SETTINGS = ("domain", "n_tasks", "n_align", "expert", "test_lengths", "config", "set", "protocol")
+"""What a run's cells share besides the axes: the arguments of `taco experiment` they were
+given (None: left out, the command's default)."""
+
+FIELDS = ("domain",) + AXES + SETTINGS[1:]
+
+HEADER = ("# The grid's definition, written by `taco experiment` (taco_app.grids). Each run is a\n"
+          "# product algos x sizes x seeds under its settings; `taco experiment --rerun DIR`\n"
+          "# runs them again, computing only the cells not finished in DIR.\n")
+
+
+class ManifestError(ValueError):
+    """A grid.yaml that is not a grid's definition: names the file, the run and the field."""
+
+
+def run_of(args):
+    """The run `taco experiment`'s parsed arguments define (a dict of FIELDS; the axes without
+    repeats, in the order given)."""
+    run = {name: getattr(args, name) for name in FIELDS}
+    for axis in AXES:
+        run[axis] = _unique(run[axis])
+    run["set"] = list(run["set"] or [])
+    run["test_lengths"] = None if run["test_lengths"] is None else list(run["test_lengths"])
+    return run
+
+
+def _unique(values):
+    return list(dict.fromkeys(values))
+
+
+def canonical(run):
+    """run with its axes in one order: algorithms as the registry lists them, sizes and seeds
+    ascending (the same grid, the same manifest, whatever order the commands gave)."""
+    from taco_ref import algorithms
+    order = {name: i for i, name in enumerate(algorithms.names())}
+    return dict(run, algos=sorted(_unique(run["algos"]), key=lambda a: order.get(a, len(order))),
+                sizes=sorted(_unique(run["sizes"])), seeds=sorted(_unique(run["seeds"])))
+
+
+def merge(runs):
+    """runs with every two of the same settings that differ in at most one axis joined into one
+    (that axis the union), until no two can be; each canonical, their order kept otherwise."""
+    runs = [canonical(r) for r in runs]
+    joined = True
+    while joined:
+        joined = False
+        for i in range(len(runs)):
+            for j in range(i + 1, len(runs)):
+                a, b = runs[i], runs[j]
+                if any(a[k] != b[k] for k in SETTINGS):
+                    continue
+                differ = [k for k in AXES if set(a[k]) != set(b[k])]
+                if len(differ) <= 1:
+                    runs[i] = canonical({**a, **{k: a[k] + b[k] for k in differ}})
+                    del runs[j]
+                    joined = True
+                    break
+            if joined:
+                break
+    return runs
+
+
+def path(grid_dir):
+    return os.path.join(grid_dir, MANIFEST)
+
+
+def load(grid_dir):
+    """The runs of grid_dir/grid.yaml, checked (ManifestError naming the file, run and field)."""
+    where = path(grid_dir)
+    if not os.path.exists(where):
+        raise ManifestError(f"--rerun: {where} does not exist (a grid's folder holds the grid.yaml "
+                            f"that `taco experiment --out` writes there)")
+    with open(where, encoding="utf-8") as f:
+        try:
+            doc = yaml.safe_load(f)
+        except yaml.YAMLError as e:
+            raise ManifestError(f"{where}: not YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list) or not doc["runs"]:
+        raise ManifestError(f"{where}: expected a mapping with a non-empty list 'runs'")
+    return [_checked(run, f"{where}: runs[{i}]") for i, run in enumerate(doc["runs"])]
+
+
+def _checked(run, where):
+    import taco_sim
+    from taco_ref import algorithms
+    from taco_ref.config import PROTOCOLS
+    if not isinstance(run, dict):
+        raise ManifestError(f"{where}: expected a mapping of {', '.join(FIELDS)}")
+    unknown = sorted(set(run) - set(FIELDS))
+    if unknown:
+        raise ManifestError(f"{where}: unknown field(s) {', '.join(map(str, unknown))}; a run has {', '.join(FIELDS)}")
+    run = {name: run.get(name) for name in FIELDS}
+
+    def need(ok, name, expected):
+        if not ok:
+            raise ManifestError(f"{where}.{name}: expected {expected}, got {run[name]!r}")
+
+    def ints(name, least):
+        v = run[name]
+        return isinstance(v, list) and v and all(type(x) is int and x >= least for x in v)
+    need(run["domain"] in taco_sim.names(), "domain", f"one of {', '.join(taco_sim.names())}")
+    need(isinstance(run["algos"], list) and run["algos"] and all(a in algorithms.names() for a in run["algos"]),
+         "algos", f"a non-empty list of {', '.join(algorithms.names())}")
+    need(ints("sizes", 1), "sizes", "a non-empty list of positive integers")
+    need(ints("seeds", 0), "seeds", "a non-empty list of non-negative integers")
+    for name in ("n_tasks", "n_align"):
+        need(type(run[name]) is int and run[name] >= 1, name, "a positive integer")
+    need(run["test_lengths"] is None or ints("test_lengths", 1), "test_lengths",
+         "null or a non-empty list of positive integers")
+    for name in ("expert", "config"):
+        need(run[name] is None or isinstance(run[name], str), name, "null or a string")
+    run["set"] = [] if run["set"] is None else run["set"]
+    need(isinstance(run["set"], list) and all(isinstance(s, str) and "=" in s for s in run["set"]),
+         "set", "a list of KEY=VALUE strings")
+    need(run["protocol"] is None or run["protocol"] in PROTOCOLS, "protocol",
+         f"null or one of {', '.join(sorted(PROTOCOLS))}")
+    return run
+
+
+def record(grid_dir, runs):
+    """Add runs to grid_dir/grid.yaml (created when missing), merged with the runs there; the
+    file is rewritten atomically, and not at all when it would not change. Returns the runs."""
+    from taco_ref import files
+    earlier = load(grid_dir) if os.path.exists(path(grid_dir)) else []
+    merged = merge(earlier + [dict(r) for r in runs])
+    if merged != earlier:
+        os.makedirs(grid_dir, exist_ok=True)
+        files.write_bytes(path(grid_dir), dump(merged).encode())
+    return merged
+
+
+def dump(runs):
+    """grid.yaml's text: HEADER and the runs, fields in FIELDS order, lists in flow style."""
+    lines = [HEADER.rstrip("\n"), "runs:"]
+    for run in runs:
+        for i, name in enumerate(FIELDS):
+            value = yaml.safe_dump(run[name], default_flow_style=True, width=10_000).strip()
+            value = value.removesuffix("\n...")      # the end-of-document mark after a scalar
+            lines.append(f"{'  - ' if i == 0 else '    '}{name}: {value}")
+    return "\n".join(lines) + "\n"
+
+
+def argv(run, out):
+    """`taco experiment`'s arguments (without the command's name) that give run into out."""
+    args = [run["domain"], "--sizes", *map(str, run["sizes"]), "--seeds", *map(str, run["seeds"]),
+            "--algos", *run["algos"], "--n-tasks", str(run["n_tasks"])]
+    if run["n_align"] != 100:
+        args += ["--n-align", str(run["n_align"])]
+    if run["expert"] is not None:
+        args += ["--expert", run["expert"]]
+    if run["test_lengths"] is not None:
+        args += ["--test-lengths", *map(str, run["test_lengths"])]
+    if run["config"] is not None:
+        args += ["--config", run["config"]]
+    for setting in run["set"]:
+        args += ["--set", setting]
+    if run["protocol"] is not None:
+        args += ["--protocol", run["protocol"]]
+    return args + ["--out", out]
+
+
+def commands(grid_dir, name):
+    """The lines of a grid's command block: `taco experiment --rerun NAME`, then each run as
+    its own command (name: the grid's folder as the reader types it, e.g. results/dial)."""
+    return ([f"taco experiment --rerun {name}", "# which runs, run by run:"]
+            + ["taco experiment " + shlex.join(argv(run, name)) for run in load(grid_dir)])
+
+
+BLOCK = re.compile(r"(<!-- commands: (\S+)( rerun)? -->\n)(.*?)(<!-- end of commands -->)", re.S)
+"""A generated command block in a markdown file: `<!-- commands: results/GRID -->` (or
+`<!-- commands: results/GRID rerun -->`: the --rerun line alone), a fenced block,
+`<!-- end of commands -->`."""
+
+
+def locate(root, name):
+    """The folder of grid name (results/GRID, as typed from the repository root) seen from
+    root or the nearest folder above it that holds name/grid.yaml (a grid's own README fills
+    its block from its folder); ManifestError when none does."""
+    here = os.path.abspath(root)
+    while True:
+        if os.path.exists(path(os.path.join(here, name))):
+            return os.path.join(here, name)
+        parent = os.path.dirname(here)
+        if parent == here:
+            raise ManifestError(f"<!-- commands: {name} -->: no {name}/{MANIFEST} in {root} or above")
+        here = parent
+
+
+def fill_commands(text, root="."):
+    """text with every marked command block rewritten from GRID/grid.yaml (found by locate)."""
+    def fill(match):
+        name = match.group(2)
+        lines = commands(locate(root, name), name)
+        if match.group(3):
+            lines = lines[:1]
+        return match.group(1) + "```\n" + "\n".join(lines) + "\n```\n" + match.group(5)
+    return BLOCK.sub(fill, text)

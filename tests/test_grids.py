@@ -1,0 +1,135 @@
+"""taco_app.grids: a grid's definition (OUT/grid.yaml), what `taco experiment` records there and
+what `--rerun` runs again; the generated command blocks."""
+import itertools
+import json
+import os
+
+import pytest
+from hypothesis import given, strategies as st
+
+from taco_app import cli, grids
+
+BASE = dict(domain="navworld", algos=["taco"], sizes=[50], seeds=[0], n_tasks=100, n_align=100, expert=None,
+            test_lengths=None, config=None, set=[], protocol=None)
+
+
+def cells(runs):
+    """{(settings, algo, size, seed)} of runs: what they ask to compute."""
+    return {(tuple(str(r[k]) for k in grids.SETTINGS), a, n, s)
+            for r in runs for a, n, s in itertools.product(r["algos"], r["sizes"], r["seeds"])}
+
+
+runs_st = st.lists(st.builds(
+    lambda algos, sizes, seeds, n_tasks: dict(BASE, algos=algos, sizes=sizes, seeds=seeds, n_tasks=n_tasks),
+    st.lists(st.sampled_from(["taco", "gtbc", "ctcbc-mlp"]), min_size=1, max_size=3, unique=True),
+    st.lists(st.sampled_from([50, 200, 400]), min_size=1, max_size=3, unique=True),
+    st.lists(st.integers(0, 3), min_size=1, max_size=3, unique=True),
+    st.sampled_from([100, 200])), min_size=1, max_size=6)
+
+
+@given(runs_st)
+def test_merging_runs_keeps_exactly_their_cells_and_leaves_no_two_mergeable(runs):
+    merged = grids.merge(runs)
+    assert cells(merged) == cells(runs)
+    assert grids.merge(merged) == merged
+    for a, b in itertools.combinations(merged, 2):
+        same = all(a[k] == b[k] for k in grids.SETTINGS)
+        assert not same or sum(set(a[k]) != set(b[k]) for k in grids.AXES) >= 2
+
+
+def test_a_grid_grown_seed_by_seed_and_algorithm_by_algorithm_is_one_run():
+    runs = [dict(BASE, algos=["gtbc", "taco"], seeds=[0]), dict(BASE, algos=["ctcbc-mlp"], seeds=[0]),
+            dict(BASE, algos=["ctcbc-mlp"], seeds=[2, 1]), dict(BASE, algos=["taco", "gtbc"], seeds=[1, 2])]
+    assert grids.merge(runs) == [dict(BASE, algos=["taco", "gtbc", "ctcbc-mlp"], seeds=[0, 1, 2])]
+    other = dict(BASE, n_tasks=200)
+    assert len(grids.merge([BASE, other])) == 2                # other settings: other runs
+
+
+def test_the_manifest_reads_back_as_written(tmp_path):
+    runs = [dict(BASE, set=["dtype=float64", "lr=1e-3"], test_lengths=[3, 4], expert="features", domain="craft"),
+            dict(BASE, sizes=[400, 800], protocol="paper", config="sim/taco_sim/configs/navworld.yaml")]
+    grids.record(tmp_path, runs)
+    assert grids.load(tmp_path) == grids.merge(runs)
+    before = os.stat(grids.path(tmp_path)).st_mtime_ns
+    assert grids.record(tmp_path, [dict(runs[1], sizes=[800])]) == grids.merge(runs)   # nothing new
+    assert os.stat(grids.path(tmp_path)).st_mtime_ns == before
+    assert not [f for f in os.listdir(tmp_path) if f != grids.MANIFEST]              # no temp file left
+
+
+@pytest.mark.parametrize("text, named", [
+    ("runs: []\n", "non-empty list 'runs'"),
+    ("runs: [{domain: atlantis}]\n", "runs[0].domain"),
+    ("runs:\n  - {domain: navworld, algos: [taco], sizes: [0], seeds: [0], n_tasks: 1, n_align: 1}\n",
+     "runs[0].sizes"),
+    ("runs:\n  - {domain: navworld, algos: [nope], sizes: [5], seeds: [0], n_tasks: 1, n_align: 1}\n",
+     "runs[0].algos"),
+    ("runs:\n  - {domain: navworld, algos: [taco], sizes: [5], seeds: [0], n_tasks: 1, n_align: 1, set: [x]}\n",
+     "runs[0].set"),
+    ("runs:\n  - {domain: navworld, algos: [taco], sizes: [5], seeds: [0], n_tasks: 1, n_align: 1, colour: red}\n",
+     "unknown field(s) colour"),
+    ("runs: [\n", "not YAML"),
+])
+def test_a_bad_manifest_is_refused_naming_the_field(tmp_path, text, named):
+    (tmp_path / grids.MANIFEST).write_text(text)
+    with pytest.raises(grids.ManifestError, match=named.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")
+                       .replace(")", r"\)")):
+        grids.load(tmp_path)
+
+
+GRID = ["navworld", "--sizes", "20", "--seeds", "0", "--algos", "gtbc", "--n-tasks", "5", "--n-align", "5",
+        "--set", "epochs=1", "--workers", "1"]
+
+
+def test_experiment_records_its_grid_and_rerun_computes_only_what_is_missing(tmp_path, capsys):
+    out, elsewhere = str(tmp_path / "grid"), str(tmp_path / "again")
+    assert cli.main(["experiment", *GRID, "--out", out]) == 0
+    [run] = grids.load(out)
+    assert run == dict(BASE, algos=["gtbc"], sizes=[20], n_tasks=5, n_align=5, set=["epochs=1"])
+    capsys.readouterr()
+    assert cli.main(["experiment", "--rerun", out, "--workers", "1"]) == 0
+    assert "0 cells computed, 1 reused" in capsys.readouterr().err
+    assert cli.main(["experiment", "--rerun", out, "--workers", "1", "--out", elsewhere]) == 0
+    assert "1 cells computed, 0 reused" in capsys.readouterr().err
+    assert grids.load(elsewhere) == grids.load(out)
+    first, second = (json.load(open(os.path.join(d, "cells", "navworld", "gtbc", "n20", "seed0.json")))
+                     for d in (out, elsewhere))
+    assert first["figures"] == second["figures"] and first["key"] == second["key"]
+    # a second run of another seed joins the first: one run, seeds 0 and 1
+    grids.record(out, [dict(run, seeds=[1])])
+    assert grids.load(out) == [dict(run, seeds=[0, 1])]
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--rerun", "G", "navworld"], "leave out the domain"),
+    (["--rerun", "G", "--sizes", "5", "--algos", "taco"], "leave out --sizes and --algos"),
+    ([], "give the grid's domain"),
+    (["navworld"], "--out: give the results directory"),
+])
+def test_experiment_arguments_that_cannot_define_a_grid_are_named(argv, named, tmp_path, capsys):
+    assert cli.main(["experiment", *argv]) == 2
+    assert named in capsys.readouterr().err
+
+
+def test_experiment_and_demo_compare_the_papers_algorithms_by_default():
+    parser = cli.build_parser()
+    args = parser.parse_args(["experiment", "navworld", "--out", "x"])
+    [run], _ = cli.experiment_runs(args)
+    assert run["algos"] == parser.parse_args(["demo"]).algos == ["taco", "gtbc", "ctcbc-mlp", "ctcbc-gru"]
+
+
+def test_command_blocks_are_written_from_the_manifest(tmp_path):
+    grid = tmp_path / "results" / "g"
+    grids.record(grid, [BASE, dict(BASE, algos=["compile"], sizes=[20], set=["dtype=float64"])])
+    text = "x\n<!-- commands: results/g -->\nstale\n<!-- end of commands -->\n<!-- commands: results/g rerun -->\n" \
+           "<!-- end of commands -->\n"
+    filled = grids.fill_commands(text, grid)          # found from the grid's own folder upwards
+    assert filled == grids.fill_commands(text, tmp_path)
+    assert filled == ("x\n<!-- commands: results/g -->\n```\ntaco experiment --rerun results/g\n"
+                      "# which runs, run by run:\n"
+                      "taco experiment navworld --sizes 50 --seeds 0 --algos taco --n-tasks 100 --out results/g\n"
+                      "taco experiment navworld --sizes 20 --seeds 0 --algos compile --n-tasks 100 "
+                      "--set dtype=float64 --out results/g\n```\n<!-- end of commands -->\n"
+                      "<!-- commands: results/g rerun -->\n```\ntaco experiment --rerun results/g\n```\n"
+                      "<!-- end of commands -->\n")
+    with pytest.raises(grids.ManifestError, match="results/h"):
+        grids.fill_commands("<!-- commands: results/h -->\n<!-- end of commands -->", tmp_path)
