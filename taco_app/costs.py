@@ -12,7 +12,7 @@ COSTS = {
     ("navworld", "taco"): (0.077, 300, "navworld-demo-float32"),
     ("navworld", "gtbc"): (0.033, 300, "navworld-demo-float32"),
     ("navworld", "ctcbc-mlp"): (0.060, 300, "navworld-demo-float32"),
-    ("navworld", "ctcbc-gru"): (0.63, 300, "navworld-constant"),
+    ("navworld", "ctcbc-gru"): (0.63, 300, "archive/navworld-constant"),
     ("navworld", "compile"): (44.0, 300, "navworld"),
     ("dial", "taco"): (1.7, 60, "dial"),
     ("dial", "gtbc"): (0.99, 60, "dial"),

@@ -360,3 +360,14 @@ def test_craft_realisability_figures_are_the_committed_outputs(bench_script):
         row = f"| {r['expert']} | {r['l2']:.0e}".replace("e-0", "e-")
         line = next(line for line in spec.splitlines() if line.startswith(row))
         assert f"{100 * r['held_out']:.1f} % | {100 * r['training_data']:.1f} %" in line, line
+
+
+def test_results_readme_is_the_generated_index_of_every_folder():
+    """results/README.md is `python -m taco_app.grids results`'s page: every folder of results/
+    and results/archive listed once in results/index.yaml, each archived one naming its
+    replacement, every link resolving."""
+    results = os.path.join(ROOT, "results")
+    page = grids.index_page(results)
+    assert open(os.path.join(results, "README.md"), encoding="utf-8").read() == page
+    for link in re.findall(r"\]\(([^)]+)\)", page):
+        assert os.path.exists(os.path.join(results, link)), link
