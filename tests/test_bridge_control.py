@@ -314,11 +314,11 @@ def test_a_model_with_views_decides_over_them_in_the_bridge():
 
 @pytest.mark.slow
 def test_bridge_offline_bench_counts_dialled_pins(tmp_path, capsys):
-    """bench/bridge_offline.py runs this control step over the protocol's test PINs: the shipped
+    """taco_bridge/offline.py runs this control step over the protocol's test PINs: the shipped
     velocity model dials the first ones; a model whose STOP never fires dials none (time-outs)."""
     import json
     from taco_ref.model import save
-    bench = load_bench("bridge_offline")
+    from taco_bridge import offline as bench
     bench.main([taco_sim.get("dial-velocity").models["default"], "--interface", "velocity", "--n-tasks", "2"])
     report = json.loads(capsys.readouterr().out)
     assert (report["n_tasks"], report["dialled"], report["interface"]) == (2, 2, "velocity")
@@ -395,11 +395,11 @@ def load_bench(name):
 
 @pytest.mark.slow
 def test_targeted_preemptions_never_end_in_a_false_error():
-    """The hardest case of bench/bridge_offline.py --preempt (the new sketch one control step
+    """The hardest case of taco_bridge/offline.py --preempt (the new sketch one control step
     before the old key registers, lead 0), on the shipped model: every new run ends done; with the
     rule off, some of the same trials end in error ("the keypad registered 6, not the sketch
     2 5 0 6"), so the trials do reach the case."""
-    bench = load_bench("bridge_offline")
+    from taco_bridge import offline as bench
     model = load(taco_sim.get("dial").models["default"])
     seeds = (12, 21, 30, 52, 65, 72, 81, 98, 0, 1)
     trials = [bench.preemption_trial(model, seed, lead=0) for seed in seeds]

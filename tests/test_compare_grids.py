@@ -1,4 +1,4 @@
-"""bench/compare_grids.py: the paired difference of two grids' cells and its mean over seeds
+"""taco_app/analysis/compare_grids.py: the paired difference of two grids' cells and its mean over seeds
 are computed from the cells' own outcomes, and cells of other data are flagged."""
 import copy
 import os
@@ -9,14 +9,14 @@ import pytest
 
 from taco_app import cells as cells_mod
 from taco_ref import evaluate
+from taco_app.analysis import compare_grids
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRID = os.path.join(REPO, "results", "dial-image-small")
 
 
-
-def test_a_grid_against_itself_differs_by_nothing(bench_script):
-    m = bench_script("compare_grids")
+def test_a_grid_against_itself_differs_by_nothing():
+    m = compare_grids
     rows, means = m.compare(GRID, GRID)
     assert len(rows) == len(cells_mod.load_cells(GRID)) == 12
     for algo, size, seed, ta, tb, (d, lo, hi), aa, ab, same in rows:
@@ -24,11 +24,11 @@ def test_a_grid_against_itself_differs_by_nothing(bench_script):
     assert all(mean == 0.0 for _, _, mean, _, _, _ in means)
 
 
-def test_differences_are_paired_on_the_same_tasks_and_averaged_over_seeds(tmp_path, bench_script):
+def test_differences_are_paired_on_the_same_tasks_and_averaged_over_seeds(tmp_path):
     """One grid's TACO cells of seeds 0 and 1 changed task by task: each row's difference is
     the paired interval of the two outcome strings, the mean is over the two seeds with its t
     interval, and a cell whose data fingerprint differs is marked."""
-    m = bench_script("compare_grids")
+    m = compare_grids
     other = tmp_path / "other"
     shutil.copytree(os.path.join(GRID, "cells"), other / "cells")
     changed = {}
@@ -60,8 +60,8 @@ def test_differences_are_paired_on_the_same_tasks_and_averaged_over_seeds(tmp_pa
     assert "| TACO | 200 | 1 (other data) |" in text and "(3 seeds)" in text
 
 
-def test_grids_with_other_test_tasks_are_refused(tmp_path, bench_script):
-    m = bench_script("compare_grids")
+def test_grids_with_other_test_tasks_are_refused(tmp_path):
+    m = compare_grids
     other = tmp_path / "other"
     shutil.copytree(os.path.join(GRID, "cells"), other / "cells")
     record = next(r for r in cells_mod.load_cells(GRID) if r["cell"]["algo"] == "gtbc")

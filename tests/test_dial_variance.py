@@ -1,4 +1,4 @@
-"""bench/dial_variance.py: the factors chosen are the factors measured (and trained), an existing
+"""taco_app/analysis/dial_variance.py: the factors chosen are the factors measured (and trained), an existing
 model is taken as the base run only with the base run's settings and data, and every model
 decides over the config's views, as `taco evaluate` does."""
 import json
@@ -7,9 +7,9 @@ import os
 import pytest
 
 from taco_ref import evaluate
+from taco_app.analysis import dial_variance
 
 TINY = ["act_hidden=[8]", "stop_hidden=[8]", "epochs=1", "patience=1", "views=2"]
-
 
 
 def run(module, out, *extra, sets=TINY):
@@ -18,8 +18,8 @@ def run(module, out, *extra, sets=TINY):
 
 
 @pytest.mark.slow
-def test_chosen_factors_a_checked_base_model_and_views(tmp_path, monkeypatch, bench_script):
-    module = bench_script("dial_variance")
+def test_chosen_factors_a_checked_base_model_and_views(tmp_path, monkeypatch):
+    module = dial_variance
     views_seen = []
     task_accuracy = evaluate.task_accuracy
 

@@ -1,10 +1,9 @@
 """spec/peers.md's measured facts about OMPN's TACO code, checked against a checkout of it.
 
 Skipped unless TACO_OMPN names a checkout of Ordered-Memory-RL/ompn_craft and torch is
-installed: nothing of OMPN is vendored (bench/compare_ompn.py reads it at run time).
+installed: nothing of OMPN is vendored (tests/compare_ompn.py reads it at run time).
 """
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -12,7 +11,6 @@ import pytest
 OMPN = os.environ.get("TACO_OMPN")
 pytestmark = pytest.mark.skipif(not OMPN, reason="set TACO_OMPN to a checkout of ompn_craft")
 torch = pytest.importorskip("torch") if OMPN else None
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 
 from taco_ref import align  # noqa: E402
 

@@ -156,7 +156,7 @@ ABLATIONS = (("warm", "warm-up (as the cell), this draw"), ("viterbi", "hard lab
 
 def stop_summaries(path):
     """{model path: its "all" row's eager | P(STOP) last step | P(STOP) stop step | label} of a
-    `bench/stop_by_subtask.py` table."""
+    `taco_app/analysis/stop_by_subtask.py` table."""
     stops, model = {}, None
     for line in open(path, encoding="utf-8"):
         if line.startswith("| taco: ") or line.startswith("| gtbc: "):
@@ -169,7 +169,7 @@ def stop_summaries(path):
 def ablation_rows(grid_dir):
     """The rows of a grid's ablation table, computed from the committed `taco evaluate` outputs
     (ablation/taco-<kind>-seed<s>.json), the seed's TACO and GT-BC cells and the
-    `bench/stop_by_subtask.py` tables: ablation/stop-by-subtask-seed<s>.md, and for the cells'
+    `taco_app/analysis/stop_by_subtask.py` tables: ablation/stop-by-subtask-seed<s>.md, and for the cells'
     models the grid's own stop-by-subtask-seed<s>.md where it has one (a grid whose ablation
     ran on another machine's draw of the data than its cells). Each run's paired
     difference is against the seed's "warm" run where there is one (TACO as the cell trains it,

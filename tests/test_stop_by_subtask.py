@@ -1,4 +1,4 @@
-"""bench/stop_by_subtask.py: a segment's end offset, eager STOP and STOP probabilities are read
+"""taco_app/analysis/stop_by_subtask.py: a segment's end offset, eager STOP and STOP probabilities are read
 at the right steps (a hand-made lattice), and the script runs on a model `taco train` made."""
 import os
 import sys
@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 
 from taco_app import cli
+from taco_app.analysis import stop_by_subtask
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "spec", "vectors"))
 import brute_force as bf  # noqa: E402  (spec/vectors is not a package)
 
 
-
-def test_figures_of_a_hand_made_lattice(bench_script):
-    m = bench_script("stop_by_subtask")
+def test_figures_of_a_hand_made_lattice():
+    m = stop_by_subtask
     labels = np.array([[0, 0, 0, 1, 1, 1, 0], [0, 0, 1, 1, 2, 2, 2]])   # demo 0: 6 steps, a pad
     traj_len, sketch_len = np.array([6, 7]), np.array([2, 3])
     sketch = np.array([[3, 5, 0], [5, 3, 4]])
@@ -55,12 +55,12 @@ def test_figures_of_a_hand_made_lattice(bench_script):
         m.segment_rows(labels[:1], traj_len[:1], sketch[:1], np.array([3]), paths, np.log(p), xi_stop, xi_go)
 
 
-def test_early_end_and_label_match_enumerated_alignments(bench_script):
+def test_early_end_and_label_match_enumerated_alignments():
     """P(early end) and the posterior STOP label, from the forward-backward posteriors, equal
     their definitions summed over every alignment of a random lattice (paths enumerated and
     scored by spec/vectors/brute_force.py, independently of taco_ref.align)."""
     from taco_ref import align
-    m = bench_script("stop_by_subtask")
+    m = stop_by_subtask
     rng = np.random.default_rng(3)
     T, L = 7, 3
     log_act = rng.normal(size=(1, T, L))
@@ -82,15 +82,15 @@ def test_early_end_and_label_match_enumerated_alignments(bench_script):
 
 
 @pytest.mark.slow
-def test_runs_on_a_trained_model(tmp_path, capsys, bench_script):
+def test_runs_on_a_trained_model(tmp_path, capsys):
     for name, n, seed in (("nav.npz", 20, 1), ("test.npz", 6, 2)):
         assert cli.main(["collect", "navworld", "--n", str(n), "--sketch-len", "2", "--seed", str(seed),
                          "--out", str(tmp_path / name)]) == 0
     assert cli.main(["train", "--data", str(tmp_path / "nav.npz"), "--out", str(tmp_path / "run"), "--seed", "0",
                      "--set", "epochs=1", "--set", "act_hidden=[8]", "--set", "stop_hidden=[8]"]) == 0
     capsys.readouterr()
-    assert bench_script("stop_by_subtask").main(["--model", str(tmp_path / "run" / "model"), "--data", str(tmp_path / "test.npz")]) == 0
+    assert stop_by_subtask.main(["--model", str(tmp_path / "run" / "model"), "--data", str(tmp_path / "test.npz")]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("| taco: ") and len([r for r in out if r.startswith("| ") and "|---" not in r]) >= 3
     with pytest.raises(SystemExit):
-        bench_script("stop_by_subtask").main(["--model", "x", "--data", "y", "--stop-threshold", "1.5"])
+        stop_by_subtask.main(["--model", "x", "--data", "y", "--stop-threshold", "1.5"])

@@ -7,19 +7,16 @@ Cells of one seed share their test tasks (the same PINs and episode seeds) and, 
 grids collected their data with the same code, their data: the script checks the data
 fingerprints the cell files record and says where they differ. It reads cell files only.
 
-    python bench/compare_grids.py results/dial-image-small-trained-core results/dial-image-small \
+    python -m taco_app.analysis.compare_grids results/dial-image-small-trained-core results/dial-image-small \
         --labels "core trained" "core frozen"
 """
 import argparse
 import os
-import sys
 
 import numpy as np
-from scipy import stats as scipy_stats
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from taco_app import cells as cells_mod, report  # noqa: E402
+from taco_app import cells as cells_mod, report, stats  # noqa: E402
 from taco_ref import evaluate  # noqa: E402
 
 IDENT = ("algo", "size", "seed")
@@ -55,7 +52,7 @@ def compare(dir_a, dir_b):
     for algo, size in dict.fromkeys((r[0], r[1]) for r in rows):
         diffs = np.array([r[5][0] for r in rows if (r[0], r[1]) == (algo, size)])
         if len(diffs) > 1:
-            half = float(scipy_stats.t.ppf(0.975, len(diffs) - 1) * diffs.std(ddof=1) / np.sqrt(len(diffs)))
+            half = float(stats.t_quantile(0.975, len(diffs) - 1) * diffs.std(ddof=1) / np.sqrt(len(diffs)))
         else:
             half = float("nan")
         means.append((algo, size, float(diffs.mean()), diffs.mean() - half, diffs.mean() + half, len(diffs)))
@@ -79,7 +76,8 @@ def markdown(rows, means, labels):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(
+        prog="python -m taco_app.analysis.compare_grids", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dir_a", help="a results directory (OUT of taco experiment)")
     parser.add_argument("dir_b", help="the other one, same domain")

@@ -1,6 +1,6 @@
 """taco_ref's alignment core beside OMPN's published TACO code (Ordered-Memory-RL/ompn_craft).
 
-    python bench/compare_ompn.py --ompn PATH/TO/ompn_craft        # needs torch
+    python tests/compare_ompn.py --ompn PATH/TO/ompn_craft        # needs torch
 
 Nothing of OMPN is vendored: the script reads PATH/taco/core.py at run time and takes from it
 only the two recursions (``tac_forward_log`` for training, ``tac_forward`` for decoding) and
@@ -22,11 +22,9 @@ needed). It prints, for the record in spec/peers.md:
 import argparse
 import ast
 import os
-import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from taco_ref import align  # noqa: E402
 
 

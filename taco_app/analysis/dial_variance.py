@@ -24,9 +24,9 @@ existing model (e.g. the shipped one) as the base run after checking that its co
 are the base's; --factors measures some factors only (and trains only their models). Figures go
 to OUT/variance.json and a markdown table to stdout.
 
-    python bench/dial_variance.py --algo taco --out results/dial-variance/taco
-    python bench/dial_variance.py --algo gtbc --levels 3 --n-tasks 500 --set lr_decay=none
-    python bench/dial_variance.py --base sim/taco_sim/dial/models/dial --factors "minibatch order" \
+    python -m taco_app.analysis.dial_variance --algo taco --out results/dial-variance/taco
+    python -m taco_app.analysis.dial_variance --algo gtbc --levels 3 --n-tasks 500 --set lr_decay=none
+    python -m taco_app.analysis.dial_variance --base sim/taco_sim/dial/models/dial --factors "minibatch order" \
         "test PIN set" "rollout's own noise" --out OUT
 """
 import argparse
@@ -34,14 +34,12 @@ import dataclasses
 import json
 import os
 import sys
-from pathlib import Path
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import taco_sim  # noqa: E402
 from taco_ref import config as config_ref, evaluate, files, model as model_mod, train  # noqa: E402
 from taco_app import config as config_mod, experiment  # noqa: E402
@@ -98,7 +96,8 @@ def base_model(path, cfg, demos):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m taco_app.analysis.dial_variance", description=__doc__.split("\n\n")[0])
     ap.add_argument("--domain", default="dial")
     ap.add_argument("--algo", default="taco")
     ap.add_argument("--size", type=int, default=1200)

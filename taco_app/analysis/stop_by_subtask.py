@@ -33,12 +33,11 @@ lattice that taco_ref.align's decoders read (as evaluate.lattice_alignments does
 the nets for both: the positions decoded on the TACO lattice of the model's sub-policies, for
 TACO and GT-BC the alignment `taco align` reports (CTC-BC's reports its classifier's).
 
-    python bench/stop_by_subtask.py --model RUN/model --data HELDOUT [--model RUN2/model ...]
+    python -m taco_app.analysis.stop_by_subtask --model RUN/model --data HELDOUT [--model RUN2/model ...]
 """
 import argparse
 import os
 import sys
-from pathlib import Path
 from typing import NamedTuple, Optional
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -46,7 +45,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from taco_ref import align, data, evaluate, model as model_mod  # noqa: E402
 
 DECODERS = ("forward_argmax", "viterbi")
@@ -157,7 +155,8 @@ def table(name, figures, vocab):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m taco_app.analysis.stop_by_subtask", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, action="append", help="a model directory (repeatable)")
     ap.add_argument("--data", required=True, help="held-out demonstrations (.npz or a frames directory)")
     ap.add_argument("--stop-threshold", type=float, default=0.5, metavar="P",

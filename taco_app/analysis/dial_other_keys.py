@@ -17,19 +17,17 @@ Printed: task accuracy and sub-task success by digit (spec/evaluation.md eq. (7)
 A digit whose success moves a lot between the rows fails or succeeds because of where the
 *other* keys are, not because of the reach to its own.
 
-    python bench/dial_other_keys.py --model MODEL_DIR [--n-tasks 500] [--perm-seeds 0 1 2]
+    python -m taco_app.analysis.dial_other_keys --model MODEL_DIR [--n-tasks 500] [--perm-seeds 0 1 2]
 """
 import argparse
 import os
 import sys
-from pathlib import Path
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import taco_sim  # noqa: E402
 from taco_sim.dial import env as dial_env  # noqa: E402
 from taco_sim.dial.augment import JOINTS  # noqa: E402
@@ -70,7 +68,8 @@ def run(model, dom, n_tasks, perms=None):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m taco_app.analysis.dial_other_keys", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--domain", default="dial", choices=["dial", "dial-velocity"])
     ap.add_argument("--n-tasks", type=int, default=500)

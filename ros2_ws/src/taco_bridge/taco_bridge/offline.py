@@ -1,4 +1,5 @@
-"""How many of the evaluation protocol's test PINs the ROS 2 bridge's control step dials.
+"""How many of the evaluation protocol's test PINs the ROS 2 bridge's control step dials (a
+measurement, run by hand: `python -m taco_bridge.offline`; tests/test_bridge_control.py runs it small).
 
 `taco evaluate` executes a model with taco_ref's runner (spec/evaluation.md): a sub-task ends
 when its sub-policy says STOP. The bridge's node adds keypad rules on top (taco_bridge/keypad.py,
@@ -8,8 +9,8 @@ step (taco_bridge.control.Controller, the node's decisions without ROS) on taco_
 offline, over the same test PINs and episode seeds as `taco evaluate --n-tasks N` (protocol seed
 0: the standard keypad, home poses from the same seeds), and prints both counts:
 
-    python bench/bridge_offline.py sim/taco_sim/dial/models/dial --n-tasks 500
-    python bench/bridge_offline.py sim/taco_sim/dial/models/dial-velocity --interface velocity
+    python -m taco_bridge.offline sim/taco_sim/dial/models/dial --n-tasks 500
+    python -m taco_bridge.offline sim/taco_sim/dial/models/dial-velocity --interface velocity
 
 A PIN counts as dialled when the run ends "done" and the keypad registered exactly its digits.
 
@@ -23,23 +24,19 @@ registered 8, not the sketch 6 9 3"); `inherited` counts the trials in which the
 old run a press that registered after the new sketch arrived. --no-handover turns the rule off,
 for the comparison:
 
-    python bench/bridge_offline.py sim/taco_sim/dial/models/dial --preempt 100
-    python bench/bridge_offline.py sim/taco_sim/dial/models/dial --preempt 100 --no-handover
+    python -m taco_bridge.offline sim/taco_sim/dial/models/dial --preempt 100
+    python -m taco_bridge.offline sim/taco_sim/dial/models/dial --preempt 100 --no-handover
 """
 import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "ros2_ws" / "src" / "taco_bridge"))
 import taco_sim  # noqa: E402
 from taco_ref import evaluate  # noqa: E402
 from taco_ref.model import load  # noqa: E402
@@ -109,7 +106,8 @@ def preempt(model, n, limits, velocity, handover=True):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog='python -m taco_bridge.offline', description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", help="model directory")
     ap.add_argument("--interface", choices=sorted(INTERFACES), default="effort")
     ap.add_argument("--n-tasks", type=int, default=500)
