@@ -7,7 +7,7 @@ import os
 import pytest
 from hypothesis import given, strategies as st
 
-from taco_app import cli, grids
+from taco_app import cli, grids, report
 
 BASE = dict(domain="navworld", algos=["taco"], sizes=[50], seeds=[0], n_tasks=100, n_align=100, expert=None,
             test_lengths=None, config=None, set=[], protocol=None)
@@ -76,22 +76,23 @@ def test_a_bad_manifest_is_refused_naming_the_field(tmp_path, text, named):
         grids.load(tmp_path)
 
 
-GRID = ["navworld", "--sizes", "20", "--seeds", "0", "--algos", "gtbc", "--n-tasks", "5", "--n-align", "5",
+GRID = ["navworld", "--sizes", "10", "--seeds", "0", "--algos", "gtbc", "--n-tasks", "3", "--n-align", "3",
         "--set", "epochs=1", "--workers", "1"]
 
 
-def test_experiment_records_its_grid_and_rerun_computes_only_what_is_missing(tmp_path, capsys):
+def test_experiment_records_its_grid_and_rerun_computes_only_what_is_missing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(report, "write_report", lambda dirs, dest=None: ("", [], None))   # no figures: not tested here
     out, elsewhere = str(tmp_path / "grid"), str(tmp_path / "again")
     assert cli.main(["experiment", *GRID, "--out", out]) == 0
     [run] = grids.load(out)
-    assert run == dict(BASE, algos=["gtbc"], sizes=[20], n_tasks=5, n_align=5, set=["epochs=1"])
+    assert run == dict(BASE, algos=["gtbc"], sizes=[10], n_tasks=3, n_align=3, set=["epochs=1"])
     capsys.readouterr()
     assert cli.main(["experiment", "--rerun", out, "--workers", "1"]) == 0
     assert "0 cells computed, 1 reused" in capsys.readouterr().err
     assert cli.main(["experiment", "--rerun", out, "--workers", "1", "--out", elsewhere]) == 0
     assert "1 cells computed, 0 reused" in capsys.readouterr().err
     assert grids.load(elsewhere) == grids.load(out)
-    first, second = (json.load(open(os.path.join(d, "cells", "navworld", "gtbc", "n20", "seed0.json")))
+    first, second = (json.load(open(os.path.join(d, "cells", "navworld", "gtbc", "n10", "seed0.json")))
                      for d in (out, elsewhere))
     assert first["figures"] == second["figures"] and first["key"] == second["key"]
     # a second run of another seed joins the first: one run, seeds 0 and 1
