@@ -717,19 +717,25 @@ EXPERIMENT_DEFAULTS = {"sizes": [50, 200, 400, 1000], "seeds": [0, 1, 2, 3, 4], 
 with paper figures, algorithms.in_paper()); --rerun takes all of it from the grid's manifest."""
 
 
+def _shown(name):
+    """EXPERIMENT_DEFAULTS[name] as --help shows it."""
+    value = EXPERIMENT_DEFAULTS[name]
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
 def _add_experiment(sub):
     """`taco experiment`'s arguments."""
     p = sub.add_parser("experiment", help="the paper's comparison across dataset sizes and seeds")
     p.add_argument("domain", nargs="?", choices=taco_sim.names(), help="the domain of the grid (not with --rerun)")
     p.add_argument("--sizes", type=demos_count, nargs="+", default=None,
-                   help="training set sizes (demonstrations), one column each (default: 50 200 400 1000)")
+                   help=f"training set sizes (demonstrations), one column each (default: {_shown('sizes')})")
     p.add_argument("--seeds", type=non_negative, nargs="+", default=None,
-                   help="seeds: each its own data, weights and test tasks (default: 0 1 2 3 4)")
+                   help=f"seeds: each its own data, weights and test tasks (default: {_shown('seeds')})")
     p.add_argument("--algos", nargs="+", default=None, choices=algorithms.names(),
                    help=f"default: the algorithms with figures in the paper ({' '.join(algorithms.in_paper())})")
-    p.add_argument("--n-tasks", type=tasks_count, default=None, help="test sketches each cell executes (default: 100)")
+    p.add_argument("--n-tasks", type=tasks_count, default=None, help=f"test sketches each cell executes (default: {_shown('n_tasks')})")
     p.add_argument("--n-align", type=demos_count, default=None,
-                   help="held-out demonstrations for alignment (default: 100)")
+                   help=f"held-out demonstrations for alignment (default: {_shown('n_align')})")
     p.add_argument("--expert", default=None, metavar="NAME",
                    help="which of the domain's experts demonstrates (Craft: features, the default, "
                         "or planner, whose cells are results/archive/craft*)")
