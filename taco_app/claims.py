@@ -59,6 +59,7 @@ class Claim:
     size    | the demonstrations the cells trained on
     figure  | value: the figure compared ("align_forward_argmax")
     paper   | value: the paper's figures, {table name: number}
+    grid    | the grid it reads when not the domain's (GRIDS): an equal-budget grid
     """
 
     domain: str
@@ -70,6 +71,12 @@ class Claim:
     size: int = 0
     figure: str = "task_accuracy"
     paper: tuple = ()
+    grid: Optional[str] = None
+
+    @property
+    def source(self):
+        """The grid this claim's cells come from."""
+        return self.grid or GRIDS[self.domain]
 
 
 def _alignment_claims(domain, size):
@@ -89,6 +96,9 @@ def _alignment_claims(domain, size):
 CLAIMS = (
     Claim("navworld", "Sec. 5.1, figure 5", "TACO approaches the performance of GT-BC given enough data",
           "matches", "taco", "gtbc", 1000),
+    *(Claim("navworld", "Sec. 5.1, figure 5", f"TACO approaches the performance of GT-BC, both on the {p} "
+            "protocol's budget", "matches", "taco", "gtbc", 1000, grid=f"results/navworld-{p}")
+      for p in ("paper", "recipe")),
     Claim("navworld", "Sec. 5.1", "CTC-BC performs poorly (MLP)", "none", "ctcbc-mlp", size=1000),
     Claim("navworld", "Sec. 5.1", "CTC-BC performs poorly (GRU)", "none", "ctcbc-gru", size=1000),
     Claim("navworld", "Sec. 5.1, table 1", "TACO aligns better than CTC-BC (MLP)", "better", "taco",
@@ -257,20 +267,34 @@ def page(root="."):
              ""]
     verdicts = {}
     for domain, grid in GRIDS.items():
-        path = os.path.join(root, grid)
-        rows = load_results(path) if os.path.isdir(os.path.join(path, "cells")) else []
+        rows = _rows(root, grid)
         lines += [f"## {domain} ([{grid}](../{grid}/README.md))", "",
-                  f"Protocol: {protocol(rows)}.", "",
+                  f"Protocol: {protocol(rows)}{_others(root, domain)}.", "",
                   "| claim | where | rule | ours [95 % interval] | verdict | why | cells |",
                   "|---|---|---|---|---|---|---|"]
         for claim in (c for c in CLAIMS if c.domain == domain):
-            text, verdict, why, cells = judge(claim, rows)
+            text, verdict, why, cells = judge(claim, _rows(root, claim.source))
+            if claim.grid:
+                cells = [f"[{claim.grid}](../{claim.grid}/README.md)"] + cells
             verdicts[verdict] = verdicts.get(verdict, 0) + 1
             lines.append(f"| {claim.text} | {claim.where} | {claim.rule} | {text} | **{verdict}** | {why} | "
                          f"{'; '.join(cells) or '-'} |")
         lines.append("")
     lines.append("Verdicts: " + ", ".join(f"{v} {n}" for v, n in sorted(verdicts.items())) + ".")
     return "\n".join(lines) + "\n"
+
+
+def _rows(root, grid):
+    """The cells of root/grid, [] where it has none (yet)."""
+    path = os.path.join(root, grid)
+    return load_results(path) if os.path.isdir(os.path.join(path, "cells")) else []
+
+
+def _others(root, domain):
+    """", and the equal-budget grids' own" with their protocols, for a domain with such claims."""
+    grids = sorted({c.grid for c in CLAIMS if c.domain == domain and c.grid})
+    said = [f"{g}: {protocol(_rows(root, g))}" for g in grids]
+    return f" (equal-budget claims: {'; '.join(said)})" if said else ""
 
 
 NAMES = {"navworld": "Nav-World", "craft": "Craft", "dial": "The Dial", "dial-image-small": "The image Dial"}
@@ -280,10 +304,8 @@ def summary(root="."):
     """The verdicts as README lines: per domain each claim but the alignment figures with its
     verdict, then how many of the paper's alignment figures ours are within MARGIN points of."""
     lines = []
-    for domain, grid in GRIDS.items():
-        path = os.path.join(root, grid)
-        rows = load_results(path) if os.path.isdir(os.path.join(path, "cells")) else []
-        judged = [(c, judge(c, rows)) for c in CLAIMS if c.domain == domain]
+    for domain in GRIDS:
+        judged = [(c, judge(c, _rows(root, c.source))) for c in CLAIMS if c.domain == domain]
         said = [f"{c.text}: **{v[1]}**" for c, v in judged if c.rule != "value"]
         values = [v[1] for c, v in judged if c.rule == "value" and v[1] != "no cells"]
         if values:
