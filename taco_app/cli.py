@@ -316,6 +316,9 @@ def experiment_runs(args):
         if args.domain is not None or given:
             raise ValueError(f"--rerun: the grid's definition comes from {grids.path(args.rerun)}; leave out "
                              f"{' and '.join((['the domain'] if args.domain else []) + given)}")
+        if not os.path.exists(grids.path(args.rerun)):
+            raise ValueError(f"--rerun: {grids.path(args.rerun)} does not exist (the folder of a grid that "
+                             f"`taco experiment --out` wrote)")
         return grids.load(args.rerun), args.rerun if args.out is None else args.out
     if args.domain is None:
         raise ValueError("give the grid's domain (e.g. taco experiment navworld --out grid), or "

@@ -95,8 +95,8 @@ def load(grid_dir):
     """The runs of grid_dir/grid.yaml, checked (ManifestError naming the file, run and field)."""
     where = path(grid_dir)
     if not os.path.exists(where):
-        raise ManifestError(f"--rerun: {where} does not exist (a grid's folder holds the grid.yaml "
-                            f"that `taco experiment --out` writes there)")
+        raise ManifestError(f"{where} does not exist (a grid's folder holds the grid.yaml that "
+                            f"`taco experiment --out` writes there)")
     with open(where, encoding="utf-8") as f:
         try:
             doc = yaml.safe_load(f)

@@ -105,6 +105,7 @@ def test_experiment_records_its_grid_and_rerun_computes_only_what_is_missing(tmp
     (["--rerun", "G", "--sizes", "5", "--algos", "taco"], "leave out --sizes and --algos"),
     ([], "give the grid's domain"),
     (["navworld"], "--out: give the results directory"),
+    (["--rerun", "nowhere"], "--rerun: nowhere/grid.yaml does not exist"),
 ])
 def test_experiment_arguments_that_cannot_define_a_grid_are_named(argv, named, tmp_path, capsys):
     assert cli.main(["experiment", *argv]) == 2
