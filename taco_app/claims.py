@@ -154,11 +154,6 @@ def protocol(records):
     return " + ".join(sorted(names)) or "-"
 
 
-def _protocol_of(root, grid):
-    path = os.path.join(root, grid)
-    return protocol(load_cells(path) if os.path.isdir(os.path.join(path, "cells")) else [])
-
-
 def _t_interval(values):
     v = np.asarray(values, dtype=float)
     mean = float(v.mean())
@@ -274,14 +269,14 @@ def page(root="."):
              "protocols, where TACO alone ran its 5-epoch warm-up). The Dial's task accuracy is "
              "the keypad's (spec/evaluation.md eq. (10), (11) give the other rules).",
              ""]
-    verdicts = {}
+    verdicts, grids = {}, _Grids(root)
     for domain, grid in GRIDS.items():
         lines += [f"## {domain} ([{grid}](../{grid}/README.md))", "",
-                  f"Protocol: {_protocol_of(root, grid)}{_others(root, domain)}.", "",
+                  f"Protocol: {grids.protocol(grid)}{grids.others(domain)}.", "",
                   "| claim | where | rule | ours [95 % interval] | verdict | why | cells |",
                   "|---|---|---|---|---|---|---|"]
         for claim in (c for c in CLAIMS if c.domain == domain):
-            text, verdict, why, cells = judge(claim, _rows(root, claim.source))
+            text, verdict, why, cells = judge(claim, grids.rows(claim.source))
             if claim.grid:
                 cells = [f"[{claim.grid}](../{claim.grid}/README.md)"] + cells
             verdicts[verdict] = verdicts.get(verdict, 0) + 1
@@ -292,17 +287,32 @@ def page(root="."):
     return "\n".join(lines) + "\n"
 
 
-def _rows(root, grid):
-    """The cells of root/grid, [] where it has none (yet)."""
-    path = os.path.join(root, grid)
-    return load_results(path) if os.path.isdir(os.path.join(path, "cells")) else []
+class _Grids:
+    """The committed grids under root, each read once per page: its rows (load_results, for
+    the figures) and its cell records (load_cells, for the configs its protocol is read from);
+    [] for a grid with no cells (yet)."""
 
+    def __init__(self, root):
+        self.root, self._rows, self._records = root, {}, {}
 
-def _others(root, domain):
-    """", and the equal-budget grids' own" with their protocols, for a domain with such claims."""
-    grids = sorted({c.grid for c in CLAIMS if c.domain == domain and c.grid})
-    said = [f"{g}: {_protocol_of(root, g)}" for g in grids]
-    return f" (equal-budget claims: {'; '.join(said)})" if said else ""
+    def _has_cells(self, grid):
+        return os.path.isdir(os.path.join(self.root, grid, "cells"))
+
+    def rows(self, grid):
+        if grid not in self._rows:
+            self._rows[grid] = load_results(os.path.join(self.root, grid)) if self._has_cells(grid) else []
+        return self._rows[grid]
+
+    def protocol(self, grid):
+        if grid not in self._records:
+            self._records[grid] = load_cells(os.path.join(self.root, grid)) if self._has_cells(grid) else []
+        return protocol(self._records[grid])
+
+    def others(self, domain):
+        """", and the equal-budget grids' own" with their protocols, for a domain with such claims."""
+        grids = sorted({c.grid for c in CLAIMS if c.domain == domain and c.grid})
+        said = [f"{g}: {self.protocol(g)}" for g in grids]
+        return f" (equal-budget claims: {'; '.join(said)})" if said else ""
 
 
 NAMES = {"navworld": "Nav-World", "craft": "Craft", "dial": "The Dial", "dial-image-small": "The image Dial"}
@@ -311,9 +321,9 @@ NAMES = {"navworld": "Nav-World", "craft": "Craft", "dial": "The Dial", "dial-im
 def summary(root="."):
     """The verdicts as README lines: per domain each claim but the alignment figures with its
     verdict, then how many of the paper's alignment figures ours are within MARGIN points of."""
-    lines = []
+    lines, grids = [], _Grids(root)
     for domain in GRIDS:
-        judged = [(c, judge(c, _rows(root, c.source))) for c in CLAIMS if c.domain == domain]
+        judged = [(c, judge(c, grids.rows(c.source))) for c in CLAIMS if c.domain == domain]
         said = [f"{c.text}: **{v[1]}**" for c, v in judged if c.rule != "value"]
         values = [v[1] for c, v in judged if c.rule == "value" and v[1] != "no cells"]
         if values:

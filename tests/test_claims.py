@@ -84,9 +84,10 @@ def test_claims_from_the_command_line(tmp_path, monkeypatch):
 def test_the_protocol_is_read_from_the_cells_recorded_configs():
     """Each grid's protocol comes from the configs its cell files record: the equal-budget grids
     say which, the grids before them "TACO pre-stage only"."""
-    assert claims._protocol_of(ROOT, "results/navworld-paper") == "paper"
-    assert claims._protocol_of(ROOT, "results/navworld-recipe") == "recipe"
-    assert claims._protocol_of(ROOT, "results/navworld") == "TACO pre-stage only"
+    grids = claims._Grids(ROOT)
+    assert grids.protocol("results/navworld-paper") == "paper"
+    assert grids.protocol("results/navworld-recipe") == "recipe"
+    assert grids.protocol("results/navworld") == "TACO pre-stage only"
     record = lambda algo, **cfg: {"cell": {"algo": algo}, "config": cfg}          # noqa: E731
     assert claims.protocol([record("taco", warmup_epochs=0), record("gtbc", warmup_epochs=5, prestage="all")]) \
         == "paper + recipe"
