@@ -166,8 +166,9 @@ def epoch_phases(demos, algo, overrides):
     while run.stage_done():
         run.next_stage()
     run.epoch()                                          # warm: first-touch pages, caches
-    run = train._Run(demos, cfg, 0, None)
-    while run.stage_done():
+    warm, run = run, train._Run(demos, cfg, 0, None)
+    run.workspace = warm.workspace                       # as in a cell's later epochs: the steps'
+    while run.stage_done():                              # memory already mapped (nn.workspace)
         run.next_stage()
     with Phases() as phases:
         start = time.process_time()

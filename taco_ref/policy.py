@@ -229,9 +229,10 @@ def core_layers(params, cfg, prefix="core."):
     return [(params[f"{prefix}W{i}"], params[f"{prefix}b{i}"]) for i in range(len(cfg.conv_channels))]
 
 
-def image_input(params, images, dtype):
+def image_input(params, images, dtype, scope=None):
     """Images (n, H, W, C) as the core's input: normalised per channel with the stored
-    statistics, (x - m_c) / sigma_c, in dtype; computed in place on one fresh array.
+    statistics, (x - m_c) / sigma_c, in dtype; computed in place on one fresh array (or one of
+    a training step's workspace scope, nn.workspace).
 
     Computed as x / sigma_c - m_c / sigma_c (two passes over a (n H, W C) view, the statistics
     tiled along a row: a ufunc broadcasting a (C,) operand runs its inner loop C = 3 elements
@@ -243,7 +244,8 @@ def image_input(params, images, dtype):
     images = np.asarray(images)
     mean, std = params["norm.mean"].astype(dtype), params["norm.std"]
     scale = (1.0 / std).astype(dtype)
-    x = images.astype(dtype, order="C")                  # (n, H, W, C) a fresh C-order array, ours to write
+    x = nn.workspace.array(scope, "input", images.shape, dtype)   # (n, H, W, C) C order, ours to write
+    np.copyto(x, images, casting="unsafe")               # the pixels in dtype: astype's cast
     rows = x.reshape(-1, x.shape[-2] * x.shape[-1])      # (n H, W C) a view
     rows *= np.tile(scale, x.shape[-2])                  # x / sigma, in dtype: one pass
     rows -= np.tile(mean * scale, x.shape[-2])           # (x - m) / sigma: a second
@@ -254,12 +256,14 @@ def image_input(params, images, dtype):
 
 def features(params, cfg, states, dtype=None, prefix="core."):
     """What the nets read for states (n,) + state shape: (n, F) features of the core with images
-    (and the core's cache), the normalised state vectors otherwise (cache None)."""
+    (and the core's cache), the normalised state vectors otherwise (cache None). Inside a
+    training step (nn.workspace.Workspace.step) the core's arrays are the step's to reuse."""
     dtype = net_dtype(params) if dtype is None else dtype
     if cfg.image_shape is None:
         return nn.flush_subnormals(normalise(params, states).astype(dtype, copy=False)), None
+    scope = nn.workspace.active_scope()
     return nn.convnet_forward(core_layers(params, cfg, prefix), cfg.conv_strides,
-                              image_input(params, states, dtype), cfg.activation)
+                              image_input(params, states, dtype, scope), cfg.activation, scope)
 
 
 def net_dtype(params):

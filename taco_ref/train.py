@@ -23,7 +23,7 @@ from taco_ref import algorithms
 from taco_ref import data as data_mod
 from taco_ref import model as model_mod
 from taco_ref import config as config_mod
-from taco_ref import files, optim, policy
+from taco_ref import files, nn, optim, policy
 from taco_ref.config import TrainConfig  # noqa: F401  (train.TrainConfig: the trainer's config)
 
 ALGOS = algorithms.names()
@@ -526,6 +526,7 @@ class _Run:
         self.average = None                       # the policy stage's EMA of the trainable arrays
         self.fingerprint = demos.fingerprint() if out_dir is not None else None
         self.sets = {}                            # stage -> (training set, held-out set)
+        self.workspace = nn.Workspace()           # memory the steps' convolutional core reuses
         self.t0, self.cpu0 = time.time(), time.process_time()
         self.earlier = dict(NO_TIME)              # what processes before this one spent on the run
 
@@ -603,7 +604,8 @@ class _Run:
             if self.augment is not None:          # a copy of the data's rows (Demos.subset)
                 self.augment(batch, self.rng)
             n = int(batch.traj_len.sum())
-            loss, grads = job.loss(stage, batch, self.rng, state["epoch"], train=True)
+            with self.workspace.step():           # the core's arrays: last step's memory (nn.workspace)
+                loss, grads = job.loss(stage, batch, self.rng, state["epoch"], train=True)
             for g in grads.values():              # per-step gradient, in place
                 g /= n
             # on the sub-policies' weight matrices, where the stage trains them

@@ -270,9 +270,9 @@ def test_the_core_runs_once_per_batch_forward_and_backward(monkeypatch):
     calls = {"forward": [], "backward": 0}
     real_forward, real_backward = nn.convnet_forward, nn.convnet_backward
 
-    def forward(layers, strides, x, activation="relu"):
+    def forward(layers, strides, x, activation="relu", scope=None):
         calls["forward"].append(x.shape[0])
-        return real_forward(layers, strides, x, activation)
+        return real_forward(layers, strides, x, activation, scope)
 
     def backward(dout, cache, input_grad=False):
         calls["backward"] += 1

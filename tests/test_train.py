@@ -16,6 +16,7 @@
 
 Runs are kept small (hidden sizes 8-32, a few epochs) so that the file runs in seconds.
 """
+import contextlib
 import dataclasses
 import json
 import os
@@ -25,7 +26,7 @@ import sys
 import numpy as np
 import pytest
 
-from taco_ref import data, evaluate, files, model as model_mod, objectives, optim, policy, train
+from taco_ref import data, evaluate, files, model as model_mod, nn, objectives, optim, policy, train
 from taco_app import config as config_mod
 from taco_ref.train import TrainConfig
 from taco_ref.algorithms import taco as taco_algo
@@ -1252,6 +1253,33 @@ def test_image_training_resumes_exactly_and_saves_its_core(tmp_path, image_dir, 
     if algo == "ctcbc-gru":
         assert loaded.params["ctc.core.W0"].shape == (3, 3, 3, 3)
     assert 0.0 <= evaluate.alignment_accuracy(loaded, demos)["forward_argmax"] <= 1.0
+
+
+@pytest.mark.parametrize("algo", ["taco", "ctcbc-gru"])
+def test_image_training_reuses_its_steps_memory_and_ends_exactly_as_with_fresh_arrays(image_dir, algo, monkeypatch):
+    """Every training step runs in the run's workspace (nn.workspace: the core's arrays are the
+    previous step's memory); the trained parameters are bit for bit those of a run whose steps
+    allocate fresh arrays. CTC-BC's steps run two cores (its classifier's, the policy's)."""
+    demos = data.load(image_dir)
+    cfg = TrainConfig.from_dict(dict(IMAGE, algo=algo, seed=5, epochs=2, dtype="float32"))
+    scopes = []
+    real_scope = nn.workspace.active_scope
+
+    def spy():
+        scope = real_scope()
+        scopes.append(scope is not None)
+        return scope
+    monkeypatch.setattr(nn.workspace, "active_scope", spy)
+    reused = train.train(demos, cfg, progress=False)
+    assert any(scopes)
+
+    @contextlib.contextmanager
+    def fresh(self):
+        yield self
+    monkeypatch.setattr(nn.Workspace, "step", fresh)
+    scopes.clear()
+    assert_same_params(train.train(demos, cfg, progress=False).params, reused.params)
+    assert not any(scopes)
 
 
 def test_taco_aligns_images_through_the_core():

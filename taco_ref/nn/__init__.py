@@ -1,5 +1,6 @@
 """Neural-network building blocks as forward/backward pairs, one module per kind of layer
-(layers, dropout, mlp, conv, gru, distributions), all importable from here: linear, ReLU, tanh, dropout, MLP,
+(layers, dropout, mlp, conv, gru, distributions; workspace, the memory a training step's
+convolutional core reuses), all importable from here: linear, ReLU, tanh, dropout, MLP,
 2-D convolution and the convolutional core, GRU and bidirectional GRU, log-softmax,
 log-sigmoid, and the two action log-likelihoods.
 
@@ -45,6 +46,7 @@ from taco_ref.nn.mlp import (  # noqa: F401
 from taco_ref.nn.conv import (  # noqa: F401
     GEMM_WIDTH, conv2d_backward, conv2d_forward, conv_init, conv_output_size, convnet_backward,
     convnet_forward, convnet_output_shape)
+from taco_ref.nn.workspace import Workspace  # noqa: F401
 from taco_ref.nn.gru import bigru_backward, bigru_forward, gru_backward, gru_forward, gru_init  # noqa: F401
 from taco_ref.nn.distributions import (  # noqa: F401
     categorical_logp_backward, categorical_logp_forward, gaussian_logpdf_backward,

@@ -4,6 +4,7 @@ import numpy as np
 
 from taco_ref.nn.layers import _floats, matmul
 from taco_ref.nn.mlp import _ACTIVATIONS_INPLACE, _check_activation, _times_derivative_flushed
+from taco_ref.nn.workspace import array as _array
 
 
 # ----------------------------------------------------------------------------------------
@@ -116,16 +117,17 @@ def _padded_columns(M):
     return M if extra == 0 else np.concatenate([M, np.zeros((M.shape[0], extra), M.dtype)], axis=1)
 
 
-def _patch_products(windows, W_mat, out_rows):
+def _patch_products(windows, W_mat, out_rows, scope=None):
     """out_rows = P W_mat for the patch matrix P of windows (N, Ho, Wo, a, b, C), built and
-    multiplied a few images at a time (im2col + GEMM). out_rows: (N Ho Wo, O) contiguous."""
+    multiplied a few images at a time (im2col + GEMM). out_rows: (N Ho Wo, O) contiguous.
+    scope: where the piece buffers live (nn.workspace), or None (fresh)."""
     N, Ho, Wo = windows.shape[:3]
     K, O = W_mat.shape
     W_pad = _padded_columns(W_mat)                        # (K, O') O' >= O
     pieces = _chunks(N, Ho * Wo, K, windows.itemsize)
     per = pieces[0].stop - pieces[0].start if pieces else 0
-    buf = np.empty((per,) + windows.shape[1:], windows.dtype)
-    prod = np.empty((per * Ho * Wo, W_pad.shape[1]), windows.dtype)
+    buf = _array(scope, "patches", (per,) + windows.shape[1:], windows.dtype)
+    prod = _array(scope, "products", (per * Ho * Wo, W_pad.shape[1]), windows.dtype)
     for piece in pieces:
         m = (piece.stop - piece.start) * Ho * Wo
         np.copyto(buf[:piece.stop - piece.start], windows[piece])     # im2col of these images
@@ -137,7 +139,7 @@ def _patch_products(windows, W_mat, out_rows):
             out_rows[rows] = prod[:m, :O]
 
 
-def conv2d_forward(x, W, b, stride):
+def conv2d_forward(x, W, b, stride, scope=None):
     """2-D convolution (cross-correlation), channels-last, 'valid' padding; spec/policy.md eq. (11).
 
         out[n, i, j, o] = b[o] + sum_{p < kh, q < kw, c < C} x[n, s i + p, s j + q, c] W[p, q, c, o]
@@ -155,12 +157,14 @@ def conv2d_forward(x, W, b, stride):
     b      | (O,)             | bias
     stride | int              | s, the same along both axes
     out    | (N, Ho, Wo, O)   | Ho = floor((H - kh) / s) + 1, Wo likewise (conv_output_size)
+    scope  |                  | where out and the piece buffers live (nn.workspace), or None:
+           |                  | fresh arrays
     """
     x, W, stride = _check_conv(x, W, b, stride)
     N, O = x.shape[0], W.shape[3]
     windows, g, Ho, Wo = _folded_windows(x, W, stride)   # (N, Ho, Wo / g, kh, s (g - 1) + kw, C) a view
-    out = np.empty((N, Ho, Wo, O), x.dtype)               # rows (n, i, J) x columns (r, o): the same memory
-    _patch_products(windows, _folded_weights(W, stride, g), out.reshape(N * Ho * Wo // g, g * O))
+    out = _array(scope, "out", (N, Ho, Wo, O), x.dtype)   # rows (n, i, J) x columns (r, o): the same memory
+    _patch_products(windows, _folded_weights(W, stride, g), out.reshape(N * Ho * Wo // g, g * O), scope)
     out += np.asarray(b, x.dtype)                         # (N, Ho, Wo, O) bias on every pixel
     return out, (x, W, stride)
 
@@ -184,7 +188,7 @@ def _input_gradient_weights(W, stride):
     return V.reshape(a * b * O, s * s * C)
 
 
-def conv2d_backward(dout, cache, input_grad=True):
+def conv2d_backward(dout, cache, input_grad=True, scope=None):
     """(dx, dW, db) for :func:`conv2d_forward`; spec/policy.md eq. (12), (13), (14).
 
         dW[p, q, c, o] = sum_{n, i, j} x[n, s i + p, s j + q, c] dout[n, i, j, o]     (= P^T dout)
@@ -199,7 +203,8 @@ def conv2d_backward(dout, cache, input_grad=True):
     that phase, and the s^2 phases together are one im2col + GEMM with V
     (`_input_gradient_weights`), whose output is dx with (A, r) and (B, t) interleaved: no
     scatter-add. input_grad=False returns dx = None and skips it (a first layer, whose input is
-    data).
+    data). scope: where dx and the temporaries live (nn.workspace), or None (fresh); dW and db
+    are always fresh.
     """
     x, W, stride = cache
     kh, kw, C, O = W.shape
@@ -216,8 +221,8 @@ def conv2d_backward(dout, cache, input_grad=True):
     part = np.empty_like(dW)
     pieces = _chunks(N, R, K, x.itemsize)
     per = pieces[0].stop - pieces[0].start if pieces else 0
-    buf = np.empty((per,) + windows.shape[1:], x.dtype)
-    d_buf = np.zeros((per * R, O_pad), x.dtype)           # dout's rows of a piece, zero columns past g O
+    buf = _array(scope, "patches", (per,) + windows.shape[1:], x.dtype)
+    d_buf = _array(scope, "d_rows", (per * R, O_pad), x.dtype, zero=True)   # dout's rows of a piece, zeros past g O
     for piece in pieces:
         n = piece.stop - piece.start
         m = n * R
@@ -233,17 +238,19 @@ def conv2d_backward(dout, cache, input_grad=True):
     a, b = -(-kh // s), -(-kw // s)
     H, W_ = x.shape[1:3]
     A, B = -(-H // s), -(-W_ // s)                        # phase grids: rows s A + r, columns s B + t
-    padded = np.zeros((N, A + a - 1, B + b - 1, O), x.dtype)   # dout, a - 1 zeros in front
+    padded = _array(scope, "d_padded", (N, A + a - 1, B + b - 1, O), x.dtype, zero=True)   # dout, a - 1 zeros in front
     padded[:, a - 1:a - 1 + Ho, b - 1:b - 1 + Wo] = dout
-    phases = np.empty((N, A, B, s, s, C), x.dtype)        # dx by phase: [n, A, B, r, t, c]
+    phases = _array(scope, "dx_phases", (N, A, B, s, s, C), x.dtype)   # dx by phase: [n, A, B, r, t, c]
     _patch_products(_patches(padded, a, b, 1), _input_gradient_weights(W, s),
-                    phases.reshape(N * A * B, s * s * C))
+                    phases.reshape(N * A * B, s * s * C), None if scope is None else scope.sub("dx."))
     interleaved = phases.transpose(0, 1, 3, 2, 4, 5)      # [n, A, r, B, t, c]: dx's order, a view
     if A * s == H and B * s == W_:                        # one copy, straight into dx
-        dx = np.empty_like(x)
+        dx = _array(scope, "dx", x.shape, x.dtype)
         np.copyto(dx.reshape(N, A, s, B, s, C), interleaved)
         return dx, dW, db
-    return np.ascontiguousarray(interleaved.reshape(N, A * s, B * s, C)[:, :H, :W_]), dW, db
+    dx = _array(scope, "dx", x.shape, x.dtype)
+    np.copyto(dx, interleaved.reshape(N, A * s, B * s, C)[:, :H, :W_])
+    return dx, dW, db
 
 
 def conv_init(rng, in_channels, channels, kernels):
@@ -266,7 +273,7 @@ def convnet_output_shape(image_shape, channels, kernels, strides):
     return H, W_, channels[-1]
 
 
-def convnet_forward(layers, strides, x, activation="relu"):
+def convnet_forward(layers, strides, x, activation="relu", scope=None):
     """The convolutional core: each layer conv2d -> activation, then the last layer's maps
     flattened per image; spec/policy.md eq. (15).
 
@@ -274,6 +281,8 @@ def convnet_forward(layers, strides, x, activation="relu"):
     layers |                | [(W_i (k_i, k_i, C_i, O_i), b_i (O_i,)), ...] as from conv_init
     x      | (N, H, W, C)   | images (normalised), float32 or float64
     out    | (N, F)         | F = Ho Wo O of the last layer, in (i, j, o) order
+    scope  |                | where the activations and the backward pass's temporaries live
+           |                | (nn.workspace: a training step's, reused the next step), or None
 
     Every activation is flushed of float32 subnormals (relu_inplace, tanh_inplace), so each
     layer's patch matrix is too (spec/training.md eq. (12)).
@@ -281,21 +290,33 @@ def convnet_forward(layers, strides, x, activation="relu"):
     _check_activation(activation)
     h = _floats(x)
     caches = []
-    for (W, b), s in zip(layers, strides):
-        h, conv_cache = conv2d_forward(h, W, b, s)        # (N, Ho, Wo, O)
+    for i, ((W, b), s) in enumerate(zip(layers, strides)):
+        h, conv_cache = conv2d_forward(h, W, b, s, _layer(scope, i))   # (N, Ho, Wo, O)
         caches.append((conv_cache, _ACTIVATIONS_INPLACE[activation](h)))
-    return h.reshape(h.shape[0], int(np.prod(h.shape[1:]))), (caches, h.shape)
+    return h.reshape(h.shape[0], int(np.prod(h.shape[1:]))), (caches, h.shape, scope)
+
+
+def _layer(scope, i):
+    """Layer i's part of scope (None stays None)."""
+    return None if scope is None else scope.sub(f"layer{i}.")
 
 
 def convnet_backward(dout, cache, input_grad=False):
     """(dx, grads) for :func:`convnet_forward`; grads = [(dW, db), ...] matching layers; dx is
-    None unless input_grad (the core's input is an image: nothing upstream to train)."""
-    caches, shape = cache
-    dh = np.array(_floats(dout), copy=True).reshape(shape)   # (N, Ho, Wo, O) ours to write
+    None unless input_grad (the core's input is an image: nothing upstream to train). With a
+    workspace scope (the forward pass's), dx lives there too, and a forward pass of an earlier
+    step raises."""
+    caches, shape, scope = cache
+    if scope is not None:
+        scope.check()
+    dout = _floats(dout)
+    dh = _array(scope, "d_features", shape, dout.dtype)   # (N, Ho, Wo, O) ours to write
+    np.copyto(dh, dout.reshape(shape))
     grads = []
     for i in reversed(range(len(caches))):
         conv_cache, deriv = caches[i]
         _times_derivative_flushed(dh, deriv)              # activation backward; float32 flushed
-        dh, dW, db = conv2d_backward(dh, conv_cache, input_grad=input_grad or i > 0)
+        dh, dW, db = conv2d_backward(dh, conv_cache, input_grad=input_grad or i > 0,
+                                     scope=_layer(scope, i))
         grads.append((dW, db))
     return dh, grads[::-1]
