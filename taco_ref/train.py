@@ -158,12 +158,15 @@ def state_statistics(demos):
     return s.mean(axis=0), np.maximum(s.std(axis=0), 1e-6)
 
 
-def mean_loss(job, stage, demos, batch_size=64):
+def mean_loss(job, stage, demos, batch_size=64, workspace=None):
     """Per-step loss of a stage over a whole data set (no dropout); spec/training.md eq. (4).
-    Batches of batch_size demonstrations, fewer with image states (data.pass_batch_size)."""
+    Batches of batch_size demonstrations, fewer with image states (data.pass_batch_size).
+    workspace: the run's nn.Workspace, whose memory each batch reuses (the training steps' own:
+    a run holds one set of the core's arrays, not one for training and one for this pass)."""
     total, steps = 0.0, 0
     for batch in data_mod.batches(demos, data_mod.pass_batch_size(demos, batch_size)):
-        loss, _ = job.loss(stage, batch, None, 0, train=False)
+        with workspace.step() if workspace is not None else contextlib.nullcontext():
+            loss, _ = job.loss(stage, batch, None, 0, train=False)
         total += loss
         steps += int(batch.traj_len.sum())
     return total / steps
@@ -614,7 +617,7 @@ class _Run:
             self._average_step()
             total, steps = total + loss, steps + n
         with self._averaged():
-            return total, steps, mean_loss(job, stage, stage_held)
+            return total, steps, mean_loss(job, stage, stage_held, workspace=self.workspace)
 
     def _averaging(self):
         return self.cfg.ema > 0 and self.job.is_policy(self.stage)
@@ -722,5 +725,6 @@ class _Run:
                 "processes": spent["processes"], "earlier": dict(self.earlier),
                 "run_seed": run_seed(self.cfg.seed, self.restart)}
         if self.job.algorithm.runs is not None:   # runs are kept by this (select_restart)
-            info["train_loglik"] = -mean_loss(self.job, self.job.stages[-1], self.train_set)
+            info["train_loglik"] = -mean_loss(self.job, self.job.stages[-1], self.train_set,
+                                              workspace=self.workspace)
         return self.job.model(info)

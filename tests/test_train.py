@@ -609,7 +609,7 @@ def test_early_stopping_keeps_the_best_held_out_epoch(nav_small, monkeypatch, dr
     held = iter([5.0, 4.0, 4.0 - drop] + [4.5] * 10)
     seen = []
 
-    def mean_loss(job, stage, demos, batch_size=64):
+    def mean_loss(job, stage, demos, batch_size=64, workspace=None):
         seen.append({k: v.copy() for k, v in job.params.items()})
         return next(held)
 
@@ -1099,7 +1099,7 @@ def test_averaged_parameters_follow_their_rule_and_are_what_is_scored_and_kept(n
 
     held = iter([5.0, 4.0, 3.0] + [9.0] * 10)
 
-    def mean_loss(job, stage, demos, batch_size=64):
+    def mean_loss(job, stage, demos, batch_size=64, workspace=None):
         scored.append({k: v.copy() for k, v in job.params.items()})
         return next(held)
 
