@@ -116,6 +116,9 @@ CLAIMS = (
     *_alignment_claims("craft", 500),
     Claim("dial", "Sec. 5.3.1, figure 8", "TACO is superior to GT-BC at 1200 demonstrations",
           "better", "taco", "gtbc", 1200),
+    *(Claim("dial", "Sec. 5.3.1, figure 8", f"TACO is superior to GT-BC at 1200 demonstrations, both on the {p} "
+            "protocol's budget", "better", "taco", "gtbc", 1200, grid=f"results/dial-{p}")
+      for p in ("paper", "recipe")),
     Claim("dial", "Sec. 5.3.1", "CTC-BC fails to complete any tasks (MLP)", "none", "ctcbc-mlp", size=1200),
     Claim("dial", "Sec. 5.3.1", "CTC-BC fails to complete any tasks (GRU)", "none", "ctcbc-gru", size=1200),
     Claim("dial", "Sec. 5.3.1, table 1", "TACO aligns better than GT-BC (GT-BC overfits)", "better", "taco",
