@@ -128,6 +128,9 @@ CLAIMS = (
     *_alignment_claims("dial", 1200),
     Claim("dial-image-small", "Sec. 5.3.2, figure 10", "TACO performs well in comparison with GT-BC",
           "matches", "taco", "gtbc", 200),
+    *(Claim("dial-image-small", "Sec. 5.3.2, figure 10", f"TACO performs well in comparison with GT-BC, both on "
+            f"the {p} protocol's budget", "matches", "taco", "gtbc", 200, grid=f"results/dial-image-small-{p}")
+      for p in ("paper", "recipe")),
     Claim("dial-image-small", "Sec. 5.3.2, figure 10", "CTC-BC is unable to perform full task sequences (MLP)",
           "none", "ctcbc-mlp", size=200),
     Claim("dial-image-small", "Sec. 5.3.2, figure 10", "CTC-BC is unable to perform full task sequences (GRU)",
