@@ -32,6 +32,7 @@ import numpy as np
 
 from taco_ref import algorithms, evaluate
 from taco_app.cells import load_cells, load_results
+from taco_app import grids as grids_mod
 from taco_app.stats import t_quantile
 
 MARGIN = 5.0
@@ -314,10 +315,19 @@ class _Grids:
             self._records[grid] = load_cells(os.path.join(self.root, grid)) if self._has_cells(grid) else []
         return protocol(self._records[grid])
 
+    def planned(self, grid):
+        """The protocol a grid without cells yet will run under, from its grid.yaml."""
+        try:
+            runs = grids_mod.load(os.path.join(self.root, grid))
+        except grids_mod.ManifestError:
+            return "-"
+        names = sorted({run["protocol"] or "TACO pre-stage only" for run in runs})
+        return ", ".join(names) + " (no cells yet)"
+
     def others(self, domain):
         """", and the equal-budget grids' own" with their protocols, for a domain with such claims."""
         grids = sorted({c.grid for c in CLAIMS if c.domain == domain and c.grid})
-        said = [f"{g}: {self.protocol(g)}" for g in grids]
+        said = [f"{g}: {self.protocol(g) if self._has_cells(g) else self.planned(g)}" for g in grids]
         return f" (equal-budget claims: {'; '.join(said)})" if said else ""
 
 

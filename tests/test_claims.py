@@ -92,3 +92,16 @@ def test_the_protocol_is_read_from_the_cells_recorded_configs():
     assert claims.protocol([record("taco", warmup_epochs=0), record("gtbc", warmup_epochs=5, prestage="all")]) \
         == "paper + recipe"
     assert claims.protocol([record("compile", warmup_epochs=5)]) == "-"
+
+
+def test_a_grid_without_cells_names_the_protocol_its_manifest_will_run(tmp_path):
+    """An equal-budget grid defined but not yet run says its manifest's protocol, marked as
+    having no cells; a folder without a manifest says "-"."""
+    from taco_app import grids as grids_mod
+    run = dict(domain="dial", algos=["taco", "gtbc"], sizes=[1200], seeds=[0], n_tasks=500, n_align=100,
+               expert=None, test_lengths=None, config=None, set=[], protocol="recipe")
+    grids_mod.record(str(tmp_path / "results" / "planned"), [run])
+    (tmp_path / "results" / "empty").mkdir()
+    grids = claims._Grids(str(tmp_path))
+    assert grids.planned("results/planned") == "recipe (no cells yet)"
+    assert grids.planned("results/empty") == "-"
