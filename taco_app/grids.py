@@ -66,7 +66,9 @@ def canonical(run):
 
 def merge(runs):
     """runs with every two of the same settings that differ in at most one axis joined into one
-    (that axis the union), until no two can be; each canonical, their order kept otherwise."""
+    (that axis the union), and a run whose cells another run of the same settings holds (every
+    axis a subset: a part of the grid run again) dropped, until no two can be; each canonical,
+    their order kept otherwise."""
     runs = [canonical(r) for r in runs]
     joined = True
     while joined:
@@ -77,6 +79,11 @@ def merge(runs):
                 if any(a[k] != b[k] for k in SETTINGS):
                     continue
                 differ = [k for k in AXES if set(a[k]) != set(b[k])]
+                if all(set(a[k]) <= set(b[k]) for k in AXES) or all(set(b[k]) <= set(a[k]) for k in AXES):
+                    runs[i] = a if all(set(b[k]) <= set(a[k]) for k in AXES) else b
+                    del runs[j]
+                    joined = True
+                    break
                 if len(differ) <= 1:
                     runs[i] = canonical({**a, **{k: a[k] + b[k] for k in differ}})
                     del runs[j]

@@ -35,6 +35,7 @@ def test_merging_runs_keeps_exactly_their_cells_and_leaves_no_two_mergeable(runs
     for a, b in itertools.combinations(merged, 2):
         same = all(a[k] == b[k] for k in grids.SETTINGS)
         assert not same or sum(set(a[k]) != set(b[k]) for k in grids.AXES) >= 2
+        assert not same or not any(all(set(x[k]) <= set(y[k]) for k in grids.AXES) for x, y in ((a, b), (b, a)))
 
 
 def test_a_grid_grown_seed_by_seed_and_algorithm_by_algorithm_is_one_run():
@@ -43,6 +44,15 @@ def test_a_grid_grown_seed_by_seed_and_algorithm_by_algorithm_is_one_run():
     assert grids.merge(runs) == [dict(BASE, algos=["taco", "gtbc", "ctcbc-mlp"], seeds=[0, 1, 2])]
     other = dict(BASE, n_tasks=200)
     assert len(grids.merge([BASE, other])) == 2                # other settings: other runs
+
+
+def test_a_part_of_a_grid_run_again_leaves_its_manifest_as_it_was(tmp_path):
+    """One cell of a defined grid computed by a command of its own (one algorithm, one seed:
+    two axes narrower) adds no run to the manifest."""
+    grid = dict(BASE, algos=["taco", "gtbc"], seeds=[0, 1, 2, 3, 4], protocol="paper")
+    grids.record(tmp_path, [grid])
+    assert grids.record(tmp_path, [dict(grid, algos=["taco"], seeds=[0])]) == [grid]
+    assert grids.load(tmp_path) == [grid]
 
 
 def test_the_manifest_reads_back_as_written(tmp_path):
