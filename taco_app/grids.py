@@ -79,8 +79,9 @@ def merge(runs):
                 if any(a[k] != b[k] for k in SETTINGS):
                     continue
                 differ = [k for k in AXES if set(a[k]) != set(b[k])]
-                if all(set(a[k]) <= set(b[k]) for k in AXES) or all(set(b[k]) <= set(a[k]) for k in AXES):
-                    runs[i] = a if all(set(b[k]) <= set(a[k]) for k in AXES) else b
+                a_holds_b = all(set(b[k]) <= set(a[k]) for k in AXES)
+                if a_holds_b or all(set(a[k]) <= set(b[k]) for k in AXES):
+                    runs[i] = a if a_holds_b else b
                     del runs[j]
                     joined = True
                     break

@@ -244,12 +244,11 @@ def conv2d_backward(dout, cache, input_grad=True, scope=None):
     _patch_products(_patches(padded, a, b, 1), _input_gradient_weights(W, s),
                     phases.reshape(N * A * B, s * s * C), None if scope is None else scope.sub("dx."))
     interleaved = phases.transpose(0, 1, 3, 2, 4, 5)      # [n, A, r, B, t, c]: dx's order, a view
-    if A * s == H and B * s == W_:                        # one copy, straight into dx
-        dx = _array(scope, "dx", x.shape, x.dtype)
-        np.copyto(dx.reshape(N, A, s, B, s, C), interleaved)
-        return dx, dW, db
     dx = _array(scope, "dx", x.shape, x.dtype)
-    np.copyto(dx, interleaved.reshape(N, A * s, B * s, C)[:, :H, :W_])
+    if A * s == H and B * s == W_:                        # one copy, straight into dx
+        np.copyto(dx.reshape(N, A, s, B, s, C), interleaved)
+    else:                                                 # the phase grids overhang: cut to H x W
+        np.copyto(dx, interleaved.reshape(N, A * s, B * s, C)[:, :H, :W_])
     return dx, dW, db
 
 
