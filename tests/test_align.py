@@ -934,6 +934,7 @@ def test_long_trajectory_matches_plain_log_space_recursion():
         assert np.all(fwd[b, T_b:] == -1) and np.all(vit[b, T_b:] == -1)
 
 
+@pytest.mark.slow
 @given(case=taco_batches(max_T=48))
 def test_prop_longer_rows_match_numpy_reference(case):
     """Rows up to T = 48 (dead rows, -inf holes, impossible rows, ragged padding) against the

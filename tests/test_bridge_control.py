@@ -255,6 +255,7 @@ def test_implausible_and_stale_joint_states():
 
 @pytest.mark.parametrize("sketch", [[7, 7, 2]] + [pytest.param(s, marks=pytest.mark.slow)
                                                    for s in ([5, 5, 1], [0, 0, 0], [3, 8, 2, 7, 4, 1, 5])])
+@pytest.mark.slow
 def test_repeated_digits_offline(sketch):
     """The controller's control step (release step + press rule) on taco_sim's DialEnv: every
     digit is pressed, repeats included; with the plain runner (no keypad rules) the second of two

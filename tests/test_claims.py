@@ -9,6 +9,7 @@ from taco_app import claims, cli
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow
 def test_the_claims_page_is_the_generated_one():
     """docs/claims.md equals taco_app.claims.page() of the committed cells (regenerate with
     `taco report --claims docs/claims.md` from the repository root)."""

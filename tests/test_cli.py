@@ -54,6 +54,7 @@ def test_collect_writes_a_valid_demonstration_file(files, capsys):
     assert "wrote 3 demonstrations" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_train_writes_a_loadable_model(trained, capsys):
     model = model_mod.load(trained / "model")
     assert model.algo == "taco" and model.policy.act_hidden == [8]
@@ -61,6 +62,7 @@ def test_train_writes_a_loadable_model(trained, capsys):
     assert model.config["epochs"] == 2
 
 
+@pytest.mark.slow
 def test_train_gtbc_and_ctcbc(files, capsys):
     for algo in ("gtbc", "ctcbc-mlp"):
         out = files / f"run-{algo}"
@@ -170,6 +172,7 @@ def test_train_stop_after_then_resume_matches_an_uninterrupted_run(files, capsys
         np.testing.assert_array_equal(resumed.params[name], whole.params[name], err_msg=name)
 
 
+@pytest.mark.slow
 def test_a_run_is_never_overwritten_without_asking(files, capsys):
     """Issue 11: training into a directory that holds a run, without --resume, overwrote it."""
     args = ["train", "--data", str(files / "nav.npz"), "--seed", "3"] + SMALL + ["--set", "epochs=2"]
@@ -388,6 +391,7 @@ def test_a_mistyped_command_or_option_gets_a_did_you_mean(capsys):
     assert "did you mean" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_shipped_model_is_named_by_name_from_any_directory(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert cli.main(["evaluate", "--model", "dial", "--domain", "dial", "--n-tasks", "1",

@@ -30,6 +30,7 @@ def failed_cases(results):
     return {case for (case, _), r in results.items() if not r.passed}
 
 
+@pytest.mark.slow
 def test_taco_ref_passes_every_case():
     results = run(align)
     bad = [f"{r.case} {r.quantity}: {r.detail}" for r in results.values() if not r.passed]
@@ -326,6 +327,7 @@ HOSTILE = {
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n != "cf_exit_import"
                                   else n for n in HOSTILE])
+@pytest.mark.slow
 def test_an_implementation_that_exits_hangs_or_crashes_fails_with_one_line(name, tmp_path):
     """`taco conformance` runs the implementation in a child process with a time limit per case:
     exiting, raising or a syntax error at import, hanging, exiting or crashing inside a function

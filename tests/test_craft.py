@@ -268,6 +268,7 @@ def test_unknown_sketches_are_refused():
         ex.CraftTask().reset([0, 0], seed=0)
 
 
+@pytest.mark.slow
 def test_collection_is_deterministic_mixed_and_labelled_by_sketch_step():
     a = craft.collect_all(40, None, 5)
     b = craft.collect_all(40, None, 5)
@@ -294,6 +295,7 @@ def test_collection_is_deterministic_mixed_and_labelled_by_sketch_step():
         craft.collect_all(3, 7, 0)
 
 
+@pytest.mark.slow
 def test_the_holdout_split_never_trains_on_bed_or_axe():
     dom = taco_sim.get("craft-holdout")
     demos = dom.collect(60, None, 2)

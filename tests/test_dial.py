@@ -84,6 +84,7 @@ def test_layouts_and_key_positions():
         dial.key_positions(np.arange(10))                                      # slot 9 is "*"
 
 
+@pytest.mark.slow
 def test_every_slot_reachable_by_ik():
     hover, press = expert.poses()                                              # (S, 6) each
     kin = dial_env.kinematics()
@@ -106,6 +107,7 @@ def test_every_slot_reachable_by_ik():
 # The environment
 # ----------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_observation_layout_and_fk():
     env = dial.DialEnv()
     obs = env.reset(seed=4)
@@ -150,6 +152,7 @@ def test_torques_are_clipped():
         env.step(np.full(9, np.nan))
 
 
+@pytest.mark.slow
 def test_one_press_counts_once_and_rearms_after_release():
     hover, press = expert.poses()
     env = dial.DialEnv()
@@ -168,6 +171,7 @@ def test_one_press_counts_once_and_rearms_after_release():
     assert env.presses == [5, 5] and env.new_presses() == [5]
 
 
+@pytest.mark.slow
 def test_same_seed_same_trajectory():
     def trajectory(seed):
         task = dial.DialTask(layout=dial.sample_layout(np.random.default_rng(seed)))
@@ -267,6 +271,7 @@ def demos():
     return dial.collect(6, 3, seed=7, workers=1)
 
 
+@pytest.mark.slow
 def test_collect_valid_demos(demos):
     d = demos
     assert d.states.shape[0] == 6 and d.states.shape[2] == 39 and d.actions.shape[2] == 9
@@ -364,6 +369,7 @@ def run_velocity_expert(task, sketch, seed):
     return task
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout_seed, sketch", EXPERT_PINS)
 def test_velocity_expert_dials_pins(layout_seed, sketch):
     """spec/dial.md eq. (3): the velocity expert dials PINs on the standard and random layouts."""
@@ -398,6 +404,7 @@ def test_velocity_collect_records_the_clean_expert():
 # Rendering
 # ----------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_render_front_camera(offscreen_gl):
     env = dial.DialEnv(render_size=112)
     env.reset(seed=0, layout="standard")
@@ -447,6 +454,7 @@ def test_dial_success_rules_judge_each_stop():
     assert verdicts["strict"].tolist() == [False, False]
 
 
+@pytest.mark.slow
 def test_dial_failure_details_name_what_the_arm_did():
     """spec/evaluation.md eq. (4) with the Dial's details (spec/dial.md §4), on scripted runs:
     re-pressing the counted key is "pressed its key again"; pressing 2 instead of 1 a neighbouring

@@ -32,6 +32,7 @@ def test_both_scales_are_registered_with_their_image_shapes():
         assert cfg.act_hidden == cfg.stop_hidden == [400, 300]          # paper table 2
 
 
+@pytest.mark.slow
 def test_the_camera_sees_the_arm_move_and_is_deterministic():
     task = image.task_env(image.SMALL)
     first = task.reset([3], seed=2)

@@ -819,6 +819,7 @@ def checkpoint_history_that_is_not_a_record(base, tmp, capsys):
 @pytest.mark.parametrize("spent", [{"seconds": -1.0, "cpu_seconds": 1.0, "processes": 1},
                                    {"seconds": 1.0, "cpu_seconds": 1.0, "processes": 0},
                                    {"seconds": 1.0, "cpu_seconds": "1", "processes": 1}, [1, 2]])
+@pytest.mark.slow
 def test_checkpoint_with_a_bad_record_of_its_cost(base, tmp_path, capsys, spent):
     out = _stopped_run(base, tmp_path, capsys)
     meta = json.loads((out / "checkpoint.json").read_text())
@@ -827,6 +828,7 @@ def test_checkpoint_with_a_bad_record_of_its_cost(base, tmp_path, capsys, spent)
     expect(capsys, _resume(base, out), 2, "cannot resume", "'spent'")
 
 
+@pytest.mark.slow
 def test_a_checkpoint_written_before_its_cost_was_kept_resumes(base, tmp_path, capsys):
     out = _stopped_run(base, tmp_path, capsys)
     meta = json.loads((out / "checkpoint.json").read_text())
@@ -1042,8 +1044,10 @@ def disk_full_after_a_progress_line(base, tmp, capsys, monkeypatch):
 
 
 SLOW_CASES = {"no_warnings_before_a_divergence", "a_robomimic_export_that_does_not_fit", "a_billion_demonstrations", "a_billion_test_tasks",
-              "model_read_under_an_address_space_limit"}
-"""Cases run in fresh processes of the command line (each imports it anew), marked slow."""
+              "model_read_under_an_address_space_limit",
+              "disk_full_while_checkpointing", "stale_temporaries_are_removed"}
+"""Cases run in fresh processes of the command line (each imports it anew) or that train over
+several checkpoints (0.8-1 s each), marked slow."""
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_CASES else n
@@ -1061,6 +1065,7 @@ def test_fault(name, base, tmp_path, capsys, monkeypatch):
         RESULTS.append((name, kind, passed))
 
 
+@pytest.mark.slow
 @given(blob=st.binary(max_size=2048), keep=st.integers(0, 4096))
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_any_bytes_as_a_data_file_give_one_line(base, tmp_path, capsys, blob, keep):

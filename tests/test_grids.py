@@ -90,6 +90,7 @@ GRID = ["navworld", "--sizes", "10", "--seeds", "0", "--algos", "gtbc", "--n-tas
         "--set", "epochs=1", "--workers", "1"]
 
 
+@pytest.mark.slow
 def test_experiment_records_its_grid_and_rerun_computes_only_what_is_missing(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(report, "write_report", lambda dirs, dest=None: ("", [], None))   # no figures: not tested here
     out, elsewhere = str(tmp_path / "grid"), str(tmp_path / "again")

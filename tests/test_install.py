@@ -48,6 +48,7 @@ def test_setup_requires_numpy_and_pyyaml_only():
     assert [n.split(">")[0] for n in names] == ["numpy", "pyyaml"]
 
 
+@pytest.mark.slow
 def test_without_mujoco_a_dial_command_names_the_extra(tmp_path):
     out = run_without(["evaluate", "--expert", "--domain", "dial", "--n-tasks", "1"], tmp_path)
     assert out.returncode == 3, out.stderr

@@ -435,6 +435,7 @@ def test_review_page_is_self_contained_and_holds_every_episode(work, tmp_path, c
     assert "--report" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_review_page_shows_a_lerobot_image_feature(work, tmp_path):
     """LeRobot "image" features (PNG bytes in the data files) are shown at the boundaries too."""
     import pyarrow as pa
@@ -473,6 +474,7 @@ def test_lagging_boundaries_compares_each_boundary_with_the_action_change():
     assert interop.lagging_boundaries(actions, np.zeros(20, int)) == (0, 0)
 
 
+@pytest.mark.slow
 def test_a_state_key_that_holds_the_previous_action_is_reported(work, tmp_path, capsys):
     """A state key carrying the last command (observation.velocity in many real datasets) made
     253 of 255 boundaries come a frame late at confidence 0.9998, and nothing said so: annotate
@@ -592,6 +594,7 @@ def _modes(path):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_outputs_get_the_umask_and_in_place_keeps_the_datasets_modes(work, fmt, tmp_path):
     """Outputs were 0600 / 0700 whatever the umask (mkstemp, mkdtemp), and --in-place turned a
@@ -641,6 +644,7 @@ def test_a_corrupt_value_names_the_file_the_episode_the_frame_and_the_key(work, 
     assert "magnitude at most" in line and len(line.splitlines()) == 1 and not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_annotation_streams_one_chunk_at_a_time(work, fmt, tmp_path, monkeypatch):
     """Each call of the labeller gets at most --chunk episodes, every episode once and in
@@ -786,6 +790,7 @@ BAD = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_datasets_end_in_one_error_line(work, tmp_path, capsys, case):
     fmt, change, extra, expected = BAD[case]

@@ -90,6 +90,7 @@ def test_domains_use_only_the_data_container_of_taco_ref(path):
     assert {n.split(".")[1] for n in of_taco_ref} <= {"data"}, path      # the data format only
 
 
+@pytest.mark.slow
 def test_the_dataset_formats_are_imported_only_on_demand():
     """`taco` and its commands load without the interop extra: importing the command line, the
     interop package and its numpy-only modules imports neither pyarrow nor h5py (the format

@@ -185,6 +185,7 @@ def test_mlp_matches_autograd(activation, lead, sizes, seed, rate, train):
         close(db, db_ad, f"db[{i}]")
 
 
+@pytest.mark.slow
 @given(sequence_case(), st.booleans())
 def test_gru_matches_autograd(case, reverse):
     x, lengths, params, rng = case
@@ -201,6 +202,7 @@ def test_gru_matches_autograd(case, reverse):
         close(dparams[k], dp_ad[k], f"d{k}")
 
 
+@pytest.mark.slow
 @given(sequence_case())
 def test_bigru_matches_autograd(case):
     x, lengths, params_f, rng = case

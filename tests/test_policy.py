@@ -569,6 +569,7 @@ def test_act_types_action_and_stop_decision(discrete):
                 np.testing.assert_allclose(out["log_act"][0, 0, 0], peak, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_act_with_a_generator_draws_discrete_actions_from_the_policy():
     """rng given: a discrete action is a draw from pi_k(a | s) (frequencies against the
     softmax), reproducible from the generator's seed; a continuous action is still the mean.

@@ -26,6 +26,7 @@ def _cores(env):
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_blas_cores_reads_the_kernels_openblas_chose_at_load_time():
     """The core name is read from the library, not assumed: OPENBLAS_CORETYPE, which overrides
     OpenBLAS's choice, shows up in it (Nehalem: SSE4.2, runs on every x86-64 CPU of the last 15

@@ -26,6 +26,8 @@ GRIDS = sorted(os.path.relpath(os.path.dirname(p), os.path.join(ROOT, "results")
                for pattern in (("*", "cells"), ("archive", "*", "cells"))
                for p in glob.glob(os.path.join(ROOT, "results", *pattern)))
 """Every grid with cells, current (results/GRID) or superseded (results/archive/GRID)."""
+RERUN_GRIDS = [pytest.param(g, marks=pytest.mark.slow) if g.startswith("archive") else g for g in GRIDS]
+"""Rerunning a superseded grid's definition is slow-tier: its cells no longer change."""
 
 
 def readme(grid):
@@ -63,7 +65,7 @@ IN_PROGRESS = "**Status: in progress**"
 would be computed (and fail here, where nothing may be computed); the committed ones are found."""
 
 
-@pytest.mark.parametrize("grid", GRIDS)
+@pytest.mark.parametrize("grid", RERUN_GRIDS)
 def test_the_committed_definitions_recompute_nothing(grid, tmp_path, monkeypatch):
     """Every cell file of results/<grid> is found by its definition, rerun; none is computed
     (in a grid in progress, only the cells not yet committed would be)."""

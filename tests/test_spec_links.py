@@ -144,6 +144,7 @@ def comments(path):
 # The checks
 # ----------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_every_equation_names_existing_tests_that_cite_it_back():
     """Checks (a), (b), (c): each tagged equation's Tested by line names tests that exist and
     whose docstrings cite that equation."""
@@ -171,6 +172,7 @@ def test_every_equation_names_existing_tests_that_cite_it_back():
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 def test_every_citation_in_a_test_is_named_back():
     """Check (d): a docstring in tests/ cites only equations that exist and whose Tested by line
     names that test, only from a test's own docstring, and only in the fixed form."""
@@ -227,6 +229,7 @@ def check_path(path, name, where, base, tests, problems):
                             f"test function in full")
 
 
+@pytest.mark.slow
 def test_every_file_a_spec_page_or_test_names_exists():
     """Check (e): repository paths named by spec pages (in text and in links), and by docstrings
     and comments in tests/, exist; `tests/x.py::name` names an existing test."""
@@ -252,6 +255,7 @@ ROW = re.compile(r"^\| (R\d+|eq\. \(\d+\)(?:, \(\d+\))*) \|[^|]*\|([^|]*)\|$")
 TABLE_TEST = re.compile(r"(?:(test_\w+) )?`(test_\w+)(?:\[[^\]]*\])?`")
 
 
+@pytest.mark.slow
 def test_readme_coverage_table_agrees_with_the_tested_by_lines():
     """The coverage table of spec/README.md (rule or equation of align.md -> vectors -> tests)
     names existing tests, and every test it lists for an equation is on that equation's Tested by

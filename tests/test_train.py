@@ -251,6 +251,7 @@ def test_resume_refuses_a_different_config(tmp_path, nav_small):
         train.train(nav_small, config(seed=1, lr=1e-2), out_dir=tmp_path, resume=True, progress=False)
 
 
+@pytest.mark.slow
 def test_resume_compares_the_config_where_the_run_reads_it(tmp_path, nav_small):
     """spec/training.md §8: a checkpoint written before a field existed resumes while the field
     holds its value from before (its metadata "before"), and not at another; a field of another
@@ -781,6 +782,7 @@ def test_restarts_select_by_likelihood_not_by_order():
     assert train.select_restart([M(-1.0), M(-1.0)]).info["restart"] == 0
 
 
+@pytest.mark.slow
 def test_restarts_resume_exactly(tmp_path, nav_small, three_restarts):
     cfg, full = three_restarts
     out = tmp_path / "run"
@@ -880,6 +882,7 @@ def test_float32_training_runs_the_nets_in_float32_and_saves_float64(tmp_path, n
                                model.info["history"][0]["train_loss"], rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_float32_resume_ends_exactly_like_an_uninterrupted_run(tmp_path, nav_small):
     cfg = config(dtype="float32", seed=4)
     full = train.train(nav_small, cfg, out_dir=tmp_path / "full", progress=False)
@@ -1021,6 +1024,7 @@ def test_float32_adam_state_holds_no_subnormal():
     np.testing.assert_array_equal(p["w"], still)
 
 
+@pytest.mark.slow
 def test_select_by_rollouts_keeps_the_epoch_that_completes_most_validation_sketches(nav_small, tmp_path):
     """spec/training.md eq. (13): scores 0.2, 0.5, 0.5, 0.3, 0.1 from epoch 2 on (select_from 2)
     with patience 2: epoch 1 is no candidate, epoch 4 ties the best and wins (the later epoch),
@@ -1233,6 +1237,7 @@ def test_the_stages_that_train_the_nets_train_the_shared_core(monkeypatch, algo,
 
 @pytest.mark.parametrize("algo, core_dtype", [("taco", "float64"), ("ctcbc-gru", "float64"),
                                               ("ctcbc-mlp", "float32")])
+@pytest.mark.slow
 def test_image_training_resumes_exactly_and_saves_its_core(tmp_path, image_dir, algo, core_dtype):
     """The core's parameters (and CTC-BC's classifier core, in either ctc_core_dtype) are
     checkpointed with the nets: an interrupted run on a frame directory ends exactly like an
@@ -1282,6 +1287,7 @@ def test_image_training_reuses_its_steps_memory_and_ends_exactly_as_with_fresh_a
     assert not any(scopes)
 
 
+@pytest.mark.slow
 def test_taco_aligns_images_through_the_core():
     """End to end on images: TACO with the core learns where each demonstration switches from
     the bright square of one sub-task to the other's, from weak supervision, far above the even
