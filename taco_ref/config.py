@@ -157,6 +157,14 @@ class SharedConfig:
     takes the key past its click depth within one control step, and a STOP net that fires as
     the key nears that depth is asked again one step later (results/dial/README.md, "Why the
     STOP fires a step early"). Used like views (1 before it existed: cell keys leave it out)."""
+    ema_epochs: float = field(default=0.0, metadata={"before": 0.0})
+    """The parameter average's horizon in epochs of the policy stage (spec/training.md eq.
+    (15)): with E > 0 the average is on and its decay is beta = 1 - 1/(E * the optimiser
+    steps of an epoch), whatever ema says, so a run of few steps an epoch averages over as
+    many epochs as a run of many. beta = 0.999 was chosen on the joint-state Dial at 180 steps
+    an epoch, about 5.5 epochs; at 200 demonstrations (30 steps an epoch) the same beta averages
+    over more than half of a 60-epoch run. 0 = beta is ema (the value before it existed: cell
+    keys leave it out)."""
     conv_channels: list = field(default_factory=list, metadata={"before": []})
     """Image states only: output channels of each layer of the convolutional core shared by all
     sub-policies (paper table 2, Dial images: [10, 5, 3]; spec/policy.md §10); CTC-BC's
@@ -228,6 +236,9 @@ class SharedConfig:
             raise ValueError(f"lr_decay must be one of {LR_DECAYS}, got {self.lr_decay!r}")
         if not 0.0 <= self.ema < 1.0:
             raise ValueError(f"ema must lie in [0, 1) (0: off), got {self.ema!r}")
+        if not 0.0 <= self.ema_epochs < float("inf"):
+            raise ValueError(f"ema_epochs must be a finite number of epochs >= 0 (0: beta is ema), "
+                             f"got {self.ema_epochs!r}")
         if self.select not in SELECTIONS:
             raise ValueError(f"select must be one of {SELECTIONS}, got {self.select!r}")
         for name in ("select_tasks", "select_from"):
@@ -272,7 +283,8 @@ def inert_fields(cfg):
     resuming does not compare them, train.config_changes): sigma_init unless sigma is learned,
     select_tasks and select_from unless epochs are chosen by rollouts, train_core and
     ctc_core_dtype without a convolutional core, prestage for TACO (it warms up either way) and
-    CompILE (it never does), warmup_epochs where no pre-stage runs."""
+    CompILE (it never does), warmup_epochs where no pre-stage runs, ema where ema_epochs sets
+    the average's decay."""
     names = set()
     if cfg.sigma != "learned":
         names.add("sigma_init")
@@ -286,6 +298,8 @@ def inert_fields(cfg):
         names.add("warmup_epochs")                  # no pre-stage for the others, nor CompILE ever
     if cfg.algo == "compile":
         names.add("prestage")
+    if cfg.ema_epochs > 0:
+        names.add("ema")                            # the horizon decides beta
     return names
 
 

@@ -124,6 +124,18 @@ def passes_per_epoch(epoch_size, n_train):
     return max(1, -(-epoch_size // n_train))
 
 
+def average_decay(cfg, n_train):
+    """beta of the policy stage's parameter average (spec/training.md eq. (15)) for a stage
+    training set of n_train demonstrations: cfg.ema, or with cfg.ema_epochs = E > 0,
+    1 - 1/(E * S) for the S optimiser steps of an epoch (passes_per_epoch whole passes of
+    ceil(n_train / batch_size) minibatches), 0 where E * S <= 1 (the average is the last
+    step's parameters)."""
+    if cfg.ema_epochs <= 0:
+        return cfg.ema
+    steps = passes_per_epoch(cfg.epoch_size, n_train) * -(-n_train // cfg.batch_size)
+    return 1.0 - 1.0 / max(1.0, cfg.ema_epochs * steps)
+
+
 def lr_factor(cfg, stage, epoch, algorithm=None):
     """The learning rate of epoch (0-based) of stage (a name of cfg's algorithm's stages), as a
     fraction of the stage's rate; spec/training.md eq. (10): with lr_decay "cosine",
@@ -527,6 +539,7 @@ class _Run:
         self.best = {k: v.copy() for k, v in self.job.params.items()}
         self.adam = self.job.optimiser(self.job.stages[0])
         self.average = None                       # the policy stage's EMA of the trainable arrays
+        self.beta = cfg.ema                       # its decay, set each epoch (average_decay)
         self.fingerprint = demos.fingerprint() if out_dir is not None else None
         self.sets = {}                            # stage -> (training set, held-out set)
         self.workspace = nn.Workspace()           # memory the steps' convolutional core reuses
@@ -601,6 +614,7 @@ class _Run:
         stage_train, stage_held = self.sets[stage]
         total, steps = 0.0, 0
         self.adam.lr = job.lr(stage) * lr_factor(self.cfg, stage, state["epoch"], self.job.algorithm)
+        self.beta = average_decay(self.cfg, stage_train.n)
         passes = passes_per_epoch(self.cfg.epoch_size, stage_train.n)
         for batch in (b for _ in range(passes)
                       for b in data_mod.batches(stage_train, self.cfg.batch_size, self.rng)):
@@ -620,18 +634,19 @@ class _Run:
             return total, steps, mean_loss(job, stage, stage_held, workspace=self.workspace)
 
     def _averaging(self):
-        return self.cfg.ema > 0 and self.job.is_policy(self.stage)
+        return (self.cfg.ema > 0 or self.cfg.ema_epochs > 0) and self.job.is_policy(self.stage)
 
     def _average_step(self):
         """spec/training.md eq. (14): avg <- beta avg + (1 - beta) theta after a step of the policy
-        stage (avg = theta at the stage's first step), in float64."""
+        stage (avg = theta at the stage's first step), in float64; beta from eq. (15)
+        (average_decay, set for the epoch by _passes)."""
         if not self._averaging():
             return
         names = policy.trainable(self.job.params)
         if self.average is None:
             self.average = {k: self.job.params[k].astype(np.float64) for k in names}
             return
-        beta = self.cfg.ema
+        beta = self.beta
         for k in names:
             avg = self.average[k]
             avg *= beta

@@ -1136,6 +1136,65 @@ def test_averaged_parameters_follow_their_rule_and_are_what_is_scored_and_kept(n
         config(ema=1.0)
 
 
+def test_the_average_horizon_in_epochs_sets_beta_from_the_steps_of_an_epoch(nav_small, monkeypatch, tmp_path):
+    """spec/training.md eq. (15): with ema_epochs = E the trainer averages with
+    beta = 1 - 1/(E * S), S the optimiser steps of an epoch, whatever ema says; the average it
+    scores is the moving average with that beta, and a stopped run resumes to the same end."""
+    steps, scored = [], []
+    step = optim.Adam.step
+
+    def recording_step(self, params, grads):
+        step(self, params, grads)
+        steps.append({k: params[k].copy() for k in self.m})
+
+    def mean_loss(job, stage, demos, batch_size=64, workspace=None):
+        scored.append({k: v.copy() for k, v in job.params.items()})
+        return 1.0
+
+    monkeypatch.setattr(optim.Adam, "step", recording_step)
+    monkeypatch.setattr(train, "mean_loss", mean_loss)
+    cfg = config(epochs=2, patience=10, warmup_epochs=0, ema=0.0, ema_epochs=0.5, batch_size=8)
+    train.train(nav_small, cfg, progress=False)
+    per_epoch = len(steps) // 2
+    run = train._Run(nav_small, cfg, 0, None)
+    assert per_epoch == -(-run.train_set.n // 8)          # the steps the formula counts
+    beta = 1.0 - 1.0 / (0.5 * per_epoch)
+    assert train.average_decay(cfg, run.train_set.n) == pytest.approx(beta)
+    avg = {k: v.astype(np.float64) for k, v in steps[0].items()}
+    for p in steps[1:per_epoch]:
+        for k in avg:
+            avg[k] = beta * avg[k] + (1 - beta) * p[k]
+    for k in avg:
+        np.testing.assert_allclose(scored[0][k], avg[k], rtol=1e-12, atol=1e-14, err_msg=k)
+        assert not np.allclose(scored[0][k], steps[per_epoch - 1][k]), k
+    monkeypatch.undo()
+    # ema is read only without a horizon; a resumed run ends as an uninterrupted one
+    plain = train.train(nav_small, config(epochs=3, warmup_epochs=0, ema=0.0, ema_epochs=2.0), progress=False)
+    other = train.train(nav_small, config(epochs=3, warmup_epochs=0, ema=0.9, ema_epochs=2.0), progress=False)
+    assert_same_params(other.params, plain.params)
+    assert train.train(nav_small, config(epochs=3, warmup_epochs=0, ema_epochs=2.0), out_dir=tmp_path,
+                       progress=False, stop_after=1) is None
+    resumed = train.train(nav_small, config(epochs=3, warmup_epochs=0, ema_epochs=2.0), out_dir=tmp_path,
+                          resume=True, progress=False)
+    assert_same_params(resumed.params, plain.params)
+    with pytest.raises(ValueError, match="ema_epochs must be a finite number"):
+        config(ema_epochs=-1.0)
+
+
+@pytest.mark.parametrize("n_train, batch_size, epoch_size, epochs, expected", [
+    (180, 6, 0, 5.5, 1 - 1 / 165),       # the image Dial at 200 demonstrations: 30 steps an epoch
+    (1080, 6, 0, 5.5, 1 - 1 / 990),      # the joint-state Dial at 1200: about beta = 0.999
+    (10, 6, 25, 1.0, 1 - 1 / 6),         # epoch_size: 3 passes of 2 minibatches
+    (4, 8, 0, 0.5, 0.0),                 # a horizon under one step: the last step's parameters
+])
+def test_average_decay_counts_the_steps_of_an_epoch(n_train, batch_size, epoch_size, epochs, expected):
+    """spec/training.md eq. (15): beta from the horizon and the passes and minibatches of an
+    epoch; ema alone without a horizon."""
+    cfg = config(ema=0.3, ema_epochs=epochs, batch_size=batch_size, epoch_size=epoch_size)
+    assert train.average_decay(cfg, n_train) == pytest.approx(expected)
+    assert train.average_decay(config(ema=0.3, batch_size=batch_size), n_train) == 0.3
+
+
 # ----------------------------------------------------------------------------------------------
 # Image states: the convolutional core, data read lazily (spec/policy.md §10, spec/data.md §10)
 # ----------------------------------------------------------------------------------------------
