@@ -59,6 +59,13 @@ def assert_same_params(a, b):
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
+def assert_resumes_to(plain, demos, cfg, out_dir):
+    """A run of cfg stopped after one epoch in out_dir, then resumed, ends with plain's parameters."""
+    assert train.train(demos, cfg, out_dir=out_dir, progress=False, stop_after=1) is None
+    resumed = train.train(demos, cfg, out_dir=out_dir, resume=True, progress=False)
+    assert_same_params(resumed.params, plain.params)
+
+
 # ----------------------------------------------------------------------------------------------
 # (a) End to end on Nav-World
 # ----------------------------------------------------------------------------------------------
@@ -1127,11 +1134,7 @@ def test_averaged_parameters_follow_their_rule_and_are_what_is_scored_and_kept(n
         assert not np.allclose(model.params[k], steps[-1][k]), k
     monkeypatch.undo()
     plain = train.train(nav_small, config(epochs=3, warmup_epochs=0, ema=0.9), progress=False)
-    assert train.train(nav_small, config(epochs=3, warmup_epochs=0, ema=0.9), out_dir=tmp_path,
-                       progress=False, stop_after=1) is None
-    resumed = train.train(nav_small, config(epochs=3, warmup_epochs=0, ema=0.9), out_dir=tmp_path,
-                          resume=True, progress=False)
-    assert_same_params(resumed.params, plain.params)
+    assert_resumes_to(plain, nav_small, config(epochs=3, warmup_epochs=0, ema=0.9), tmp_path)
     with pytest.raises(ValueError, match="ema must lie in"):
         config(ema=1.0)
 
@@ -1172,11 +1175,7 @@ def test_the_average_horizon_in_epochs_sets_beta_from_the_steps_of_an_epoch(nav_
     plain = train.train(nav_small, config(epochs=3, warmup_epochs=0, ema=0.0, ema_epochs=2.0), progress=False)
     other = train.train(nav_small, config(epochs=3, warmup_epochs=0, ema=0.9, ema_epochs=2.0), progress=False)
     assert_same_params(other.params, plain.params)
-    assert train.train(nav_small, config(epochs=3, warmup_epochs=0, ema_epochs=2.0), out_dir=tmp_path,
-                       progress=False, stop_after=1) is None
-    resumed = train.train(nav_small, config(epochs=3, warmup_epochs=0, ema_epochs=2.0), out_dir=tmp_path,
-                          resume=True, progress=False)
-    assert_same_params(resumed.params, plain.params)
+    assert_resumes_to(plain, nav_small, config(epochs=3, warmup_epochs=0, ema_epochs=2.0), tmp_path)
     with pytest.raises(ValueError, match="ema_epochs must be a finite number"):
         config(ema_epochs=-1.0)
 
