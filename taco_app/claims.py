@@ -130,7 +130,10 @@ CLAIMS = (
     Claim("dial-image-small", "Sec. 5.3.2, figure 10", "TACO performs well in comparison with GT-BC",
           "matches", "taco", "gtbc", 200),
     *(Claim("dial-image-small", "Sec. 5.3.2, figure 10", f"TACO performs well in comparison with GT-BC, both on "
-            f"the {p} protocol's budget", "matches", "taco", "gtbc", 200, grid=f"results/dial-image-small-{p}")
+            f"the {p} protocol's budget, {average}", "matches", "taco", "gtbc", 200,
+            grid=f"results/dial-image-small-{prefix}{p}")
+      for prefix, average in (("", "the parameter average of the last 1000 steps (over half the run)"),
+                              ("horizon-", "the parameter average of the last 5.5 epochs"))
       for p in ("paper", "recipe")),
     Claim("dial-image-small", "Sec. 5.3.2, figure 10", "CTC-BC is unable to perform full task sequences (MLP)",
           "none", "ctcbc-mlp", size=200),
