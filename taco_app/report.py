@@ -149,7 +149,7 @@ def paired_table(results, first="taco", second="gtbc"):
         else:
             over = f"{mean:+.1f}"
         lines.append(f"| {size} | " + "; ".join(f"seed {s}: {c}" for s, c in zip(seeds, shown))
-                     + f" | {over} ({len(diffs)} seeds) |")
+                     + f" | {over} ({len(diffs)} seed{'s' if len(diffs) > 1 else ''}) |")
     if not lines:
         return ""
     head = (f"| {LABELS[first]} − {LABELS[second]}, task acc. (points) | per seed [paired 95 % interval] "
@@ -164,7 +164,7 @@ def failure_kinds_table(results):
     if not rows:
         return ""
     kinds = [k for k in evaluate.FAILURE_KINDS if any(r["failures"].get(k) for r in rows)]
-    lines = ["| why tasks failed | demos | failed / tasks | " + " | ".join(kinds) + " |",
+    lines = ["| " + " | ".join(["why tasks failed", "demos", "failed / tasks"] + kinds) + " |",
              "|---|---:|---:|" + "---:|" * len(kinds)]
     for algo in ALGOS:
         for size in sorted({r["size"] for r in rows}):
@@ -173,8 +173,8 @@ def failure_kinds_table(results):
                 continue
             counts = {k: sum(r["failures"].get(k, 0) for r in mine) for k in kinds}
             failed, tasks = sum(counts.values()), sum(r["n_tasks"] for r in mine)
-            lines.append(f"| {LABELS[algo]} | {size} | {failed} / {tasks} | "
-                         + " | ".join(f"{100 * counts[k] / max(failed, 1):.0f} %" for k in kinds) + " |")
+            shares = [f"{100 * counts[k] / max(failed, 1):.0f} %" for k in kinds]
+            lines.append("| " + " | ".join([LABELS[algo], str(size), f"{failed} / {tasks}"] + shares) + " |")
     details = {}
     for r in rows:
         for key, n in r.get("failure_details", {}).items():

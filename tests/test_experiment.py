@@ -244,6 +244,20 @@ def test_the_report_gives_intervals_paired_differences_and_failure_kinds():
     assert "| TACO: stopped late: pressed its key again | 400 | 28 |" in text
 
 
+def test_the_report_tables_keep_their_shape_when_no_task_failed():
+    """Every line of a report's tables has as many cells as its header (a Markdown table whose
+    rows or delimiter differ from its header is not drawn), also when no task failed and with one
+    seed, where the difference names one seed."""
+    rows = [row("taco", 0, 1.0, 1.0, n_tasks=4, outcomes="1111", failures={}),
+            row("gtbc", 0, 1.0, 1.0, n_tasks=4, outcomes="1111", failures={})]
+    text = report.report(rows)
+    assert "| TACO | 400 | 0 / 4 |" in text.splitlines() and "(1 seed) |" in text
+    for table in text.split("\n\n"):
+        lines = [ln for ln in table.splitlines() if ln.startswith("|")]
+        widths = {ln.strip().strip("|").count("|") for ln in lines}
+        assert len(widths) <= 1, table
+
+
 @pytest.mark.slow
 def test_a_streaming_domain_collects_into_the_data_directory_once(tmp_path, monkeypatch):
     """Data too large for memory (the image Dial) goes to a frame directory under OUT/data,
