@@ -8,8 +8,7 @@ import numpy as np
 
 import taco_sim
 from taco_ref import algorithms, align, evaluate, files
-from taco_app import plots
-from taco_app.stats import t_quantile
+from taco_app import plots, stats
 from taco_app.cells import load_failures, load_results
 
 ALGOS = algorithms.names()
@@ -127,8 +126,8 @@ def interval_table(results):
 def paired_table(results, first="taco", second="gtbc"):
     """Markdown table of first - second on the same test tasks (the cells of one seed share
     them): per seed the difference of task accuracy with its paired 95 % interval
-    (spec/evaluation.md eq. (6)), then the mean of the per-seed differences with its t interval
-    over the seeds. "" when no seed has both cells with their per-task outcomes."""
+    (spec/evaluation.md eq. (6)), then the mean of the per-seed differences with its interval
+    over the seeds (eq. (13)). "" when no seed has both cells with their per-task outcomes."""
     lines = []
     for size in sorted({r["size"] for r in results}):
         cells = {(r["algo"], r["seed"]): r for r in results if r["size"] == size and r.get("outcomes")}
@@ -136,24 +135,19 @@ def paired_table(results, first="taco", second="gtbc"):
                        and len(cells[(first, s)]["outcomes"]) == len(cells[(second, s)]["outcomes"]))
         if not seeds:
             continue
-        diffs, shown = [], []
-        for s in seeds:
-            d, lo, hi = evaluate.paired_difference_interval(cells[(first, s)]["outcomes"],
-                                                            cells[(second, s)]["outcomes"])
-            diffs.append(100 * d)
+        pairs = [(cells[(first, s)]["outcomes"], cells[(second, s)]["outcomes"]) for s in seeds]
+        shown = []
+        for a, b in pairs:
+            d, lo, hi = evaluate.paired_difference_interval(a, b)
             shown.append(f"{100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]")
-        mean = float(np.mean(diffs))
-        if len(diffs) > 1:
-            half = float(t_quantile(0.975, len(diffs) - 1) * np.std(diffs, ddof=1) / np.sqrt(len(diffs)))
-            over = f"{mean:+.1f} [{mean - half:+.1f}, {mean + half:+.1f}]"
-        else:
-            over = f"{mean:+.1f}"
+        mean, lo, hi = stats.seeds_difference_interval(pairs)
+        over = f"{100 * mean:+.1f}" if lo is None else f"{100 * mean:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
         lines.append(f"| {size} | " + "; ".join(f"seed {s}: {c}" for s, c in zip(seeds, shown))
-                     + f" | {over} ({len(diffs)} seed{'s' if len(diffs) > 1 else ''}) |")
+                     + f" | {over} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}) |")
     if not lines:
         return ""
     head = (f"| {LABELS[first]} − {LABELS[second]}, task acc. (points) | per seed [paired 95 % interval] "
-            f"| mean over seeds [95 % t interval] |")
+            f"| mean over seeds [95 % interval] |")
     return "\n".join([head, "|---:|---|---|"] + lines)
 
 

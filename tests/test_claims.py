@@ -32,10 +32,12 @@ def claim(rule, first="taco", second="gtbc", **kw):
     ((-10, -12, -8), "fails", "fails"),       # 8-12 behind: below -5 as well
     ((-2, 1, -1), "undecided", "holds"),      # level within a point or two
     ((-30, 20, 5), "undecided", "undecided"), # the seeds disagree
-])
-def test_better_and_matches_read_the_t_interval_of_paired_differences(gaps, better, matches):
+    ((1, 1, 1), "undecided", "holds"),        # one task ahead on every seed: the t interval alone
+])                                            # is [+1, +1], but 3 tasks in 300 cannot show a lead
+def test_better_and_matches_read_the_interval_over_seeds_of_paired_differences(gaps, better, matches):
     """better holds when the interval lies above 0, matches when it lies above -5 points; each
-    fails below its bound and is undecided across it."""
+    fails below its bound and is undecided across it. The interval is never narrower than the
+    seeds' tasks pooled allow (taco_app.stats.seeds_difference_interval)."""
     rows = []
     for s, gap in enumerate(gaps):
         ours = "1" * (50 + gap) + "0" * (50 - gap)

@@ -1,7 +1,8 @@
 """Two grids of the same cells under two configs, side by side: for every (algorithm, size,
 seed) that both directories hold, task accuracy in each, their paired difference on the same
 test tasks and alignment in each; then per algorithm and size the mean difference over the
-seeds with its t interval (as `taco report`'s paired table does between two algorithms).
+seeds with its interval (spec/evaluation.md eq. (13), as `taco report`'s paired table does
+between two algorithms).
 
 Cells of one seed share their test tasks (the same PINs and episode seeds) and, where both
 grids collected their data with the same code, their data: the script checks the data
@@ -12,9 +13,6 @@ fingerprints the cell files record and says where they differ. It reads cell fil
 """
 import argparse
 import os
-
-import numpy as np
-
 
 from taco_app import cells as cells_mod, report, stats  # noqa: E402
 from taco_ref import evaluate  # noqa: E402
@@ -50,12 +48,11 @@ def compare(dir_a, dir_b):
                      100 * fb["align_forward_argmax"], same))
     means = []
     for algo, size in dict.fromkeys((r[0], r[1]) for r in rows):
-        diffs = np.array([r[5][0] for r in rows if (r[0], r[1]) == (algo, size)])
-        if len(diffs) > 1:
-            half = float(stats.t_quantile(0.975, len(diffs) - 1) * diffs.std(ddof=1) / np.sqrt(len(diffs)))
-        else:
-            half = float("nan")
-        means.append((algo, size, float(diffs.mean()), diffs.mean() - half, diffs.mean() + half, len(diffs)))
+        pairs = [(a[r[:3]]["figures"]["outcomes"], b[r[:3]]["figures"]["outcomes"])
+                 for r in rows if (r[0], r[1]) == (algo, size)]
+        mean, lo, hi = stats.seeds_difference_interval(pairs)
+        means.append((algo, size, 100 * mean, float("nan") if lo is None else 100 * lo,
+                      float("nan") if hi is None else 100 * hi, len(pairs)))
     return rows, means
 
 
@@ -68,7 +65,7 @@ def markdown(rows, means, labels):
         flag = "" if same else " (other data)"
         out.append(f"| {report.LABELS[algo]} | {size} | {seed}{flag} | {ta:.1f} | {tb:.1f} "
                    f"| {d:+.1f} [{lo:+.1f}, {hi:+.1f}] | {aa:.1f} | {ab:.1f} |")
-    out += ["", f"| algorithm | demos | {la} − {lb}, mean over seeds [95 % t interval] |", "|---|---:|---:|"]
+    out += ["", f"| algorithm | demos | {la} − {lb}, mean over seeds [95 % interval] |", "|---|---:|---:|"]
     for algo, size, mean, lo, hi, n in means:
         spread = f" [{lo:+.1f}, {hi:+.1f}]" if n > 1 else ""
         out.append(f"| {report.LABELS[algo]} | {size} | {mean:+.1f}{spread} ({n} seed{'s' * (n > 1)}) |")
