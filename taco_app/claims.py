@@ -189,7 +189,10 @@ def _slope(by_length):
     lengths = sorted(by_length, key=int)
     x = np.array([int(L) for L in lengths], dtype=float)
     y = 100 * np.array([by_length[L] for L in lengths])
-    return float(np.polyfit(x, y, 1)[0])
+    # the least-squares slope in closed form: exactly 0 when the accuracy is the same at every
+    # length (polyfit's solver leaves a -1e-15 there, which read as "degrades")
+    dx = x - x.mean()
+    return float(dx @ (y - y.mean()) / (dx @ dx))
 
 
 def judge(claim, rows):
