@@ -166,15 +166,6 @@ def protocol(records):
     return " + ".join(sorted(names)) or "-"
 
 
-def _t_interval(values):
-    v = np.asarray(values, dtype=float)
-    mean = float(v.mean())
-    if len(v) < 2:
-        return mean, None, None
-    half = float(stats.t_quantile(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)))
-    return mean, mean - half, mean + half
-
-
 def _seeds(n):
     return f"{n} seed" if n == 1 else f"{n} seeds"
 
@@ -212,7 +203,7 @@ def judge(claim, rows):
             mean, lo, hi = (None if x is None else 100 * x for x in
                             stats.seeds_difference_interval([(a[s]["outcomes"], b[s]["outcomes"]) for s in seeds]))
         else:
-            mean, lo, hi = _t_interval([100 * (a[s][claim.figure] - b[s][claim.figure]) for s in seeds])
+            mean, lo, hi = stats.t_interval([100 * (a[s][claim.figure] - b[s][claim.figure]) for s in seeds])
         text = _fmt(mean, lo, hi, " points") + f", {_seeds(len(seeds))}"
         if lo is None:
             return text, "undecided", "one seed: no interval over seeds", cells
@@ -232,7 +223,7 @@ def judge(claim, rows):
             return text, "holds", f"the interval's upper end is below {100 * NONE_BOUND:.0f} %", cells
         return text, "fails", f"the interval reaches {100 * NONE_BOUND:.0f} % or more", cells
     if claim.rule == "most":
-        mean, lo, hi = _t_interval([100 * a[s]["subtask_accuracy"] for s in seeds])
+        mean, lo, hi = stats.t_interval([100 * a[s]["subtask_accuracy"] for s in seeds])
         text = (f"{mean:.1f} % [{lo:.1f}, {hi:.1f}]" if lo is not None else f"{mean:.1f} %") + f", {_seeds(len(seeds))}"
         if lo is not None and lo > 50:
             return text, "holds", "the interval lies above 50 %", cells
@@ -240,7 +231,7 @@ def judge(claim, rows):
             return text, "fails", "the interval lies below 50 %", cells
         return text, "undecided", "the interval includes 50 % (or one seed)", cells
     if claim.rule == "value":
-        mean, lo, hi = _t_interval([100 * a[s][claim.figure] for s in seeds])
+        mean, lo, hi = stats.t_interval([100 * a[s][claim.figure] for s in seeds])
         (table, value), = claim.paper
         text = (f"{mean:.1f} % [{lo:.1f}, {hi:.1f}]" if lo is not None else f"{mean:.1f} %") \
             + f", {_seeds(len(seeds))}; paper {value:.1f}"
@@ -252,8 +243,8 @@ def judge(claim, rows):
         if not pairs:
             return "-", "no cells", "no cell measured task accuracy by L_test", cells
         diffs = [_slope(a[s]["task_accuracy_by_length"]) - _slope(b[s]["task_accuracy_by_length"]) for s in pairs]
-        own = _t_interval([_slope(b[s]["task_accuracy_by_length"]) for s in pairs])
-        mean, lo, hi = _t_interval(diffs)
+        own = stats.t_interval([_slope(b[s]["task_accuracy_by_length"]) for s in pairs])
+        mean, lo, hi = stats.t_interval(diffs)
         text = (_fmt(mean, lo, hi, " points per digit") + f"; {algorithms.label(claim.second)}'s slope "
                 + _fmt(*own, " points per digit") + f", {_seeds(len(pairs))}")
         if lo is None:

@@ -18,9 +18,20 @@ def t_quantile(q, dof):
     return float(stats.t.ppf(q, dof))
 
 
+def t_interval(values):
+    """(mean, lo, hi): the mean of values and its 95 % Student t interval; lo and hi are None
+    for fewer than two values."""
+    v = np.asarray(values, dtype=float)
+    mean = float(v.mean())
+    if len(v) < 2:
+        return mean, None, None
+    half = float(t_quantile(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)))
+    return mean, mean - half, mean + half
+
+
 def seeds_difference_interval(pairs):
     """(mean, lo, hi): the mean over seeds of the paired difference of task accuracy p_a - p_b
-    and its 95 % interval (spec/evaluation.md eq. (7)); lo and hi are None for one seed.
+    and its 95 % interval (spec/evaluation.md eq. (13)); lo and hi are None for one seed.
     pairs: one (outcomes_a, outcomes_b) per seed, the two models' 0/1 outcomes on that seed's
     test tasks (task j the same task in both).
 
@@ -33,14 +44,12 @@ def seeds_difference_interval(pairs):
     if not pairs:
         raise ValueError("seeds_difference_interval: expected one (outcomes_a, outcomes_b) pair "
                          "per seed, got none")
-    diffs = np.array([evaluate.paired_difference_interval(a, b)[0] for a, b in pairs])
-    mean = float(diffs.mean())
-    if len(diffs) < 2:
+    mean, t_lo, t_hi = t_interval([evaluate.paired_difference_interval(a, b)[0] for a, b in pairs])
+    if t_lo is None:
         return mean, None, None
-    half = float(t_quantile(0.975, len(diffs) - 1) * diffs.std(ddof=1) / np.sqrt(len(diffs)))
     pooled_a = [c for a, _ in pairs for c in a]
     pooled_b = [c for _, b in pairs for c in b]
     d, lo, hi = evaluate.paired_difference_interval(pooled_a, pooled_b)
     # the pooled interval is centred on the pooled difference, which is the mean over seeds when
     # every seed has as many tasks; with unequal counts its width is kept, around the mean
-    return mean, min(mean - half, mean - (d - lo)), max(mean + half, mean + (hi - d))
+    return mean, min(t_lo, mean - (d - lo)), max(t_hi, mean + (hi - d))

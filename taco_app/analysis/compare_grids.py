@@ -14,8 +14,8 @@ fingerprints the cell files record and says where they differ. It reads cell fil
 import argparse
 import os
 
-from taco_app import cells as cells_mod, report, stats  # noqa: E402
-from taco_ref import evaluate  # noqa: E402
+from taco_app import cells as cells_mod, report, stats
+from taco_ref import evaluate
 
 IDENT = ("algo", "size", "seed")
 
