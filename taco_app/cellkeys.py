@@ -7,6 +7,8 @@ and its training config. Its key is the SHA-256 of ``canonical(cell)``:
 - ``version``: KEY_VERSION, the version of this canonical form;
 - the CELL_FIELDS (domain, algo, size, seed, sketch lengths, evaluation sizes); the data seeds
   are the seed's (TRAIN_DATA_SEED + seed, TEST_DATA_SEED + seed), so the seed stands for them;
+- ``split``: the tasks it is evaluated on, only when they are the validation tasks
+  (taco_ref.evaluate.SPLITS; test cells keep the keys they had before splits existed);
 - ``expert``: the cell's expert (cell["expert"]), only where its domain offers a choice and the
   expert is not the one every cell had before the choice existed (Domain.expert_before: the
   Craft planner), so those cells keep their keys and a cell of another expert never matches
@@ -63,12 +65,20 @@ def keyed_expert(cell):
     return expert
 
 
+def split_of(cell):
+    """The split of tasks the cell is evaluated on (taco_ref.evaluate.SPLITS): cell["split"],
+    "test" when absent (every cell before validation cells existed)."""
+    return cell.get("split") or "test"
+
+
 def cell_fields(cell):
-    """What a cell file records of the cell besides its config: the CELL_FIELDS, and its expert
-    when it has one (cell["expert"])."""
+    """What a cell file records of the cell besides its config: the CELL_FIELDS, its expert
+    when it has one (cell["expert"]) and its split when it is not "test"."""
     out = {k: cell.get(k) for k in CELL_FIELDS}
     if cell.get("expert") is not None:
         out["expert"] = cell["expert"]
+    if split_of(cell) != "test":
+        out["split"] = split_of(cell)
     return out
 
 
@@ -95,6 +105,8 @@ def canonical(cell):
     out = {"version": KEY_VERSION, **{k: cell.get(k) for k in CELL_FIELDS}, "config": config}
     if keyed_expert(cell) is not None:
         out["expert"] = keyed_expert(cell)
+    if split_of(cell) != "test":
+        out["split"] = split_of(cell)
     return out
 
 

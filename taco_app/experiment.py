@@ -24,19 +24,22 @@ import numpy as np
 import taco_ref
 import taco_sim
 from taco_ref import data as data_mod, evaluate, provenance, train
-from taco_app.cellkeys import CELL_FIELDS, KEY_VERSION, cell_fields, cell_key, full_config
+from taco_app.cellkeys import CELL_FIELDS, KEY_VERSION, cell_fields, cell_key, full_config, split_of
 
-TRAIN_DATA_SEED, TEST_DATA_SEED = 10_000, 20_000
-"""A cell of seed s trains on collect(size, L, 10_000 + s) and aligns collect(n_align, L, 20_000 + s)."""
+TRAIN_DATA_SEED, TEST_DATA_SEED, VALIDATION_DATA_SEED = 10_000, 20_000, 25_000
+"""A cell of seed s trains on collect(size, L, 10_000 + s) and aligns collect(n_align, L, 20_000 + s);
+a validation cell (split "validation") aligns collect(n_align, L, 25_000 + s) instead."""
 
 
 def data_specs(cell):
     """(training set, held-out set) of a cell, each (domain, n, sketch_len, seed, expert): what
     `collect` needs, and the name under which the engine collects it once for every cell;
-    expert is the cell's (None: the domain's only one)."""
+    expert is the cell's (None: the domain's only one). The held-out set is the split's: a
+    validation cell never reads the demonstrations test cells align."""
     L, expert = cell["train_sketch_len"], cell.get("expert")
+    held_out = VALIDATION_DATA_SEED if split_of(cell) == "validation" else TEST_DATA_SEED
     return ((cell["domain"], cell["size"], L, TRAIN_DATA_SEED + cell["seed"], expert),
-            (cell["domain"], cell["n_align"], L, TEST_DATA_SEED + cell["seed"], expert))
+            (cell["domain"], cell["n_align"], L, held_out + cell["seed"], expert))
 
 
 def collect(spec, data_dir=None):
@@ -114,7 +117,7 @@ def run(cell, demos=None, test_demos=None, run_dir=None):
     model = train.train(demos, cfg, progress=False if run_dir is None else _epoch_lines(cell),
                         validate=validate, out_dir=run_dir, resume=resume, augment=dom.augment)
     acc = evaluate.protocol(model, dom, cell["n_tasks"], cell["seed"], lengths=cell.get("test_lengths") or (),
-                            views=cfg.views, stop_hold=cfg.stop_hold)
+                            views=cfg.views, stop_hold=cfg.stop_hold, split=split_of(cell))
     both = evaluate.alignment_accuracies(model, test_demos)
     align_acc, by_subtask = both["position"], both["subtask"]
     policy_stage = [h for h in model.info["history"] if h["stage"] == "policy"]

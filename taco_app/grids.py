@@ -2,7 +2,7 @@
 
 A grid is what one or more `taco experiment` runs asked for. Each run is a cross product
 (algorithms x sizes x seeds) under one set of *settings*: domain, test tasks, held-out
-demonstrations, expert, test lengths, config, --set overrides and protocol. `taco experiment`
+demonstrations, expert, test lengths, config, --set overrides, protocol and split. `taco experiment`
 records its run in OUT/grid.yaml before it computes anything (an interrupted grid still knows
 its definition); `taco experiment --rerun OUT` runs the recorded definition again, computing
 only the cells not finished there. Runs with the same settings that differ in one axis are
@@ -25,9 +25,10 @@ MANIFEST = "grid.yaml"
 AXES = ("algos", "sizes", "seeds")
 """A run's axes: its cells are every (algorithm, size, seed) of their product."""
 
-SETTINGS = ("domain", "n_tasks", "n_align", "expert", "test_lengths", "config", "set", "protocol")
+SETTINGS = ("domain", "n_tasks", "n_align", "expert", "test_lengths", "config", "set", "protocol", "split")
 """What a run's cells share besides the axes: the arguments of `taco experiment` they were
-given (None: left out, the command's default)."""
+given (None: left out, the command's default). split is written only when given (a manifest of
+test cells reads as it did before splits existed)."""
 
 FIELDS = ("domain",) + AXES + SETTINGS[1:]
 
@@ -119,6 +120,7 @@ def _checked(run, where):
     import taco_sim
     from taco_ref import algorithms
     from taco_ref.config import PROTOCOLS
+    from taco_ref.evaluate import SPLITS
     if not isinstance(run, dict):
         raise ManifestError(f"{where}: expected a mapping of {', '.join(FIELDS)}")
     unknown = sorted(set(run) - set(FIELDS))
@@ -149,6 +151,7 @@ def _checked(run, where):
          "set", "a list of KEY=VALUE strings")
     need(run["protocol"] is None or run["protocol"] in PROTOCOLS, "protocol",
          f"null or one of {', '.join(sorted(PROTOCOLS))}")
+    need(run["split"] is None or run["split"] in SPLITS, "split", f"null or one of {', '.join(SPLITS)}")
     return run
 
 
@@ -168,7 +171,7 @@ def dump(runs):
     """grid.yaml's text: HEADER and the runs, fields in FIELDS order, lists in flow style."""
     lines = [HEADER.rstrip("\n"), "runs:"]
     for run in runs:
-        for i, name in enumerate(FIELDS):
+        for i, name in enumerate(f for f in FIELDS if f != "split" or run.get("split") is not None):
             value = yaml.safe_dump(run[name], default_flow_style=True, width=10_000).strip()
             value = value.removesuffix("\n...")      # the end-of-document mark after a scalar
             lines.append(f"{'  - ' if i == 0 else '    '}{name}: {value}")
@@ -191,6 +194,8 @@ def argv(run, out):
         args += ["--set", setting]
     if run["protocol"] is not None:
         args += ["--protocol", run["protocol"]]
+    if run.get("split") is not None:
+        args += ["--split", run["split"]]
     return args + ["--out", out]
 
 

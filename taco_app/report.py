@@ -185,7 +185,8 @@ def cell_sketches(r):
     when its domain is unknown or they do not give its recorded task_lengths."""
     if not r.get("task_lengths") or r["domain"] not in taco_sim.names():
         return None
-    sketches = evaluate.protocol_sketches(taco_sim.get(r["domain"]), r["n_tasks"], r["seed"])
+    sketches = evaluate.protocol_sketches(taco_sim.get(r["domain"]), r["n_tasks"], r["seed"],
+                                          split=r.get("split") or "test")
     if [len(evaluate.unpad(row)) for row in sketches] != list(r["task_lengths"]):
         return None
     return sketches

@@ -359,6 +359,25 @@ TEST_SKETCH_SEED = 30_000
 """The test sketches of evaluation seed s are drawn from np.random.default_rng(30_000 + s)."""
 EPISODE_SEED = 40_000
 """Their episodes' layouts from task_accuracy(..., seed=40_000 + s)."""
+VALIDATION_TASK_SEED = 80_000
+"""The validation tasks of seed s (split "validation"): sketches from default_rng(80_000 + s)."""
+VALIDATION_TASK_EPISODE_SEED = 90_000
+"""Their episodes' layouts from task_accuracy(..., seed=90_000 + s)."""
+SPLITS = {"test": (TEST_SKETCH_SEED, EPISODE_SEED),
+          "validation": (VALIDATION_TASK_SEED, VALIDATION_TASK_EPISODE_SEED)}
+"""The two splits of tasks a model is executed on (spec/evaluation.md §6, "Seeds"): each the
+(sketch seed, episode seed) offsets its tasks are drawn from. The same protocol, the same
+distribution of tasks (sketch lengths, task environment, budget), disjoint seeds: settings are
+chosen on "validation", figures reported on "test"."""
+
+
+def split_seeds(split, seed):
+    """(sketch seed, episode seed) of the split's tasks for evaluation seed `seed`; ValueError
+    naming split for a name not in SPLITS."""
+    if split not in SPLITS:
+        raise ValueError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
+    sketches, episodes = SPLITS[split]
+    return sketches + seed, episodes + seed
 
 
 def check_vocab(model, vocab, what="the domain"):
@@ -392,34 +411,38 @@ def check_compatible(model, demos, what="the data"):
 
 
 def protocol(model, domain, n_tasks, seed=0, sketch_len=None, lengths=(), progress=None,
-             stop_threshold=0.5, views=1, stop_hold=1):
+             stop_threshold=0.5, views=1, stop_hold=1, split="test"):
     """The evaluation protocol of spec/evaluation.md §3, the one used by `taco evaluate`, the
     experiment grid and the ROS bridge's offline check.
 
-    domain: a taco_sim Domain (test_sketches, sample_sketches, task_env, vocab). The n_tasks test
+    domain: a taco_sim Domain (test_sketches, sample_sketches, task_env, vocab). The n_tasks
     sketches are domain.test_sketches(n_tasks, rng) (or, with sketch_len, sample_sketches of that
-    length) with rng = default_rng(TEST_SKETCH_SEED + seed), executed by task_accuracy with seed
-    EPISODE_SEED + seed; for each L of lengths, sample_sketches(n_tasks, L, default_rng([30_000 +
-    seed, L])) with the same episode seed. Returns task_accuracy, subtask_accuracy, n_tasks and,
-    with lengths, task_accuracy_by_length {str(L): accuracy}. progress(label) -> callback, if given.
+    length) with rng = default_rng(S + seed), executed by task_accuracy with seed E + seed, where
+    (S, E) are the split's offsets (SPLITS: test 30_000, 40_000; validation 80_000, 90_000); for
+    each L of lengths, sample_sketches(n_tasks, L, default_rng([S + seed, L])) with the same
+    episode seed. Returns task_accuracy, subtask_accuracy, n_tasks and, with lengths,
+    task_accuracy_by_length {str(L): accuracy}. progress(label) -> callback, if given.
     stop_threshold: task_accuracy's. views: how many views of each state a sub-policy decides
     over (domain.state_views; 1: the state alone; spec/evaluation.md eq. (8)). stop_hold:
     consecutive decisions above stop_threshold a STOP needs (spec/evaluation.md eq. (9)).
+    split: "test" (the figures a result reports) or "validation" (the tasks settings are chosen
+    on: `validation`).
     """
     if (isinstance(n_tasks, bool) or not isinstance(n_tasks, (int, np.integer))
             or not 1 <= n_tasks <= MAX_TASKS):
         raise ValueError(f"n_tasks: expected an integer in [1, {MAX_TASKS}], got {n_tasks!r}")
+    sketch_seed, episode_seed = split_seeds(split, seed)
     check_vocab(model, domain.vocab, f"domain {domain.name}")
     view_fn = state_views(domain, views)
-    sketches = protocol_sketches(domain, n_tasks, seed, sketch_len)
+    sketches = protocol_sketches(domain, n_tasks, seed, sketch_len, split)
     report = progress("evaluate") if progress else None
-    out = task_accuracy(model, domain.task_env, sketches, seed=EPISODE_SEED + seed, progress=report,
+    out = task_accuracy(model, domain.task_env, sketches, seed=episode_seed, progress=report,
                         stop_threshold=stop_threshold, views=view_fn, stop_hold=stop_hold)
     by_length, rules_by_length = {}, {}
     for L in lengths or ():
-        sketches = domain.sample_sketches(n_tasks, L, np.random.default_rng([TEST_SKETCH_SEED + seed, L]))
+        sketches = domain.sample_sketches(n_tasks, L, np.random.default_rng([sketch_seed, L]))
         report = progress(f"evaluate L_test = {L}") if progress else None
-        res = task_accuracy(model, domain.task_env, sketches, seed=EPISODE_SEED + seed, progress=report,
+        res = task_accuracy(model, domain.task_env, sketches, seed=episode_seed, progress=report,
                             stop_threshold=stop_threshold, views=view_fn, stop_hold=stop_hold)
         by_length[str(L)] = res["task_accuracy"]
         for rule, fig in res.get("rules", {}).items():
@@ -429,6 +452,16 @@ def protocol(model, domain, n_tasks, seed=0, sketch_len=None, lengths=(), progre
     for rule, accs in rules_by_length.items():
         out["rules"][rule]["task_accuracy_by_length"] = accs
     return out
+
+
+def validation(model, domain, n_tasks, seed=0, **kwargs):
+    """The validation split: `protocol` on validation tasks, the tasks every setting of this
+    project is chosen on (spec/evaluation.md §6, "Seeds"; the selection log, spec/selection.md).
+    The same distribution of tasks as the test split (sketch lengths, the domain's task
+    environment, budgets, success rules), drawn from seeds of their own (80_000 + seed for the
+    sketches, 90_000 + seed for the episodes) that no training, alignment, test or rollout-
+    selection draw uses. kwargs: protocol's."""
+    return protocol(model, domain, n_tasks, seed, split="validation", **kwargs)
 
 
 def state_views(domain, n):
@@ -443,11 +476,11 @@ def state_views(domain, n):
     return lambda k, s: domain.state_views(k, s, n)
 
 
-def protocol_sketches(domain, n_tasks, seed=0, sketch_len=None):
-    """The test sketches protocol(model, domain, n_tasks, seed, sketch_len) executes, in order
-    (rows padded with -1 where lengths are mixed): a cell's recorded task_progress lines up
-    with them."""
-    rng = np.random.default_rng(TEST_SKETCH_SEED + seed)
+def protocol_sketches(domain, n_tasks, seed=0, sketch_len=None, split="test"):
+    """The sketches protocol(model, domain, n_tasks, seed, sketch_len, split=split) executes, in
+    order (rows padded with -1 where lengths are mixed): a cell's recorded task_progress lines
+    up with them."""
+    rng = np.random.default_rng(split_seeds(split, seed)[0])
     return (domain.test_sketches(n_tasks, rng) if sketch_len is None
             else domain.sample_sketches(n_tasks, sketch_len, rng))
 

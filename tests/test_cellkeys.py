@@ -167,3 +167,19 @@ def test_an_expert_enters_a_key_only_where_the_domain_offers_a_choice_and_it_is_
     assert cellkeys.cell_fields(dict(craft, expert="features"))["expert"] == "features"
     assert "expert" not in cellkeys.cell_fields(dial_cell("taco"))
     assert cellkeys.cell_key(dict(dial_cell("taco"), expert=None)) == V2_KEYS["taco"]
+
+
+def test_the_validation_split_enters_a_key_and_the_test_split_keeps_every_key():
+    """A cell evaluated on the validation tasks (taco_ref.evaluate.SPLITS) is another cell than
+    the test cell of the same run; "test", given or not, is every cell from before splits
+    existed (its key unchanged). A validation cell aligns demonstrations of its own seed."""
+    from taco_app import experiment
+    assert cellkeys.cell_key(dict(dial_cell("taco"), split="test")) == V2_KEYS["taco"]
+    assert cellkeys.cell_key(dict(dial_cell("taco"), split=None)) == V2_KEYS["taco"]
+    validation = dict(dial_cell("taco"), split="validation")
+    assert cellkeys.cell_key(validation) != V2_KEYS["taco"]
+    assert cellkeys.cell_fields(validation)["split"] == "validation"
+    assert "split" not in cellkeys.cell_fields(dict(dial_cell("taco"), split="test"))
+    (_, test_align), (train_v, align_v) = experiment.data_specs(dial_cell("taco")), experiment.data_specs(validation)
+    assert train_v == experiment.data_specs(dial_cell("taco"))[0]          # the same training data
+    assert (test_align[3], align_v[3]) == (experiment.TEST_DATA_SEED, experiment.VALIDATION_DATA_SEED)

@@ -438,3 +438,34 @@ def test_action_accuracy_counts_the_argmax_of_the_true_subtasks_net():
         algo="gtbc")
     with pytest.raises(ValueError, match="action accuracy"):
         evaluate.action_accuracy(continuous, demos)
+
+
+def test_the_validation_split_draws_the_protocols_tasks_from_seeds_of_its_own(monkeypatch):
+    """evaluate.validation is the test protocol (same domain tasks, lengths, environment) on
+    sketches and episodes drawn from the validation offsets: for seeds 0-9, no validation
+    sketch list or episode seed is any test one, and protocol(split="validation") is the same
+    call."""
+    import taco_sim
+    calls = []
+
+    def fake(model, make_env, sketches, seed=0, **kwargs):
+        calls.append((np.asarray(sketches).tolist(), seed, make_env))
+        return {"task_accuracy": 0.0, "rules": {}}
+    monkeypatch.setattr(evaluate, "task_accuracy", fake)
+    monkeypatch.setattr(evaluate, "check_vocab", lambda *a, **k: None)
+    dom = taco_sim.get("navworld")
+    for seed in range(10):
+        evaluate.protocol(None, dom, 50, seed, lengths=(3,))
+        evaluate.validation(None, dom, 50, seed, lengths=(3,))
+    test = [c for i, c in enumerate(calls) if (i // 2) % 2 == 0]
+    valid = [c for i, c in enumerate(calls) if (i // 2) % 2 == 1]
+    assert {s for _, s, _ in test}.isdisjoint({s for _, s, _ in valid})
+    assert not any(v[0] == t[0] for v in valid for t in test)
+    assert all(v[2] is dom.task_env and len(v[0][0]) == len(t[0][0]) for v, t in zip(valid, test))
+    calls.clear()
+    evaluate.protocol(None, dom, 50, 3, split="validation")
+    evaluate.validation(None, dom, 50, 3)
+    assert calls[0][:2] == calls[1][:2]
+    assert evaluate.protocol_sketches(dom, 50, 3, split="validation").tolist() == calls[0][0]
+    with pytest.raises(ValueError, match="split: expected one of test, validation"):
+        evaluate.protocol(None, dom, 50, 3, split="train")

@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 from taco_app import cli, grids, report
 
 BASE = dict(domain="navworld", algos=["taco"], sizes=[50], seeds=[0], n_tasks=100, n_align=100, expert=None,
-            test_lengths=None, config=None, set=[], protocol=None)
+            test_lengths=None, config=None, set=[], protocol=None, split=None)
 
 
 def cells(runs):
@@ -163,3 +163,16 @@ def test_the_results_index_names_a_folder_it_does_not_list_and_an_archive_withou
                                         "archive: [{grid: archive/old, replaced_by: a, why: y}]\n")
     page = grids.index_page(tmp_path)
     assert "| [archive/old](archive/old/README.md) | [a](a/README.md) | y |" in page
+
+
+def test_a_validation_grid_records_its_split_and_a_test_grid_writes_none(tmp_path):
+    """split is a setting of the run (another split: another run), written to grid.yaml and the
+    command only when given, so the manifests of test grids read as before."""
+    valid = dict(BASE, split="validation")
+    grids.record(tmp_path / "v", [valid])
+    assert grids.load(tmp_path / "v") == [valid]
+    assert "split: validation" in (tmp_path / "v" / grids.MANIFEST).read_text()
+    assert grids.argv(valid, "out")[-4:] == ["--split", "validation", "--out", "out"]
+    grids.record(tmp_path / "t", [BASE])
+    assert "split" not in (tmp_path / "t" / grids.MANIFEST).read_text()
+    assert len(grids.merge([BASE, valid])) == 2
