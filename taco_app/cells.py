@@ -41,17 +41,78 @@ def write_cell(out_dir, record):
     return path
 
 
+class CellError(ValueError):
+    """A cell file a report cannot use: names the file and what is wrong with it."""
+
+
 def read_cell(path):
     """The record in a cell file, or None when it is not one (unreadable, not JSON, or without
     key, cell and figures): such a file is never reused, its cell runs again."""
     try:
-        record = files.read_json(path)
-    except ValueError:
+        return _read_cell(path)
+    except CellError:
         return None
-    if not isinstance(record, dict) or not all(isinstance(record.get(k), (str, dict))
-                                               for k in ("key", "cell", "figures")):
-        return None
+
+
+def _read_cell(path):
+    """The record in a cell file; CellError naming the file when it is unreadable, not JSON,
+    or lacks its key (a string), cell and figures (objects)."""
+    try:
+        record = files.read_json(path, error=CellError)
+    except OSError as err:
+        raise CellError(f"{path}: cannot be read ({err.strerror})") from None
+    for name, kind in (("key", str), ("cell", dict), ("figures", dict)):
+        if not isinstance(record.get(name), kind):
+            raise CellError(f"{path}: not a cell file: '{name}' is missing or not a JSON "
+                            f"{'string' if kind is str else 'object'}")
     return record
+
+
+SHARES = ("task_accuracy", "subtask_accuracy")
+"""Figures every reported cell has: shares in [0, 1]."""
+
+
+def check_reportable(row, where):
+    """CellError naming `where` (a cell file, or results.json) unless row, a flat row, can be
+    reported as it stands: the cell fields a table groups by, and every figure a verdict or a
+    table reads finite and in range. A report that skipped it, or read NaN as a figure, would
+    change what it says without a word."""
+    import math
+    import taco_sim
+    from taco_ref import algorithms
+
+    def bad(what):
+        raise CellError(f"{where}: {what}; the report reads no damaged cell (recompute it with "
+                        f"taco experiment --rerun, or restore it from git)")
+    if row.get("domain") not in taco_sim.names():
+        bad(f"cell.domain: expected one of {', '.join(taco_sim.names())}, got {row.get('domain')!r}")
+    if row.get("algo") not in algorithms.names():
+        bad(f"cell.algo: expected one of {', '.join(algorithms.names())}, got {row.get('algo')!r}")
+    for name, least in (("size", 1), ("seed", 0), ("n_tasks", 1)):
+        if type(row.get(name)) is not int or row[name] < least:
+            bad(f"{name}: expected an integer >= {least}, got {row.get(name)!r}")
+
+    def share(name, value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or not 0.0 <= value <= 1.0:
+            bad(f"figures.{name}: expected a finite share in [0, 1], got {value!r}")
+    for name in SHARES:
+        if name not in row:
+            bad(f"figures.{name}: missing")
+        share(name, row[name])
+    for name, value in row.items():
+        if name.startswith("align_"):
+            share(name, value)
+    for name in ("task_accuracy_by_length",):
+        for L, value in (row.get(name) or {}).items():
+            share(f"{name}.{L}", value)
+    outcomes = row.get("outcomes")
+    if outcomes is not None and (not isinstance(outcomes, str) or set(outcomes) - {"0", "1"}
+                                 or len(outcomes) != row["n_tasks"]):
+        bad(f"figures.outcomes: expected a string of {row['n_tasks']} characters 0 and 1")
+    if outcomes is not None and abs(outcomes.count("1") / row["n_tasks"] - row["task_accuracy"]) > 1e-9:
+        bad(f"figures.task_accuracy {row['task_accuracy']!r} is not the share of 1s in its outcomes "
+            f"({outcomes.count('1')} of {row['n_tasks']})")
 
 
 def finished(out_dir, cell):
@@ -61,14 +122,29 @@ def finished(out_dir, cell):
     return record if record is not None and matches(record, cell) else None
 
 
-def load_cells(out_dir):
-    """Every cell file's record under out_dir/cells, in path order."""
-    paths = sorted(glob.glob(os.path.join(out_dir, "cells", "*", "*", "n*", "seed*.json")))
-    return [r for r in map(read_cell, paths) if r is not None]
+def cell_paths(out_dir):
+    """The cell files under out_dir/cells, in path order."""
+    return sorted(glob.glob(os.path.join(out_dir, "cells", "*", "*", "n*", "seed*.json")))
 
 
-def flat(record):
-    """A record as one row for the tables and figures: the cell's fields, its figures, key and seconds."""
+def load_cells(out_dir, strict=False):
+    """Every cell file's record under out_dir/cells, in path order. A file that is not a cell
+    file is left out (the grid computes its cell again), or, with strict (a report), CellError
+    naming it."""
+    if strict:
+        return [_read_cell(p) for p in cell_paths(out_dir)]
+    return [r for r in map(read_cell, cell_paths(out_dir)) if r is not None]
+
+
+def flat(record, where=None):
+    """A record as one row for the tables and figures: the cell's fields, its figures, key and
+    seconds. A figure named like a cell field with another value (n_tasks is both, equal)
+    would relabel the cell: CellError naming where (the file) instead."""
+    own = dict(record["cell"], key=record["key"], seconds=record.get("seconds"))
+    clash = sorted(k for k in set(record["figures"]) & set(own) if record["figures"][k] != own[k])
+    if clash:
+        raise CellError(f"{where or 'a cell record'}: figures.{clash[0]} = {record['figures'][clash[0]]!r} "
+                        f"would overwrite the cell's own {clash[0]} ({own[clash[0]]!r})")
     return dict(record["cell"], **record["figures"], key=record["key"], seconds=record.get("seconds"))
 
 
@@ -133,12 +209,25 @@ class Store:
 
 
 def load_results(out_dir):
-    """The rows of out_dir: every cell file, and the results.json cells of (domain, algo, size,
-    seed) that have no cell file (so a directory not yet migrated still reports)."""
-    rows = [flat(r) for r in load_cells(out_dir)]
-    have = {tuple(r[k] for k in ("domain", "algo", "size", "seed")) for r in rows}
-    rows += [dict(r, legacy=True) for r in legacy.load(out_dir)
-             if tuple(r.get(k) for k in ("domain", "algo", "size", "seed")) not in have]
+    """The rows of out_dir, for a report: every cell file, and the results.json cells of
+    (domain, algo, size, seed) that have no cell file (so a directory not yet migrated still
+    reports). Every row is checked (check_reportable): a damaged cell file, a figure that is
+    not finite or not a share, or two files of one cell give CellError naming the file, never a
+    row left out or a figure taken from results.json in its place."""
+    rows, where = [], {}
+    for path in cell_paths(out_dir):
+        row = flat(_read_cell(path), path)
+        check_reportable(row, path)
+        ident = tuple(row[k] for k in ("domain", "algo", "size", "seed"))
+        if ident in where:
+            raise CellError(f"{path}: the same cell as {where[ident]} (domain, algorithm, size, seed)")
+        where[ident] = path
+        rows.append(row)
+    results_json = os.path.join(out_dir, "results.json")
+    for r in legacy.load(out_dir):
+        if tuple(r.get(k) for k in ("domain", "algo", "size", "seed")) not in where:
+            check_reportable(r, f"{results_json}: {r.get('algo')} n{r.get('size')} seed {r.get('seed')}")
+            rows.append(dict(r, legacy=True))
     return rows
 
 

@@ -313,7 +313,7 @@ class _Grids:
 
     def protocol(self, grid):
         if grid not in self._records:
-            self._records[grid] = load_cells(os.path.join(self.root, grid)) if self._has_cells(grid) else []
+            self._records[grid] = load_cells(os.path.join(self.root, grid), strict=True) if self._has_cells(grid) else []
         return protocol(self._records[grid])
 
     def planned(self, grid):
