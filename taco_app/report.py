@@ -56,6 +56,7 @@ def compact_table(results):
     """Markdown table for a summary page: one row per algorithm, one column per dataset size,
     each cell "task acc. / alignment (fwd argmax)", means over seeds in percent; where every
     cell also has the paper's per-sub-task rule (the Dial), "keypad / paper rule / alignment".
+    The last column counts the seeds, one number per size (in order) where sizes differ.
     A line saying so when there is no finished cell yet (a grid that is being run)."""
     if not results:
         return "No finished cell yet."
@@ -75,8 +76,10 @@ def compact_table(results):
                     if paper and rows else "")
             shown.append(f"{100 * np.mean([r['task_accuracy'] for r in rows]):.1f} / {rule}"
                          f"{100 * np.mean([r['align_forward_argmax'] for r in rows]):.1f}" if rows else "-")
-        seeds = sorted({r["seed"] for r in mine})
-        lines.append(f"| {LABELS[algo]} | " + " | ".join(shown) + f" | {len(seeds)} |")
+        counts = [len({r["seed"] for r in mine if r["size"] == size}) for size in sizes]
+        counts = [c for c in counts if c]
+        seeds = str(counts[0]) if len(set(counts)) == 1 else ", ".join(map(str, counts))
+        lines.append(f"| {LABELS[algo]} | " + " | ".join(shown) + f" | {seeds} |")
     return "\n".join(lines)
 
 
@@ -123,11 +126,22 @@ def interval_table(results):
     return "\n".join(lines)
 
 
+def effective_tasks(r):
+    """The independent test tasks a row's outcomes are worth (taco_app.stats.effective_tasks,
+    spec/evaluation.md eq. (14)): None where its domain draws a layout per task (every task
+    counts) or its sketches cannot be rebuilt."""
+    if r["domain"] not in taco_sim.names() or not taco_sim.get(r["domain"]).one_layout:
+        return None
+    sketches = cell_sketches(r)
+    return None if sketches is None else stats.effective_tasks(taco_sim.get(r["domain"]), sketches)
+
+
 def paired_table(results, first="taco", second="gtbc"):
     """Markdown table of first - second on the same test tasks (the cells of one seed share
     them): per seed the difference of task accuracy with its paired 95 % interval
     (spec/evaluation.md eq. (6)), then the mean of the per-seed differences with its interval
-    over the seeds (eq. (13)). "" when no seed has both cells with their per-task outcomes."""
+    over the seeds (eq. (13)); on a one-layout domain (the Dial) the tasks count as their
+    distinct moves (eq. (14)). "" when no seed has both cells with their per-task outcomes."""
     lines = []
     for size in sorted({r["size"] for r in results}):
         cells = {(r["algo"], r["seed"]): r for r in results if r["size"] == size and r.get("outcomes")}
@@ -136,11 +150,13 @@ def paired_table(results, first="taco", second="gtbc"):
         if not seeds:
             continue
         pairs = [(cells[(first, s)]["outcomes"], cells[(second, s)]["outcomes"]) for s in seeds]
+        effective = [effective_tasks(cells[(first, s)]) for s in seeds]
+        effective = None if None in effective else effective
         shown = []
-        for a, b in pairs:
-            d, lo, hi = evaluate.paired_difference_interval(a, b)
+        for i, (a, b) in enumerate(pairs):
+            d, lo, hi = evaluate.paired_difference_interval(a, b, effective=effective and effective[i])
             shown.append(f"{100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]")
-        mean, lo, hi = stats.seeds_difference_interval(pairs)
+        mean, lo, hi = stats.seeds_difference_interval(pairs, effective)
         over = f"{100 * mean:+.1f}" if lo is None else f"{100 * mean:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
         lines.append(f"| {size} | " + "; ".join(f"seed {s}: {c}" for s, c in zip(seeds, shown))
                      + f" | {over} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}) |")

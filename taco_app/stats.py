@@ -29,11 +29,30 @@ def t_interval(values):
     return mean, mean - half, mean + half
 
 
-def seeds_difference_interval(pairs):
+def effective_tasks(domain, sketches):
+    """How many independent test tasks the sketches are worth (spec/evaluation.md eq. (14)): on a
+    domain whose tasks each draw their own layout, every sketch; on one whose test tasks share
+    one layout (Domain.one_layout: the Dial's standard keypad) the distinct sub-task transitions
+    (START -> b_1 and b_i -> b_{i+1}) they contain, when fewer. A sub-policy that fails one move
+    on the one layout fails every sketch that makes it, so M sketches carry no more independent
+    evidence than their distinct moves."""
+    if not domain.one_layout:
+        return len(sketches)
+    moves = set()
+    for row in sketches:
+        previous = -1
+        for k in evaluate.unpad(row):
+            moves.add((previous, int(k)))
+            previous = int(k)
+    return min(len(sketches), len(moves))
+
+
+def seeds_difference_interval(pairs, effective=None):
     """(mean, lo, hi): the mean over seeds of the paired difference of task accuracy p_a - p_b
     and its 95 % interval (spec/evaluation.md eq. (13)); lo and hi are None for one seed.
     pairs: one (outcomes_a, outcomes_b) per seed, the two models' 0/1 outcomes on that seed's
-    test tasks (task j the same task in both).
+    test tasks (task j the same task in both). effective: one number per seed, the independent
+    tasks its outcomes are worth (effective_tasks); None: every task independent.
 
     The interval is the t interval over the seeds' differences, widened where needed to hold the
     paired interval (eq. (6)) of every seed's tasks pooled. The t interval alone rests on the
@@ -49,7 +68,25 @@ def seeds_difference_interval(pairs):
         return mean, None, None
     pooled_a = [c for a, _ in pairs for c in a]
     pooled_b = [c for _, b in pairs for c in b]
-    d, lo, hi = evaluate.paired_difference_interval(pooled_a, pooled_b)
+    d, lo, hi = evaluate.paired_difference_interval(pooled_a, pooled_b,
+                                                    effective=None if effective is None else sum(effective))
     # the pooled interval is centred on the pooled difference, which is the mean over seeds when
     # every seed has as many tasks; with unequal counts its width is kept, around the mean
     return mean, min(t_lo, mean - (d - lo)), max(t_hi, mean + (hi - d))
+
+
+def seeds_to_decide(values, decided_half, floor=0.0, most=10_000):
+    """The least number of seeds n whose 95 % t interval, at the mean and sample spread of
+    values, would be narrower than decided_half on each side, the half-width a verdict needs
+    (taco_app.claims: the distance from the mean to the nearest bound that decides it); floor:
+    a half-width the pooled test tasks give at len(values) seeds, shrinking as 1/sqrt(n) (eq.
+    (13)'s). None when no n up to `most` does (the mean sits on the bound)."""
+    v = np.asarray(values, dtype=float)
+    if decided_half <= 0 or len(v) < 2:
+        return None
+    sd, n0 = float(v.std(ddof=1)), len(v)
+    for n in range(2, most + 1):
+        half = max(t_quantile(0.975, n - 1) * sd / np.sqrt(n), floor * np.sqrt(n0 / n))
+        if half < decided_half:
+            return n
+    return None

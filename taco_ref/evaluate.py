@@ -265,28 +265,39 @@ def wilson_interval(successes, n, z=1.959963984540054):
     inside [0, 1] and is not empty at 0 or n successes."""
     if not (isinstance(n, (int, np.integer)) and n >= 1 and 0 <= successes <= n):
         raise ValueError(f"wilson_interval: expected 0 <= successes <= n, n >= 1, got {successes}, {n}")
-    p = successes / n
+    return _wilson(successes / n, n, z)
+
+
+def _wilson(p, n, z):
+    """Eq. (5) for the share p of n trials, n any positive number (an effective count, eq. (14))."""
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return max(0.0, float(centre - half)), min(1.0, float(centre + half))
 
 
-def paired_difference_interval(outcomes_a, outcomes_b, z=1.959963984540054):
+def paired_difference_interval(outcomes_a, outcomes_b, z=1.959963984540054, effective=None):
     """(difference, lo, hi): the difference p_a - p_b of two success rates on the same tasks
     and its 95 % interval by Newcombe's hybrid score method for paired data (1998, method 10);
     spec/evaluation.md eq. (6). outcomes_*: sequences of 0/1 (or the "0"/"1" strings of
-    task_accuracy), task j being the same task in both."""
+    task_accuracy), task j being the same task in both. effective: the number of independent
+    tasks the outcomes are worth, at most their count (tasks that share structure,
+    spec/evaluation.md eq. (14)): the four counts are scaled to it, the shares kept; None:
+    every task independent."""
     a_ = np.array([int(c) for c in outcomes_a], dtype=np.int64)
     b_ = np.array([int(c) for c in outcomes_b], dtype=np.int64)
     if a_.shape != b_.shape or a_.size == 0 or not np.isin(np.concatenate([a_, b_]), (0, 1)).all():
         raise ValueError(f"paired_difference_interval: expected two equally long 0/1 sequences, "
                          f"got {a_.size} and {b_.size} entries")
-    n = a_.size
-    both, only_a = int(np.sum(a_ & b_)), int(np.sum(a_ & (1 - b_)))
-    only_b, neither = int(np.sum((1 - a_) & b_)), int(np.sum((1 - a_) & (1 - b_)))
+    if effective is not None and not 1 <= effective <= a_.size:
+        raise ValueError(f"paired_difference_interval: effective must lie in [1, {a_.size}] (the tasks), "
+                         f"got {effective!r}")
+    scale = 1.0 if effective is None else effective / a_.size
+    n = a_.size * scale
+    both, only_a = np.sum(a_ & b_) * scale, np.sum(a_ & (1 - b_)) * scale
+    only_b, neither = np.sum((1 - a_) & b_) * scale, np.sum((1 - a_) & (1 - b_)) * scale
     p1, p2 = (both + only_a) / n, (both + only_b) / n
-    l1, u1 = wilson_interval(both + only_a, n, z)
-    l2, u2 = wilson_interval(both + only_b, n, z)
+    l1, u1 = _wilson(p1, n, z)
+    l2, u2 = _wilson(p2, n, z)
     denom = (both + only_a) * (only_b + neither) * (both + only_b) * (only_a + neither)
     cross = both * neither - only_a * only_b
     if denom == 0:

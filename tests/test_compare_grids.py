@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from taco_app import cells as cells_mod
+from taco_app import cells as cells_mod, report
 from taco_ref import evaluate
 from taco_app.analysis import compare_grids
 
@@ -26,8 +26,9 @@ def test_a_grid_against_itself_differs_by_nothing():
 
 def test_differences_are_paired_on_the_same_tasks_and_averaged_over_seeds(tmp_path):
     """One grid's TACO cells of seeds 0 and 1 changed task by task: each row's difference is
-    the paired interval of the two outcome strings, the mean is over the two seeds with its t
-    interval, and a cell whose data fingerprint differs is marked."""
+    the paired interval of the two outcome strings, the PINs counted as their distinct key moves
+    (the image Dial's 100 test PINs share one keypad, spec/evaluation.md eq. (14)), the mean is
+    over the seeds with its t interval, and a cell whose data fingerprint differs is marked."""
     m = compare_grids
     other = tmp_path / "other"
     shutil.copytree(os.path.join(GRID, "cells"), other / "cells")
@@ -48,8 +49,10 @@ def test_differences_are_paired_on_the_same_tasks_and_averaged_over_seeds(tmp_pa
     rows, means = m.compare(str(other), GRID)
     taco = {r[2]: r for r in rows if r[0] == "taco"}
     diffs = []
+    moves = {r["cell"]["seed"]: report.effective_tasks(cells_mod.flat(r)) for r in cells_mod.load_cells(GRID)}
+    assert all(90 <= m <= 100 for m in moves.values())       # 100 PINs of 5 digits make 99-100 moves
     for seed, (a, b) in changed.items():
-        expect = evaluate.paired_difference_interval(a, b)
+        expect = evaluate.paired_difference_interval(a, b, effective=moves[seed])
         np.testing.assert_allclose(taco[seed][5], [100 * x for x in expect])
         assert taco[seed][8] == (seed != 1)
         diffs.append(100 * expect[0])

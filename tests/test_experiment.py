@@ -106,6 +106,8 @@ def test_the_report_gives_every_success_rule_and_its_lengths():
     assert "| TACO | 62.5 / 100.0 / 97.0 | 2 |" in compact
     mixed = report.compact_table(rows[:1] + [row("gtbc", 0, 0.5, 0.97)])   # one cell without rules
     assert "paper rule" not in mixed and "| TACO | 50.0 / 98.0 | 1 |" in mixed
+    sizes = report.compact_table(rows + [dict(row("taco", s, 1.0, 0.99), size=1200) for s in range(5)])
+    assert sizes.endswith("| 2, 5 |")                    # 2 seeds at 400, 5 at 1200: never one "5"
 
 
 def test_the_report_shows_every_seed_lengths_and_the_papers_alignment():
@@ -216,8 +218,9 @@ def test_version_1_cell_keys_of_committed_results_survive_the_dtype_field():
     cell = next(c for c in saved if c["algo"] == "taco" and c["size"] == 400 and c["seed"] == 0)
     ours = {k: cell[k] for k in ("domain", "algo", "size", "seed", "train_sketch_len", "n_tasks",
                                  "n_align", "test_lengths")}
-    # the committed cells were trained at a constant rate (lr_decay none, the field's default)
-    ours["config"] = config_mod.settings("navworld", None, ["lr_decay=none", "dtype=float64"])
+    # the committed cells were trained at a constant rate (lr_decay none, the field's default) and
+    # sigma 0.5 (the config's before spec/selection.md chose 0.3)
+    ours["config"] = config_mod.settings("navworld", None, ["lr_decay=none", "dtype=float64", "sigma=0.5"])
     assert legacy.cell_key_v1(ours) == cell["key"]
     assert legacy.cell_key_v1(dict(ours, config=dict(ours["config"], dtype="float32"))) != cell["key"]
 

@@ -92,6 +92,10 @@ class Domain:
     expert_before      | the expert of every cell computed before the domain offered a choice:
                        | a cell of that expert keeps the key it had (taco_app.cellkeys), a cell
                        | of another enters the key with its expert's name; None: no choice
+    one_layout         | every test task runs on the same layout (the Dial's standard keypad):
+                       | the tasks share their sub-task transitions, and an interval counts the
+                       | distinct transitions, not the tasks (taco_app.stats.effective_tasks,
+                       | spec/evaluation.md eq. (14)); False: each task draws its own layout
     """
 
     name: str
@@ -117,6 +121,7 @@ class Domain:
     state_views: Optional[Callable] = None
     experts: Mapping[str, Callable] = field(default_factory=dict)
     expert_before: Optional[str] = None
+    one_layout: bool = False
 
     def __post_init__(self):
         if not self.name or not self.name.replace("-", "_").isidentifier():

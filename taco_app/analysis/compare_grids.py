@@ -2,7 +2,8 @@
 seed) that both directories hold, task accuracy in each, their paired difference on the same
 test tasks and alignment in each; then per algorithm and size the mean difference over the
 seeds with its interval (spec/evaluation.md eq. (13), as `taco report`'s paired table does
-between two algorithms).
+between two algorithms; on the Dial, whose test PINs share one keypad, the PINs count as their
+distinct key moves, eq. (14)).
 
 Cells of one seed share their test tasks (the same PINs and episode seeds) and, where both
 grids collected their data with the same code, their data: the script checks the data
@@ -41,16 +42,18 @@ def compare(dir_a, dir_b):
         if len(fa["outcomes"]) != len(fb["outcomes"]):
             raise ValueError(f"{ident}: {len(fa['outcomes'])} test tasks in {dir_a}, "
                              f"{len(fb['outcomes'])} in {dir_b}: not the same tasks")
-        d = evaluate.paired_difference_interval(fa["outcomes"], fb["outcomes"])
+        d = evaluate.paired_difference_interval(fa["outcomes"], fb["outcomes"],
+                                                effective=report.effective_tasks(cells_mod.flat(a[ident])))
         same = a[ident]["data"] == b[ident]["data"]
         rows.append((*ident, 100 * fa["task_accuracy"], 100 * fb["task_accuracy"],
                      tuple(100 * x for x in d), 100 * fa["align_forward_argmax"],
                      100 * fb["align_forward_argmax"], same))
     means = []
     for algo, size in dict.fromkeys((r[0], r[1]) for r in rows):
-        pairs = [(a[r[:3]]["figures"]["outcomes"], b[r[:3]]["figures"]["outcomes"])
-                 for r in rows if (r[0], r[1]) == (algo, size)]
-        mean, lo, hi = stats.seeds_difference_interval(pairs)
+        mine = [r[:3] for r in rows if (r[0], r[1]) == (algo, size)]
+        pairs = [(a[i]["figures"]["outcomes"], b[i]["figures"]["outcomes"]) for i in mine]
+        effective = [report.effective_tasks(cells_mod.flat(a[i])) for i in mine]
+        mean, lo, hi = stats.seeds_difference_interval(pairs, None if None in effective else effective)
         means.append((algo, size, 100 * mean, float("nan") if lo is None else 100 * lo,
                       float("nan") if hi is None else 100 * hi, len(pairs)))
     return rows, means
