@@ -391,6 +391,15 @@ def cmd_experiment(args):
 
 
 def cmd_report(args):
+    if args.figures:
+        from taco_app import figures
+        if args.dirs or args.claims:
+            raise ValueError("--figures reads every grid it needs itself (run it from the repository "
+                             "root); give no OUT directories or --claims with it")
+        if not os.path.isdir("results"):
+            raise ValueError("--figures: no results/ here; run it from the repository root")
+        print(f"wrote {', '.join(figures.write(args.figures, '.'))}")
+        return EXIT_OK
     if args.claims:
         from taco_app import claims
         if args.dirs:
@@ -792,6 +801,9 @@ def _add_report(sub):
     p.add_argument("--claims", default=None, metavar="FILE",
                    help="instead: the paper's claims tested on the committed grids (docs/claims.md), "
                         "from the repository root")
+    p.add_argument("--figures", default=None, metavar="DIR",
+                   help="instead: the paper's figures 5, 6, 8 and 9 from the committed grids, with 95 %% "
+                        "bands, into DIR (docs/figures), from the repository root")
     p.set_defaults(func=cmd_report)
 
 
