@@ -238,9 +238,15 @@ def fill_commands(text, root="."):
 
 
 INDEX = "index.yaml"
-SECTIONS = (("current", "Current: the paper's comparisons under today's recipe",
-             "README.md and docs/claims.md quote only these."),
-            ("studies", "Ablations and studies", "Cited by the spec, docs/ and the grids' own READMEs."),
+SECTIONS = (("current", "Headline: equal budgets under today's recipe",
+             "README.md's tables and docs/claims.md's first rows come from these: every method compared gets "
+             "the same epochs, gradient steps and pre-stage (spec/evaluation.md §7)."),
+            ("baselines", "Before equal budgets: every method of the paper",
+             "TACO alone had the 5-epoch pre-stage here, CTC-BC none (as under the paper protocol): docs/claims.md "
+             "reads their CTC-BC cells and marks their TACO-against-GT-BC rows as ablations."),
+            ("studies", "Ablations, studies and the selection log",
+             "Cited by the spec, docs/ and the grids' own READMEs; results/selection holds every setting "
+             "chosen on validation tasks (spec/selection.md)."),
             ("archive", "Superseded (results/archive)",
              "Kept for the comparisons their READMEs and docs/findings.md draw; each names what replaced it."))
 

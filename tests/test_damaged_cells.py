@@ -54,7 +54,7 @@ KINDS = ("zero bytes", "not JSON", "NaN alignment", "infinite accuracy", "accura
 @pytest.mark.parametrize("how", KINDS)
 def test_taco_report_names_the_damaged_cell_in_one_line(how, tmp_path, capsys):
     grid = tmp_path / "navworld-paper"
-    shutil.copytree(os.path.join(ROOT, "results", "navworld-paper", "cells"), grid / "cells")
+    shutil.copytree(os.path.join(ROOT, "results", "archive", "navworld-paper-sigma05", "cells"), grid / "cells")
     damage(str(grid / CELL), how)
     assert cli.main(["report", str(grid), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -80,7 +80,7 @@ def test_the_claims_page_is_not_written_from_a_damaged_cell(how, tmp_path, monke
 def test_a_grid_run_still_recomputes_a_damaged_cell_instead_of_stopping(tmp_path):
     """The engine's reading is lenient on purpose: a damaged file is a cell not finished."""
     grid = tmp_path / "g"
-    shutil.copytree(os.path.join(ROOT, "results", "navworld-paper", "cells"), grid / "cells")
+    shutil.copytree(os.path.join(ROOT, "results", "archive", "navworld-paper-sigma05", "cells"), grid / "cells")
     damage(str(grid / CELL), "zero bytes")
     assert len(cells.load_cells(str(grid))) == 9
     with pytest.raises(cells.CellError, match="seed0.json"):
@@ -89,7 +89,7 @@ def test_a_grid_run_still_recomputes_a_damaged_cell_instead_of_stopping(tmp_path
 
 def test_two_files_of_one_cell_are_refused(tmp_path):
     grid = tmp_path / "g"
-    shutil.copytree(os.path.join(ROOT, "results", "navworld-paper", "cells"), grid / "cells")
+    shutil.copytree(os.path.join(ROOT, "results", "archive", "navworld-paper-sigma05", "cells"), grid / "cells")
     os.makedirs(grid / "cells" / "navworld" / "taco" / "n1000b")
     shutil.copy(grid / CELL, grid / "cells" / "navworld" / "taco" / "n1000b" / "seed0.json")
     with pytest.raises(cells.CellError, match="the same cell as"):

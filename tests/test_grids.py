@@ -151,15 +151,15 @@ def test_command_blocks_are_written_from_the_manifest(tmp_path):
 def test_the_results_index_names_a_folder_it_does_not_list_and_an_archive_without_its_replacement(tmp_path):
     for d in ("a", "b", "archive/old"):
         (tmp_path / d).mkdir(parents=True)
-    (tmp_path / grids.INDEX).write_text("current: [{grid: a, about: x}]\nstudies: []\n"
+    (tmp_path / grids.INDEX).write_text("current: [{grid: a, about: x}]\nbaselines: []\nstudies: []\n"
                                         "archive: [{grid: archive/old, replaced_by: a, why: y}]\n")
     with pytest.raises(grids.ManifestError, match="folders not listed: b"):
         grids.index_page(tmp_path)
-    (tmp_path / grids.INDEX).write_text("current: [{grid: a, about: x}, {grid: b, about: z}]\nstudies: []\n"
+    (tmp_path / grids.INDEX).write_text("current: [{grid: a, about: x}, {grid: b, about: z}]\nbaselines: []\nstudies: []\n"
                                         "archive: [{grid: archive/old, replaced_by: gone, why: y}]\n")
     with pytest.raises(grids.ManifestError, match=r"archive/old.replaced_by: expected a listed folder, got 'gone'"):
         grids.index_page(tmp_path)
-    (tmp_path / grids.INDEX).write_text("current: [{grid: a, about: x}, {grid: b, about: z}]\nstudies: []\n"
+    (tmp_path / grids.INDEX).write_text("current: [{grid: a, about: x}, {grid: b, about: z}]\nbaselines: []\nstudies: []\n"
                                         "archive: [{grid: archive/old, replaced_by: a, why: y}]\n")
     page = grids.index_page(tmp_path)
     assert "| [archive/old](archive/old/README.md) | [a](a/README.md) | y |" in page

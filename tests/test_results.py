@@ -26,12 +26,19 @@ GRIDS = sorted(os.path.relpath(os.path.dirname(p), os.path.join(ROOT, "results")
                for pattern in (("*", "cells"), ("archive", "*", "cells"))
                for p in glob.glob(os.path.join(ROOT, "results", *pattern)))
 """Every grid with cells, current (results/GRID) or superseded (results/archive/GRID)."""
-RERUN_GRIDS = [pytest.param(g, marks=pytest.mark.slow) if g.startswith("archive") else g for g in GRIDS]
+SELECTION_GRIDS = sorted(os.path.relpath(os.path.dirname(p), os.path.join(ROOT, "results"))
+                         for p in glob.glob(os.path.join(ROOT, "results", "selection", "*", "*", "cells")))
+"""The candidate grids of the selection studies (results/selection/STUDY/VALUE): their study's
+README gives their commands."""
+RERUN_GRIDS = [pytest.param(g, marks=pytest.mark.slow) if g.startswith("archive") else g
+               for g in GRIDS + SELECTION_GRIDS]
 """Rerunning a superseded grid's definition is slow-tier: its cells no longer change."""
 
 
 def readme(grid):
-    return open(os.path.join(ROOT, "results", grid, "README.md"), encoding="utf-8").read()
+    """A grid's README; a selection study's candidate grid is described by its study's."""
+    folder = os.path.dirname(grid) if grid.startswith("selection/") else grid
+    return open(os.path.join(ROOT, "results", folder, "README.md"), encoding="utf-8").read()
 
 
 def test_every_grid_has_its_definition_and_a_readme_that_gives_it():
