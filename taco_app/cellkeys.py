@@ -9,6 +9,8 @@ and its training config. Its key is the SHA-256 of ``canonical(cell)``:
   are the seed's (TRAIN_DATA_SEED + seed, TEST_DATA_SEED + seed), so the seed stands for them;
 - ``split``: the tasks it is evaluated on, only when they are the validation tasks
   (taco_ref.evaluate.SPLITS; test cells keep the keys they had before splits existed);
+- ``tests``: the named test conditions it is also evaluated on (the Dial's harder test), only
+  when it has any;
 - ``expert``: the cell's expert (cell["expert"]), only where its domain offers a choice and the
   expert is not the one every cell had before the choice existed (Domain.expert_before: the
   Craft planner), so those cells keep their keys and a cell of another expert never matches
@@ -71,14 +73,23 @@ def split_of(cell):
     return cell.get("split") or "test"
 
 
+def tests_of(cell):
+    """The named test conditions the cell is evaluated on besides the standard test
+    (cell["tests"], Domain.tests: the Dial's harder test), [] when none."""
+    return list(cell.get("tests") or [])
+
+
 def cell_fields(cell):
     """What a cell file records of the cell besides its config: the CELL_FIELDS, its expert
-    when it has one (cell["expert"]) and its split when it is not "test"."""
+    when it has one (cell["expert"]), its split when it is not "test" and its test conditions
+    when it has any."""
     out = {k: cell.get(k) for k in CELL_FIELDS}
     if cell.get("expert") is not None:
         out["expert"] = cell["expert"]
     if split_of(cell) != "test":
         out["split"] = split_of(cell)
+    if tests_of(cell):
+        out["tests"] = tests_of(cell)
     return out
 
 
@@ -107,6 +118,8 @@ def canonical(cell):
         out["expert"] = keyed_expert(cell)
     if split_of(cell) != "test":
         out["split"] = split_of(cell)
+    if tests_of(cell):
+        out["tests"] = tests_of(cell)
     return out
 
 

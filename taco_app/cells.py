@@ -106,6 +106,11 @@ def check_reportable(row, where):
     for name in ("task_accuracy_by_length",):
         for L, value in (row.get(name) or {}).items():
             share(f"{name}.{L}", value)
+    for name, figures in (row.get("tests") or {}).items():
+        if not isinstance(figures, dict):
+            bad(f"figures.tests.{name}: expected the figures of a test condition (an object)")
+        for key in SHARES:
+            share(f"tests.{name}.{key}", figures.get(key))
     outcomes = row.get("outcomes")
     if outcomes is not None and (not isinstance(outcomes, str) or set(outcomes) - {"0", "1"}
                                  or len(outcomes) != row["n_tasks"]):

@@ -158,11 +158,13 @@ def cmd_evaluate(args):
     if demos is not None:
         evaluate.check_compatible(model, demos)
     result = evaluate.protocol(model, dom, args.n_tasks, args.seed, sketch_len=args.sketch_len,
-                               lengths=args.lengths, progress=_progress, split=args.split,
+                               lengths=args.lengths, progress=_progress, split=args.split, test=args.test,
                                stop_threshold=0.5 if args.stop_threshold is None else args.stop_threshold,
                                views=config.get("views", 1) if args.views is None else args.views,
                                stop_hold=config.get("stop_hold", 1) if args.stop_hold is None else args.stop_hold)
     result["split"] = args.split
+    if args.test is not None:
+        result["test"] = args.test
     done = result["outcomes"].count("1")
     result["task_accuracy_ci95"] = list(evaluate.wilson_interval(done, result["n_tasks"]))
     if demos is not None:
@@ -190,7 +192,8 @@ def cmd_evaluate(args):
 def evaluation_summary(result, dom):
     """The head of `taco evaluate`'s summary: what was executed and the headline figures."""
     lo, hi = result["task_accuracy_ci95"]
-    lines = [f"{dom.name}: executed {result['n_tasks']} {result.get('split', 'test')} sketches; task accuracy "
+    where = f" under the test condition {result['test']}" if result.get("test") else ""
+    lines = [f"{dom.name}: executed {result['n_tasks']} {result.get('split', 'test')} sketches{where}; task accuracy "
              f"{100 * result['task_accuracy']:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}] (95 % Wilson), "
              f"sub-task accuracy {100 * result['subtask_accuracy']:.1f} %"]
     by_length = result.get("task_accuracy_by_length") or {}
@@ -339,7 +342,8 @@ def grid_cells(run):
     expert = chosen_expert(dom, run["expert"])
     return [dict(domain=run["domain"], algo=a, size=n, seed=s, train_sketch_len=dom.train_sketch_len,
                  n_tasks=run["n_tasks"], n_align=run["n_align"], config=base,
-                 test_lengths=run["test_lengths"], expert=expert, split=run.get("split") or "test")
+                 test_lengths=run["test_lengths"], expert=expert, split=run.get("split") or "test",
+                 tests=list(run.get("tests") or []))
             for n in run["sizes"] for s in run["seeds"] for a in run["algos"]]
 
 
@@ -680,6 +684,9 @@ def _add_evaluate(sub):
     p.add_argument("--split", choices=list(evaluate.SPLITS), default="test",
                    help="test tasks (default) or validation tasks, drawn from seeds of their own: "
                         "choose settings on validation, report test (spec/evaluation.md §6)")
+    p.add_argument("--test", default=None, metavar="NAME",
+                   help="a named test condition of the domain instead of the standard test (the Dial: "
+                        "harder, and its single disturbances; spec/evaluation.md §9)")
     p.add_argument("--json", default=None, metavar="FILE",
                    help="write every figure as JSON to FILE (without it: to stdout when stdout is "
                         "not a terminal; the summary then goes to stderr)")
@@ -728,7 +735,7 @@ def _add_demo(sub):
 
 EXPERIMENT_DEFAULTS = {"sizes": [50, 200, 400, 1000], "seeds": [0, 1, 2, 3, 4], "algos": None,
                        "n_tasks": 100, "n_align": 100, "expert": None, "test_lengths": None,
-                       "config": None, "set": [], "protocol": None, "split": None}
+                       "config": None, "set": [], "protocol": None, "split": None, "tests": None}
 """`taco experiment`'s grid definition when an option is left out (algos None: the algorithms
 with paper figures, algorithms.in_paper()); --rerun takes all of it from the grid's manifest."""
 
@@ -764,6 +771,9 @@ def _add_experiment(sub):
     p.add_argument("--protocol", choices=sorted(PROTOCOLS), default=None,
                    help="an equal-budget protocol (spec/evaluation.md §7): paper, no pre-stage for any "
                         "algorithm; recipe, the same pre-stage for every one (default: the config's)")
+    p.add_argument("--tests", nargs="+", default=None, metavar="NAME",
+                   help="also evaluate every cell on these named test conditions of the domain (the "
+                        "Dial's harder test: taco_sim.dial.disturb.TESTS; spec/evaluation.md §9)")
     p.add_argument("--split", choices=list(evaluate.SPLITS), default=None,
                    help="the tasks each cell is evaluated on: test (default; the figures results "
                         "report) or validation (tasks of their own seeds, where settings are chosen: "

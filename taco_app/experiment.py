@@ -24,7 +24,7 @@ import numpy as np
 import taco_ref
 import taco_sim
 from taco_ref import data as data_mod, evaluate, provenance, train
-from taco_app.cellkeys import CELL_FIELDS, KEY_VERSION, cell_fields, cell_key, full_config, split_of
+from taco_app.cellkeys import CELL_FIELDS, KEY_VERSION, cell_fields, cell_key, full_config, split_of, tests_of
 
 TRAIN_DATA_SEED, TEST_DATA_SEED, VALIDATION_DATA_SEED = 10_000, 20_000, 25_000
 """A cell of seed s trains on collect(size, L, 10_000 + s) and aligns collect(n_align, L, 20_000 + s);
@@ -95,7 +95,8 @@ def _epoch_lines(cell):
 
 def run(cell, demos=None, test_demos=None, run_dir=None):
     """One cell's figures (a dict): task_accuracy, subtask_accuracy, n_tasks, align_<decoder>
-    for every decoder, task_accuracy_by_length (with test_lengths), epochs, policy_epochs,
+    for every decoder, task_accuracy_by_length (with test_lengths), tests {name: the protocol's
+    figures on that named condition} (with tests), epochs, policy_epochs,
     best_held_out_loss, train_loglik, train_seconds (every process's), train_earlier (what the
     processes before this one spent: train.NO_TIME's fields).
 
@@ -118,6 +119,10 @@ def run(cell, demos=None, test_demos=None, run_dir=None):
                         validate=validate, out_dir=run_dir, resume=resume, augment=dom.augment)
     acc = evaluate.protocol(model, dom, cell["n_tasks"], cell["seed"], lengths=cell.get("test_lengths") or (),
                             views=cfg.views, stop_hold=cfg.stop_hold, split=split_of(cell))
+    if tests_of(cell):            # the named conditions (the Dial's harder test), on the same seeds
+        acc["tests"] = {name: evaluate.protocol(model, dom, cell["n_tasks"], cell["seed"], views=cfg.views,
+                                                stop_hold=cfg.stop_hold, split=split_of(cell), test=name)
+                        for name in tests_of(cell)}
     both = evaluate.alignment_accuracies(model, test_demos)
     align_acc, by_subtask = both["position"], both["subtask"]
     policy_stage = [h for h in model.info["history"] if h["stage"] == "policy"]

@@ -25,10 +25,13 @@ MANIFEST = "grid.yaml"
 AXES = ("algos", "sizes", "seeds")
 """A run's axes: its cells are every (algorithm, size, seed) of their product."""
 
-SETTINGS = ("domain", "n_tasks", "n_align", "expert", "test_lengths", "config", "set", "protocol", "split")
+SETTINGS = ("domain", "n_tasks", "n_align", "expert", "test_lengths", "config", "set", "protocol", "split",
+            "tests")
 """What a run's cells share besides the axes: the arguments of `taco experiment` they were
-given (None: left out, the command's default). split is written only when given (a manifest of
-test cells reads as it did before splits existed)."""
+given (None: left out, the command's default). split and tests are written only when given (a
+manifest from before they existed reads as it did)."""
+OPTIONAL = ("split", "tests")
+"""Settings left out of grid.yaml at None."""
 
 FIELDS = ("domain",) + AXES + SETTINGS[1:]
 
@@ -49,6 +52,7 @@ def run_of(args):
         run[axis] = _unique(run[axis])
     run["set"] = list(run["set"] or [])
     run["test_lengths"] = None if run["test_lengths"] is None else list(run["test_lengths"])
+    run["tests"] = None if run.get("tests") is None else list(run["tests"])
     return run
 
 
@@ -61,6 +65,7 @@ def canonical(run):
     ascending (the same grid, the same manifest, whatever order the commands gave)."""
     from taco_ref import algorithms
     order = {name: i for i, name in enumerate(algorithms.names())}
+    run = dict(run, **{name: run.get(name) for name in OPTIONAL})
     return dict(run, algos=sorted(_unique(run["algos"]), key=lambda a: order.get(a, len(order))),
                 sizes=sorted(_unique(run["sizes"])), seeds=sorted(_unique(run["seeds"])))
 
@@ -152,6 +157,9 @@ def _checked(run, where):
     need(run["protocol"] is None or run["protocol"] in PROTOCOLS, "protocol",
          f"null or one of {', '.join(sorted(PROTOCOLS))}")
     need(run["split"] is None or run["split"] in SPLITS, "split", f"null or one of {', '.join(SPLITS)}")
+    need(run["tests"] is None or (isinstance(run["tests"], list) and run["tests"]
+                                  and all(isinstance(t, str) for t in run["tests"])),
+         "tests", "null or a non-empty list of test condition names")
     return run
 
 
@@ -171,7 +179,7 @@ def dump(runs):
     """grid.yaml's text: HEADER and the runs, fields in FIELDS order, lists in flow style."""
     lines = [HEADER.rstrip("\n"), "runs:"]
     for run in runs:
-        for i, name in enumerate(f for f in FIELDS if f != "split" or run.get("split") is not None):
+        for i, name in enumerate(f for f in FIELDS if f not in OPTIONAL or run.get(f) is not None):
             value = yaml.safe_dump(run[name], default_flow_style=True, width=10_000).strip()
             value = value.removesuffix("\n...")      # the end-of-document mark after a scalar
             lines.append(f"{'  - ' if i == 0 else '    '}{name}: {value}")
@@ -196,6 +204,8 @@ def argv(run, out):
         args += ["--protocol", run["protocol"]]
     if run.get("split") is not None:
         args += ["--split", run["split"]]
+    if run.get("tests") is not None:
+        args += ["--tests", *run["tests"]]
     return args + ["--out", out]
 
 

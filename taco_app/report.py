@@ -167,6 +167,60 @@ def paired_table(results, first="taco", second="gtbc"):
     return "\n".join([head, "|---:|---|---|"] + lines)
 
 
+def tests_table(results, first="taco", second="gtbc"):
+    """Markdown tables of the named test conditions (spec/evaluation.md §9: the Dial's harder
+    test) the cells were also evaluated on: per (algo, size) the task accuracy on the standard
+    test and on each condition, mean ± std over seeds; per condition and size, first - second
+    paired per seed and over the seeds (eq. (13), the PINs counted as eq. (14) says); per
+    condition with mixed lengths, task accuracy by PIN length (mean over seeds). "" when no
+    cell has any."""
+    names = list(dict.fromkeys(n for r in results for n in (r.get("tests") or {})))
+    if not names:
+        return ""
+    lines = ["| task acc. (%) | demos | seeds | standard | " + " | ".join(names) + " |",
+             "|---|---:|---:|---:|" + "---:|" * len(names)]
+    for algo in ALGOS:
+        for size in sorted({r["size"] for r in results}):
+            rows = [r for r in results if r["algo"] == algo and r["size"] == size and r.get("tests")]
+            if rows:
+                cells = [_mean_std([r["task_accuracy"] for r in rows])]
+                cells += [_mean_std([r["tests"][n]["task_accuracy"] for r in rows if n in r["tests"]])
+                          if all(n in r["tests"] for r in rows) else "-" for n in names]
+                lines.append(f"| {LABELS[algo]} | {size} | {len(rows)} | " + " | ".join(cells) + " |")
+    parts = ["\n".join(lines)]
+    for name in names:
+        flat = [dict(r, **{k: v for k, v in r["tests"][name].items() if k in ("outcomes", "task_lengths")},
+                     test=name) for r in results if name in (r.get("tests") or {})]
+        paired = paired_table(flat, first, second)
+        if paired:
+            parts.append(paired.replace("task acc. (points)", f"task acc. on {name} (points)", 1))
+        by_length = _length_split(flat, name)
+        if by_length:
+            parts.append(by_length)
+    return "\n\n".join(parts)
+
+
+def _length_split(rows, name):
+    """Task accuracy by PIN length within a condition of mixed lengths (from each PIN's outcome
+    and length): per (algo, size), the mean over seeds; "" for a single length."""
+    lengths = sorted({L for r in rows for L in (r.get("task_lengths") or [])})
+    if len(lengths) < 2:
+        return ""
+    lines = [f"| task acc. on {name} by PIN length (%) | demos | seeds | " + " | ".join(f"L = {L}" for L in lengths) + " |",
+             "|---|---:|---:|" + "---:|" * len(lengths)]
+    for algo in ALGOS:
+        for size in sorted({r["size"] for r in rows}):
+            mine = [r for r in rows if r["algo"] == algo and r["size"] == size and r.get("task_lengths")]
+            if mine:
+                shown = []
+                for L in lengths:
+                    per_seed = [np.mean([o == "1" for o, n in zip(r["outcomes"], r["task_lengths"]) if n == L])
+                                for r in mine if L in r["task_lengths"]]
+                    shown.append(f"{100 * np.mean(per_seed):.1f}" if per_seed else "-")
+                lines.append(f"| {LABELS[algo]} | {size} | {len(mine)} | " + " | ".join(shown) + " |")
+    return "\n".join(lines)
+
+
 def failure_kinds_table(results):
     """Markdown table of why test sketches failed (spec/evaluation.md eq. (4)): per (algo,
     size), each kind's share of the failed sketches, summed over seeds; "" when no cell has them."""
@@ -197,12 +251,13 @@ def failure_kinds_table(results):
 
 
 def cell_sketches(r):
-    """The protocol's test sketches of a row (evaluate.protocol_sketches, the cell's seed), or None
-    when its domain is unknown or they do not give its recorded task_lengths."""
+    """The protocol's test sketches of a row (evaluate.protocol_sketches, the cell's seed; a row
+    of a named condition, `test`, that condition's), or None when its domain is unknown or they
+    do not give its recorded task_lengths."""
     if not r.get("task_lengths") or r["domain"] not in taco_sim.names():
         return None
     sketches = evaluate.protocol_sketches(taco_sim.get(r["domain"]), r["n_tasks"], r["seed"],
-                                          split=r.get("split") or "test")
+                                          split=r.get("split") or "test", test=r.get("test"))
     if [len(evaluate.unpad(row)) for row in sketches] != list(r["task_lengths"]):
         return None
     return sketches
@@ -358,7 +413,7 @@ def report(results, failures=()):
             parts.append(f"## {domain}")
         parts += [table(mine), prefix_table(mine), seed_table(mine, "task_accuracy", "task acc."),
                   interval_table(mine),
-                  paired_table(mine), failure_kinds_table(mine), subtask_table(mine, domain),
+                  paired_table(mine), tests_table(mine), failure_kinds_table(mine), subtask_table(mine, domain),
                   seed_table(mine, "align_forward_argmax", "align (fwd argmax)"),
                   seed_table(mine, "subtask_accuracy", "sub-task acc.")]
         if any("align_subtask_forward_argmax" in r for r in mine):   # spec/evaluation.md eq. (3)

@@ -422,7 +422,7 @@ def check_compatible(model, demos, what="the data"):
 
 
 def protocol(model, domain, n_tasks, seed=0, sketch_len=None, lengths=(), progress=None,
-             stop_threshold=0.5, views=1, stop_hold=1, split="test"):
+             stop_threshold=0.5, views=1, stop_hold=1, split="test", test=None):
     """The evaluation protocol of spec/evaluation.md §3, the one used by `taco evaluate`, the
     experiment grid and the ROS bridge's offline check.
 
@@ -437,17 +437,26 @@ def protocol(model, domain, n_tasks, seed=0, sketch_len=None, lengths=(), progre
     over (domain.state_views; 1: the state alone; spec/evaluation.md eq. (8)). stop_hold:
     consecutive decisions above stop_threshold a STOP needs (spec/evaluation.md eq. (9)).
     split: "test" (the figures a result reports) or "validation" (the tasks settings are chosen
-    on: `validation`).
+    on: `validation`). test: a named test condition of the domain (domain.tests: the Dial's
+    harder test and its single disturbances, spec/evaluation.md §9) in place of the standard
+    test: its task environment, its own sketches (their lengths drawn as it says) from the same
+    seeds, and its STOP hold where it names one (an ablation); None: the standard test.
     """
     if (isinstance(n_tasks, bool) or not isinstance(n_tasks, (int, np.integer))
             or not 1 <= n_tasks <= MAX_TASKS):
         raise ValueError(f"n_tasks: expected an integer in [1, {MAX_TASKS}], got {n_tasks!r}")
     sketch_seed, episode_seed = split_seeds(split, seed)
+    condition = None if test is None else test_condition(domain, test)
+    make_env = domain.task_env if condition is None else condition.make_env
+    if condition is not None and condition.stop_hold is not None:
+        stop_hold = condition.stop_hold                                 # an ablation of the hold
+    if test is not None and (lengths or sketch_len is not None):
+        raise ValueError(f"test: {test} draws its own sketch lengths; leave out lengths and sketch_len")
     check_vocab(model, domain.vocab, f"domain {domain.name}")
     view_fn = state_views(domain, views)
-    sketches = protocol_sketches(domain, n_tasks, seed, sketch_len, split)
-    report = progress("evaluate") if progress else None
-    out = task_accuracy(model, domain.task_env, sketches, seed=episode_seed, progress=report,
+    sketches = protocol_sketches(domain, n_tasks, seed, sketch_len, split, test)
+    report = progress("evaluate" if test is None else f"evaluate {test}") if progress else None
+    out = task_accuracy(model, make_env, sketches, seed=episode_seed, progress=report,
                         stop_threshold=stop_threshold, views=view_fn, stop_hold=stop_hold)
     by_length, rules_by_length = {}, {}
     for L in lengths or ():
@@ -487,11 +496,22 @@ def state_views(domain, n):
     return lambda k, s: domain.state_views(k, s, n)
 
 
-def protocol_sketches(domain, n_tasks, seed=0, sketch_len=None, split="test"):
-    """The sketches protocol(model, domain, n_tasks, seed, sketch_len, split=split) executes, in
-    order (rows padded with -1 where lengths are mixed): a cell's recorded task_progress lines
-    up with them."""
+def test_condition(domain, name):
+    """domain.tests[name]; ValueError naming test when the domain has no such condition."""
+    tests = dict(getattr(domain, "tests", {}) or {})
+    if name not in tests:
+        have = f"its conditions are {', '.join(sorted(tests))}" if tests else "it has only the standard test"
+        raise ValueError(f"test: domain {domain.name} has no test condition {name!r} ({have})")
+    return tests[name]
+
+
+def protocol_sketches(domain, n_tasks, seed=0, sketch_len=None, split="test", test=None):
+    """The sketches protocol(model, domain, n_tasks, seed, sketch_len, split=split, test=test)
+    executes, in order (rows padded with -1 where lengths are mixed): a cell's recorded
+    task_progress lines up with them."""
     rng = np.random.default_rng(split_seeds(split, seed)[0])
+    if test is not None:
+        return test_condition(domain, test).sketches(n_tasks, rng)
     return (domain.test_sketches(n_tasks, rng) if sketch_len is None
             else domain.sample_sketches(n_tasks, sketch_len, rng))
 

@@ -183,3 +183,13 @@ def test_the_validation_split_enters_a_key_and_the_test_split_keeps_every_key():
     (_, test_align), (train_v, align_v) = experiment.data_specs(dial_cell("taco")), experiment.data_specs(validation)
     assert train_v == experiment.data_specs(dial_cell("taco"))[0]          # the same training data
     assert (test_align[3], align_v[3]) == (experiment.TEST_DATA_SEED, experiment.VALIDATION_DATA_SEED)
+
+
+def test_named_test_conditions_enter_a_key_only_when_a_cell_has_them():
+    """A cell also evaluated on the Dial's harder test is another cell; none (or an empty list)
+    is every cell from before test conditions existed."""
+    assert cellkeys.cell_key(dict(dial_cell("taco"), tests=[])) == V2_KEYS["taco"]
+    harder = dict(dial_cell("taco"), tests=["harder"])
+    assert cellkeys.cell_key(harder) != V2_KEYS["taco"]
+    assert cellkeys.cell_fields(harder)["tests"] == ["harder"]
+    assert "tests" not in cellkeys.cell_fields(dial_cell("taco"))

@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 from taco_app import cli, grids, report
 
 BASE = dict(domain="navworld", algos=["taco"], sizes=[50], seeds=[0], n_tasks=100, n_align=100, expert=None,
-            test_lengths=None, config=None, set=[], protocol=None, split=None)
+            test_lengths=None, config=None, set=[], protocol=None, split=None, tests=None)
 
 
 def cells(runs):

@@ -10,7 +10,7 @@ from taco_app import cells, grids, selection
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 RUN = dict(domain="navworld", algos=["taco", "gtbc"], sizes=[400], seeds=[0, 1], n_tasks=200, n_align=100,
-           expert=None, test_lengths=None, config=None, set=[], protocol="recipe", split="validation")
+           expert=None, test_lengths=None, config=None, set=[], protocol="recipe", split="validation", tests=None)
 
 
 def write_candidate(study, value, accuracies, split="validation"):

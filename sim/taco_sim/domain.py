@@ -33,7 +33,7 @@ import importlib.util
 import os
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
@@ -92,6 +92,10 @@ class Domain:
     expert_before      | the expert of every cell computed before the domain offered a choice:
                        | a cell of that expert keeps the key it had (taco_app.cellkeys), a cell
                        | of another enters the key with its expert's name; None: no choice
+    tests              | {name: condition}: named test conditions beside the standard test, each
+                       | with make_env() -> a task environment and sketches(n, rng) -> (n, L)
+                       | (rows padded with -1) and `about` (the Dial's harder test and its single
+                       | disturbances, taco_sim.dial.disturb); empty: the standard test only
     one_layout         | every test task runs on the same layout (the Dial's standard keypad):
                        | the tasks share their sub-task transitions, and an interval counts the
                        | distinct transitions, not the tasks (taco_app.stats.effective_tasks,
@@ -121,6 +125,7 @@ class Domain:
     state_views: Optional[Callable] = None
     experts: Mapping[str, Callable] = field(default_factory=dict)
     expert_before: Optional[str] = None
+    tests: Mapping[str, Any] = field(default_factory=dict)
     one_layout: bool = False
 
     def __post_init__(self):

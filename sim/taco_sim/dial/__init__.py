@@ -33,6 +33,7 @@ import numpy as np  # noqa: E402
 
 from taco_sim.domain import Domain, package_file, register  # noqa: E402
 from taco_sim.dial.augment import other_key_views, relayout_unused_keys  # noqa: E402
+from taco_sim.dial.disturb import named_tests  # noqa: E402
 
 DOMAIN = register(Domain(
     name="dial", vocab=VOCAB, state_dim=STATE_DIM, action_dim=ACTION_DIM, discrete=False,
@@ -41,7 +42,8 @@ DOMAIN = register(Domain(
     validation_env=validation_env, augment=relayout_unused_keys, state_views=other_key_views,
     config=package_file("configs", "dial.yaml"),
     models={"default": package_file("dial", "models", "dial")}, renders=True,
-    parallel_collect=True, control_dt=CONTROL_DT, one_layout=True))
+    parallel_collect=True, control_dt=CONTROL_DT, one_layout=True,
+    tests=named_tests(lambda d: DialTask("standard", d))))
 """The Dial (joint-state variant) on the domain contract; its shipped model is the ROS 2
 bridge's default ("default": TACO, sim/taco_sim/configs/dial-small.yaml)."""
 
@@ -55,7 +57,8 @@ VELOCITY_DOMAIN = register(Domain(
     augment=relayout_unused_keys, state_views=other_key_views,
     config=package_file("configs", "dial-velocity.yaml"),
     models={"default": package_file("dial", "models", "dial-velocity")}, renders=True,
-    parallel_collect=True, control_dt=CONTROL_DT, one_layout=True))
+    parallel_collect=True, control_dt=CONTROL_DT, one_layout=True,
+    tests=named_tests(lambda d: velocity.DialVelocityTask("standard", d))))
 """The Dial's velocity variant (taco_sim.dial.velocity): six arm joint velocity targets per
 control step, executed by the simulated arm's velocity loop; its shipped model is the ROS 2
 bridge's default for command_interface velocity."""
@@ -73,7 +76,8 @@ def _image_domain(config, yaml_name):
         discrete=False, train_sketch_len=TRAIN_SKETCH_LEN, test_sketch_len=TEST_SKETCH_LEN, collect=collect,
         task_env=lambda: image.task_env(config), sample_sketches=sample_sketches,
         test_sketches=zero_shot_sketches, config=package_file("configs", f"{yaml_name}.yaml"), renders=True,
-        parallel_collect=True, state_shape=config.image_shape, streams=True, one_layout=True))
+        parallel_collect=True, state_shape=config.image_shape, streams=True, one_layout=True,
+        tests=named_tests(lambda d: image.DialImageTask("standard", config.size, d))))
 
 
 IMAGE_DOMAIN = _image_domain(image.PAPER, "dial-image")

@@ -334,17 +334,20 @@ class DialEnv:
         self._armed = np.ones(SLOTS, bool)
         self.t = 0
 
-    def reset(self, seed=None, layout=None):
+    def reset(self, seed=None, layout=None, home_noise=HOME_NOISE):
         """New episode: layout (None = sample_layout, "standard", or an array) and a home pose
-        perturbed by U(-HOME_NOISE, HOME_NOISE) per joint, both from np.random.default_rng(seed).
-        Returns the first observation (D,)."""
+        perturbed by U(-home_noise, home_noise) per joint (HOME_NOISE by default; a wider start
+        is one of the harder test's disturbances, taco_sim.dial.disturb), both from
+        np.random.default_rng(seed): one draw of the same uniforms at any spread, so a seed
+        starts in the same direction at every spread and the rest of the episode's draws are
+        the same. Returns the first observation (D,)."""
         rng = np.random.default_rng(seed)
         self.layout = sample_layout(rng) if layout is None else check_layout(layout)
         self.key_pos = key_positions(self.layout)
         self._slot_digit = np.full(SLOTS, -1)
         self._slot_digit[self.layout] = np.arange(K)
         mujoco.mj_resetData(self.model, self.data)
-        q = np.concatenate([HOME, FINGERS_CLOSED]) + rng.uniform(-HOME_NOISE, HOME_NOISE, ACTION_DIM)
+        q = np.concatenate([HOME, FINGERS_CLOSED]) + rng.uniform(-home_noise, home_noise, ACTION_DIM)
         self.data.qpos[self.names.qpos] = q
         mujoco.mj_forward(self.model, self.data)
         self.presses = []

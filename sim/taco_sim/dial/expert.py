@@ -44,6 +44,7 @@ import numpy as np
 from taco_ref.data import assemble, collected_on
 from taco_sim import sketch_array
 from taco_sim.domain import SketchProgress, check_collect_args, check_dart_sigma, collect_sketches
+from taco_sim.dial.disturb import PUSH_BODY, Episode
 from taco_sim.dial.env import (ACTION_DIM, FINGERS_CLOSED, HOME, K, PHYSICS_DT, SLOTS,
                                STATE_DIM, SUBSAMPLE, TORQUE_LIMITS, VOCAB, DialEnv, check_layout,
                                kinematics, sample_layout)
@@ -204,7 +205,8 @@ class DialTask(SketchProgress):
     """One PIN-dialling episode on a DialEnv; the duck type of taco_sim.navworld.NavWorld.
 
     layout: "standard", an array (spec/dial.md §4), or "random": a layout drawn from each
-    episode's seed (DialEnv.reset), as in the training data.
+    episode's seed (DialEnv.reset), as in the training data. disturbance: a
+    taco_sim.dial.disturb.Disturbance the arm meets (the harder test), None for the standard arm.
 
     Attribute | Shape | Meaning
     env       |       | the DialEnv
@@ -221,8 +223,10 @@ class DialTask(SketchProgress):
     subtask_budget = None
     """No forced STOP: the budget of the whole PIN bounds a run."""
 
-    def __init__(self, layout="standard"):
+    def __init__(self, layout="standard", disturbance=None):
         self.layout = None if isinstance(layout, str) and layout == "random" else check_layout(layout)
+        self.disturbance = None if disturbance is None or disturbance.none else disturbance
+        self._episode = None
         self.env = DialEnv()
         self.sketch = None
         self.progress = 0
@@ -234,7 +238,11 @@ class DialTask(SketchProgress):
         self.sketch = _check_sketches(sketch)[0]
         self.progress = 0
         self.failed = False
-        obs = self.env.reset(seed=seed, layout=self.layout)
+        if self.disturbance is None:
+            obs = self.env.reset(seed=seed, layout=self.layout)
+        else:
+            obs = self.env.reset(seed=seed, layout=self.layout, home_noise=self.disturbance.start)
+            self._episode = Episode(self.disturbance, seed, len(self.sketch), self.action_dim, self.action_limits)
         self._record = {"tip": [self.env.fingertip], "saturated": [], "at_limit": [], "presses": [],
                         "stops": []}
         return obs
@@ -264,8 +272,18 @@ class DialTask(SketchProgress):
     """(A,) the most each action component can command (failure_detail's torque limit)."""
 
     def step(self, action):
-        """One control step with action (A,); updates progress / failed. Returns obs (D,)."""
-        obs = self._act(action)
+        """One control step with action (A,); updates progress / failed. Returns obs (D,). Under
+        a disturbance the arm executes the delayed, noisy command and the push acts on the
+        forearm during the step (taco_sim.dial.disturb)."""
+        if self._episode is None:
+            obs = self._act(action)
+        else:
+            push = self._episode.force(self.env.t, self.progress)
+            body = self.env.model.body(PUSH_BODY).id
+            if push is not None:
+                self.env.data.xfrc_applied[body, :3] = push
+            obs = self._act(self._episode.command(action))
+            self.env.data.xfrc_applied[body, :3] = 0.0
         self._count()
         self._note(action)
         return obs

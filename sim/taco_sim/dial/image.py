@@ -113,8 +113,8 @@ class DialImageTask(DialTask):
     """A DialTask on the standard layout whose observations are camera images (H, W, 3) uint8;
     the expert and failure_detail keep reading the joint state (``self.env``)."""
 
-    def __init__(self, layout="standard", size=PAPER.size):
-        super().__init__(layout)
+    def __init__(self, layout="standard", size=PAPER.size, disturbance=None):
+        super().__init__(layout, disturbance)
         self.size = int(size)
         self.camera = Camera(self.env.model, self.size)
         self.state_shape = (self.size, self.size, 3)

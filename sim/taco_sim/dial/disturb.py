@@ -1,0 +1,169 @@
+"""What a real arm meets, for the Dial's harder test: disturbances of the simulated arm and the
+named test conditions made of them (spec/dial.md §11, spec/evaluation.md §9).
+
+A `Disturbance` changes the task environment, never the policy: a wider start pose, Gaussian
+noise on every commanded action (the torque, or for `dial-velocity` the velocity target, as a
+share of its limit), a delay of whole control steps between a decision and its execution, and
+a horizontal push on the forearm for a few control steps in the middle of the PIN. Everything
+an episode draws comes from its seed: the start pose from the layout's stream
+(`DialEnv.reset(seed, home_noise=start)`: one draw of the same uniforms at any spread), the
+noise and the push from `default_rng([seed, DISTURB_STREAM])`, so an episode is a function of
+(model, PIN, seed, disturbance) and two models are compared on the same disturbances.
+
+`TESTS` names the conditions `taco evaluate --test NAME` and a grid's `--tests` run: each a
+disturbance and the PIN lengths it draws. Their levels were set on validation PINs with the
+expert (`DialExpert`, which must complete at least 99 % of them), before any model was scored:
+`taco_app/analysis/dial_harder_levels.py` measures it, spec/dial.md §11 gives its figures.
+
+Symbol | Shape | Meaning
+A      |       | action dimension: 9 torques, or 6 velocity targets (dial-velocity)
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from taco_sim.dial.env import HOME_NOISE
+
+DISTURB_STREAM = 3
+"""An episode of seed s draws its action noise and its push from default_rng([s, DISTURB_STREAM])."""
+PUSH_BODY = "link_3"
+"""The body pushed: the JACO2's forearm (elbow to wrist)."""
+PUSH_JITTER = 10
+"""The push starts 0 to PUSH_JITTER - 1 control steps (drawn per episode) after the middle digit
+of the PIN, digit ceil(L / 2), registers."""
+
+
+@dataclass(frozen=True)
+class Disturbance:
+    """How the simulated arm departs from the commands it is given (all at their defaults: the
+    standard test's arm).
+
+    Field      | Meaning
+    start      | half-width (rad) of the uniform start pose around HOME, per joint (0.03 standard)
+    noise      | std of Gaussian noise added to each commanded action component, as a share of
+               | that component's limit (torque or velocity), drawn anew every control step
+    delay      | control steps between a decision and its execution; the arm executes a zero
+               | action (hold, on top of gravity compensation) until the first decision arrives
+    push       | newtons of a horizontal force on the forearm, in a direction drawn per episode
+    push_steps | control steps the push lasts (from PUSH_JITTER steps after mid-PIN)
+    """
+
+    start: float = HOME_NOISE
+    noise: float = 0.0
+    delay: int = 0
+    push: float = 0.0
+    push_steps: int = 3
+
+    def __post_init__(self):
+        for name, low, high in (("start", 0.0, 0.5), ("noise", 0.0, 1.0), ("push", 0.0, 500.0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+                raise ValueError(f"Disturbance.{name}: expected a number in [{low}, {high}], got {value!r}")
+        for name, high in (("delay", 10), ("push_steps", 100)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= high:
+                raise ValueError(f"Disturbance.{name}: expected an integer in [0, {high}], got {value!r}")
+
+    @property
+    def none(self):
+        """Whether the arm is the standard test's (no disturbance but the default start)."""
+        return self == Disturbance()
+
+
+class Episode:
+    """One episode's draws and state under a disturbance: the commands waiting to execute, the
+    noise stream and the push's schedule and direction."""
+
+    def __init__(self, disturbance, seed, sketch_len, action_dim, limits):
+        self.d = disturbance
+        self.rng = np.random.default_rng([0 if seed is None else int(seed), DISTURB_STREAM])
+        angle = self.rng.uniform(0.0, 2 * np.pi)                       # drawn first: the same push
+        self.direction = np.array([np.cos(angle), np.sin(angle), 0.0])  # for any noise level
+        self.jitter = int(self.rng.integers(PUSH_JITTER))
+        self.mid = (int(sketch_len) + 1) // 2                            # digits registered before it
+        self.limits = np.asarray(limits, dtype=np.float64)              # (A,)
+        self.waiting = [np.zeros(action_dim) for _ in range(disturbance.delay)]
+        self.push_from = None                                            # the control step it starts
+
+    def command(self, action):
+        """The action executed at this control step (A,): the one decided delay steps ago, plus
+        noise."""
+        self.waiting.append(np.asarray(action, dtype=np.float64))
+        executed = self.waiting.pop(0)
+        if self.d.noise > 0:
+            executed = executed + self.rng.normal(0.0, 1.0, executed.shape) * self.d.noise * self.limits
+        return executed
+
+    def force(self, t, progress):
+        """(3,) the force on the forearm at control step t with progress digits registered."""
+        if self.d.push <= 0 or self.d.push_steps == 0:
+            return None
+        if self.push_from is None and progress >= self.mid:
+            self.push_from = t + self.jitter
+        if self.push_from is not None and self.push_from <= t < self.push_from + self.d.push_steps:
+            return self.d.push * self.direction
+        return None
+
+
+@dataclass(frozen=True)
+class TestCondition:
+    """A named test condition of the Dial: its disturbance, the PIN lengths it draws (each PIN's
+    length uniform over `lengths`) and, for an ablation, the STOP hold it executes with (None:
+    the model's own)."""
+
+    about: str
+    disturbance: Disturbance = field(default_factory=Disturbance)
+    lengths: tuple = (5,)
+    stop_hold: object = None
+
+    def sketches(self, n, rng):
+        """n PINs (n, max(lengths)) int64, rows padded with -1: each PIN's length drawn uniformly
+        from lengths, then its digits (expert.sample_sketches's rule: no digit twice in a row)."""
+        from taco_sim.dial.expert import sample_sketches
+        chosen = np.asarray(self.lengths)[rng.integers(len(self.lengths), size=n)]      # (n,)
+        out = np.full((n, max(self.lengths)), -1, dtype=np.int64)
+        for i, L in enumerate(chosen):
+            out[i, :L] = sample_sketches(1, int(L), rng)[0]
+        return out
+
+
+class DialExpert:
+    """The Dial's expert on the evaluation protocol (taco_ref.evaluate.Expert's make): it acts by
+    the expert's set-point controller from the observation (expert.expert_torque_from_obs, or
+    velocity.expert_velocity_from_obs for the velocity variant) and says STOP once the keypad
+    has registered its digit (it reads the simulator's keypad, as the demonstrations' labels
+    do). Used to set the harder test's levels, never to score a method."""
+
+    def __init__(self, env):
+        from taco_sim.dial.expert import expert_torque_from_obs
+        from taco_sim.dial.velocity import DialVelocityTask, expert_velocity_from_obs
+        self.env = env
+        self.act = expert_velocity_from_obs if isinstance(env, DialVelocityTask) else expert_torque_from_obs
+
+    def stops(self, subtask, state):
+        return self.env.progress > len(self.env._record["stops"])
+
+    def action(self, subtask, state, rng):
+        return self.act(self.env.env.obs, subtask)
+
+
+@dataclass(frozen=True)
+class NamedTest:
+    """A test condition bound to one domain's task environment (Domain.tests' values)."""
+
+    about: str
+    make_env: object
+    sketches: object
+    stop_hold: object = None
+
+
+def named_tests(task_of):
+    """{name: NamedTest} of TESTS for a domain whose task environment under a disturbance is
+    task_of(disturbance) (the torque, velocity or image DialTask on the standard keypad)."""
+    from functools import partial
+    return {name: NamedTest(c.about, partial(task_of, c.disturbance), c.sketches, c.stop_hold)
+            for name, c in TESTS.items()}
+
+
+TESTS = {}
+"""The Dial's named test conditions (filled in below once their levels are set: spec/dial.md §11)."""
