@@ -127,6 +127,30 @@ def finished(out_dir, cell):
     return record if record is not None and matches(record, cell) else None
 
 
+def partner_data(records, cell):
+    """{"train"|"test": {"fingerprint", "partner"}}: the data fingerprints cell must train and be
+    tested on, from the finished cells of records (a grid's cell files) that are its partners:
+    the same domain, size and seed, another algorithm, and the same data spec (n, sketch length,
+    seed, expert) of that set. A paired comparison of two methods needs one set of
+    demonstrations; experiment.run_cell refuses other data (spec/evaluation.md §6, "Paired
+    cells"). Partners recorded before fingerprints were (migrated) say nothing."""
+    from taco_app.experiment import data_specs
+    specs = dict(zip(("train", "test"), data_specs(cell)))
+    out = {}
+    for record in records:
+        other = record.get("cell") or {}
+        if (other.get("domain"), other.get("size"), other.get("seed")) != (cell["domain"], cell["size"], cell["seed"]) \
+                or other.get("algo") == cell["algo"]:
+            continue
+        for name, spec in specs.items():
+            data = (record.get("data") or {}).get(name) or {}
+            same = (data.get("n"), data.get("sketch_len"), data.get("seed"), data.get("expert")) == \
+                (spec[1], spec[2], spec[3], spec[4])
+            if same and data.get("fingerprint") and name not in out:
+                out[name] = {"fingerprint": data["fingerprint"], "partner": f"{other['algo']} seed {other['seed']}"}
+    return out
+
+
 def cell_paths(out_dir):
     """The cell files under out_dir/cells, in path order."""
     return sorted(glob.glob(os.path.join(out_dir, "cells", "*", "*", "n*", "seed*.json")))

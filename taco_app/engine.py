@@ -343,6 +343,10 @@ def run_grid(cells, ex, out_dir=None, retries=2, force=False, progress=None, ref
         grid.migrated = store.migrated
     todo = [i for i in range(len(cells)) if grid.results[i] is None]
     grid.reused = len(cells) - len(todo)
+    if store is not None:                # a cell trains on the data its finished partners did
+        records = cells_mod.load_cells(out_dir)
+        cells = [dict(c, partners=cells_mod.partner_data(records, c)) if i in todo else c
+                 for i, c in enumerate(cells)]
     if store is not None and not force:
         grid.stale = sum(os.path.exists(store.path(cells[i])) for i in todo)
 

@@ -161,6 +161,28 @@ def run_dir_of(out_dir, cell):
                         f"seed{cell['seed']}-{cell_key(cell)[:16]}")
 
 
+class UnpairedData(ValueError):
+    """A cell's data differ from the data its partner cells trained on (check_paired)."""
+
+
+def check_paired(cell, demos, test_demos):
+    """UnpairedData, one line naming the partner and both fingerprints, when cell["partners"]
+    (cells.partner_data: the finished cells of the same domain, size and seed) trained or were
+    tested on other demonstrations than demos and test_demos: a paired comparison would compare
+    two methods on two data sets. The Dial's sets follow the BLAS kernels of the machine that
+    collects them unless pinned (taco_sim.dial.blas); a partner collected under other kernels is
+    matched by collecting under its kernels (OPENBLAS_CORETYPE) or recomputing the partner."""
+    for name, d in (("train", demos), ("test", test_demos)):
+        want = (cell.get("partners") or {}).get(name)
+        if want and d.fingerprint() != want["fingerprint"]:
+            raise UnpairedData(
+                f"{cell_name(cell)}: its {name} data are {d.fingerprint()[:12]}… (collected on "
+                f"{(d.meta.get('collected_on') or {}).get('blas')}), its partner {want['partner']} trained on "
+                f"{want['fingerprint'][:12]}…: the pair would compare two methods on two data sets; collect "
+                f"under the partner's OpenBLAS kernels (OPENBLAS_CORETYPE, its cell file's machine.blas) or "
+                f"recompute the partner")
+
+
 def run_cell(cell, demos, test_demos, run_dir=None):
     """The cell task: `run` plus what makes its result a record (the contents of its cell file):
     key, cell, config (full), data (seeds, sizes, fingerprints), figures, seconds (wall time of
@@ -172,6 +194,7 @@ def run_cell(cell, demos, test_demos, run_dir=None):
     (taco_ref.provenance.machine: the CPU and the BLAS kernels, which change them too; the
     machine that collected each data set is in that set's meta, collected_on)."""
     start, start_cpu = time.time(), time.process_time()
+    check_paired(cell, demos, test_demos)
     figures = run(cell, demos, test_demos, run_dir)
     train_seconds = figures.pop("train_seconds")          # timings are not figures: they vary
     earlier = figures.pop("train_earlier")

@@ -332,11 +332,12 @@ def index_page(results_dir):
             grid = e["grid"]
             n, definition = _definition(os.path.join(results_dir, grid))
             link = f"[{grid}]({grid}/README.md)"
+            unpaired = f" **Unpaired**: {e['unpaired']['why']}." if e.get("unpaired") else ""
             if section == "archive":
                 repl = e["replaced_by"]
-                lines.append(f"| {link} | [{repl}]({repl}/README.md) | {e['why']} | {n} |")
+                lines.append(f"| {link} | [{repl}]({repl}/README.md) | {e['why']}{unpaired} | {n} |")
             else:
-                lines.append(f"| {link} | {e.get('paper', '')} | {e['about']} | {n} | {definition} |")
+                lines.append(f"| {link} | {e.get('paper', '')} | {e['about']}{unpaired} | {n} | {definition} |")
     return "\n".join(lines) + "\n"
 
 

@@ -34,10 +34,15 @@ import numpy as np  # noqa: E402
 from taco_sim.domain import Domain, package_file, register  # noqa: E402
 from taco_sim.dial.augment import other_key_views, relayout_unused_keys  # noqa: E402
 from taco_sim.dial.disturb import named_tests  # noqa: E402
+from taco_sim.dial.blas import pinned  # noqa: E402
+
+KERNEL = "Haswell"
+"""The OpenBLAS kernels every Dial collection runs under (taco_sim.dial.blas, spec/data.md §6): the
+expert's bits follow the kernels, and every x86-64 CPU with AVX2 runs these."""
 
 DOMAIN = register(Domain(
     name="dial", vocab=VOCAB, state_dim=STATE_DIM, action_dim=ACTION_DIM, discrete=False,
-    train_sketch_len=TRAIN_SKETCH_LEN, test_sketch_len=TEST_SKETCH_LEN, collect=collect,
+    train_sketch_len=TRAIN_SKETCH_LEN, test_sketch_len=TEST_SKETCH_LEN, collect=pinned(collect, KERNEL, "dial"),
     task_env=task_env, sample_sketches=sample_sketches, test_sketches=zero_shot_sketches,
     validation_env=validation_env, augment=relayout_unused_keys, state_views=other_key_views,
     config=package_file("configs", "dial.yaml"),
@@ -52,7 +57,7 @@ from taco_sim.dial import velocity  # noqa: E402
 VELOCITY_DOMAIN = register(Domain(
     name="dial-velocity", vocab=VOCAB, state_dim=STATE_DIM, action_dim=velocity.ACTION_DIM,
     discrete=False, train_sketch_len=TRAIN_SKETCH_LEN, test_sketch_len=TEST_SKETCH_LEN,
-    collect=velocity.collect, task_env=velocity.task_env, sample_sketches=sample_sketches,
+    collect=pinned(velocity.collect, KERNEL, "dial-velocity"), task_env=velocity.task_env, sample_sketches=sample_sketches,
     test_sketches=zero_shot_sketches, validation_env=velocity.validation_env,
     augment=relayout_unused_keys, state_views=other_key_views,
     config=package_file("configs", "dial-velocity.yaml"),
@@ -73,8 +78,8 @@ def _image_domain(config, yaml_name):
     collect.__doc__ = f"image.collect at {config.size} x {config.size} (domain {config.name!r})."
     return register(Domain(
         name=config.name, vocab=VOCAB, state_dim=int(np.prod(config.image_shape)), action_dim=ACTION_DIM,
-        discrete=False, train_sketch_len=TRAIN_SKETCH_LEN, test_sketch_len=TEST_SKETCH_LEN, collect=collect,
-        task_env=lambda: image.task_env(config), sample_sketches=sample_sketches,
+        discrete=False, train_sketch_len=TRAIN_SKETCH_LEN, test_sketch_len=TEST_SKETCH_LEN,
+        collect=pinned(collect, KERNEL, config.name), task_env=lambda: image.task_env(config), sample_sketches=sample_sketches,
         test_sketches=zero_shot_sketches, config=package_file("configs", f"{yaml_name}.yaml"), renders=True,
         parallel_collect=True, state_shape=config.image_shape, streams=True, one_layout=True,
         tests=named_tests(lambda d: image.DialImageTask("standard", config.size, d))))
