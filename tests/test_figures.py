@@ -40,7 +40,10 @@ def test_every_line_takes_its_grids_cells(tmp_path):
     assert lines["CTC-BC (MLP) (craft, before equal budgets)"]["grid"] == "results/craft"
 
 
+@pytest.mark.slow
 def test_figures_from_the_command_line(tmp_path, monkeypatch):
+    """`taco report --figures DIR` from the repository root writes figures.json and the PNGs;
+    it refuses OUT directories beside it and a directory without results/."""
     monkeypatch.chdir(ROOT)
     assert cli.main(["report", "--figures", str(tmp_path / "f")]) == 0
     assert json.loads((tmp_path / "f" / "figures.json").read_text()) == json.loads(json.dumps(figures.data(ROOT)))
