@@ -102,6 +102,9 @@ class Claim:
     grid    | the grid its cells come from
     side    | value: "at least" or "at most", the direction of the paper's sentence
     ablation| why its grid is not an equal-budget one ("" for the headline and paper protocols)
+    test    | a named test condition the figures come from (the Dial's harder test: the cells'
+            | tests[test] figures, task accuracy by PIN length from its outcomes), None: the
+            | standard test
     """
 
     domain: str
@@ -116,6 +119,7 @@ class Claim:
     grid: str = ""
     side: str = "at least"
     ablation: str = ""
+    test: Optional[str] = None
 
     @property
     def source(self):
@@ -319,9 +323,36 @@ def _collapses(claim, a, b, seeds):
     return text, "undecided", f"bimodal: the seeds collapse or not, and the collapse rates' interval includes 0; {said}"
 
 
+def on_test(rows, test):
+    """The rows as the named test condition saw them: each row that has tests[test] with that
+    condition's task and sub-task accuracy, outcomes and task lengths in place of the standard
+    test's, and its task accuracy by PIN length (from the outcomes) as task_accuracy_by_length;
+    rows without it are left out."""
+    out = []
+    for r in rows:
+        figures = (r.get("tests") or {}).get(test)
+        if not figures:
+            continue
+        row = dict(r, test=test, **{k: figures[k] for k in ("task_accuracy", "subtask_accuracy", "outcomes",
+                                                            "task_lengths", "n_tasks") if k in figures})
+        row.pop("rules", None)
+        lengths = figures.get("task_lengths") or []
+        if len(set(lengths)) > 1 and figures.get("outcomes"):
+            row["task_accuracy_by_length"] = {
+                str(L): float(np.mean([o == "1" for o, n in zip(figures["outcomes"], lengths) if n == L]))
+                for L in sorted(set(lengths))}
+        else:
+            row.pop("task_accuracy_by_length", None)
+        out.append(row)
+    return out
+
+
 def judge(claim, rows):
-    """(figure text, verdict, reason, cells) of claim on the grid's rows; verdict "no cells"
-    where the grid lacks them."""
+    """(figure text, verdict, reason, cells) of claim on the grid's rows (on its named test
+    condition's figures where it names one: on_test); verdict "no cells" where the grid lacks
+    them."""
+    if claim.test is not None:
+        rows = on_test(rows, claim.test)
     mine = [r for r in rows if r["size"] == claim.size]
     a = {r["seed"]: r for r in mine if r["algo"] == claim.first}
     b = {r["seed"]: r for r in mine if r["algo"] == claim.second} if claim.second else {}

@@ -173,3 +173,26 @@ def test_a_grid_without_cells_names_the_protocol_its_manifest_will_run(tmp_path)
     grids = claims._Grids(str(tmp_path))
     assert grids.planned("results/planned") == "recipe (no cells yet)"
     assert grids.planned("results/empty") == "-"
+
+
+def test_a_claim_on_a_named_condition_reads_that_conditions_figures_and_its_lengths():
+    """Claim.test: the rows' tests[NAME] figures stand in for the standard test's (a cell without
+    them is left out), and the condition's mixed PIN lengths give the slope of task accuracy
+    against length that "slower" reads."""
+    def row(algo, seed, standard, outcomes, lengths):
+        return dict(cell(algo, seed, standard, "1" * 100), tests={"harder": {
+            "task_accuracy": outcomes.count("1") / len(outcomes), "subtask_accuracy": 0.9,
+            "outcomes": outcomes, "task_lengths": lengths, "n_tasks": len(outcomes)}})
+    lengths = [5] * 50 + [10] * 50
+    rows = []
+    for s in range(3):
+        rows += [row("taco", s, 1.0, "1" * 50 + "1" * 40 + "0" * 10, lengths),
+                 row("gtbc", s, 1.0, "1" * 50 + "1" * 10 + "0" * 40, lengths)]
+    harder = claims.Claim("navworld", "here", "a claim", "better", "taco", "gtbc", 100, test="harder")
+    text, verdict, _, _ = claims.judge(harder, rows)
+    assert verdict == "holds" and text.startswith("+30.0 points")
+    assert claims.judge(claims.Claim("navworld", "here", "c", "better", "taco", "gtbc", 100), rows)[1] == "level"
+    slower = claims.Claim("navworld", "here", "c", "slower", "taco", "gtbc", 100, test="harder")
+    text, verdict, _, _ = claims.judge(slower, rows)
+    assert verdict == "holds" and text.startswith("+12.0 points per digit")       # -4 against -16 per digit
+    assert claims.on_test([cell("taco", 0, 1.0, "1" * 100)], "harder") == []
