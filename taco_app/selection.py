@@ -210,10 +210,11 @@ def page(root="."):
         if os.path.isdir(folder) else []
     for name in studies:
         where = os.path.join(folder, name)
-        if sum(os.path.isdir(os.path.join(where, d)) for d in os.listdir(where)) < 2:
+        if not computed(where):
             study = load_study(where)
             lines += [f"### {study['setting']} ({name})", "", f"{study['about']} Before this study: "
-                      f"{study['before']} ({study['why']}). **Planned**: its candidate grids are not computed yet.", ""]
+                      f"{study['before']} ({study['why']}). **Planned**: no run is computed for every "
+                      "candidate yet.", ""]
             continue
         lines += study_section(where, name)[0] + [""]
     pending = load_pending(folder)
@@ -226,6 +227,16 @@ def page(root="."):
         lines += [f"| {p['setting']} | {p['domain']} | {p['chosen']} | {p['cost']} |" for p in pending]
         lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def computed(folder):
+    """Whether a study has two or more candidate grids and a (method, seed) run that every one
+    of them has computed (else it is only planned)."""
+    if sum(os.path.isdir(os.path.join(folder, d)) for d in os.listdir(folder)) < 2:
+        return False
+    table = {c: figures(g) for c, g in candidates(folder).items()}
+    runs = [{(a, s) for a, seeds in per_algo.items() for s in seeds} for per_algo in table.values()]
+    return bool(set.intersection(*runs))
 
 
 def load_pending(folder):
@@ -248,8 +259,8 @@ def check_config(folder, root="."):
     planned or still in progress (its choice is not made yet)."""
     from taco_app import config as config_mod
     from taco_app.cellkeys import full_config
-    if sum(os.path.isdir(os.path.join(folder, d)) for d in os.listdir(folder)) < 2:
-        return None                                   # planned: no candidates computed yet
+    if not computed(folder):
+        return None                                   # planned: no run computed for every candidate
     _, study, choice, grids_of = study_section(folder, os.path.basename(folder))
     if choice is None:
         return None

@@ -383,7 +383,7 @@ def test_velocity_expert_dials_pins(layout_seed, sketch):
 def test_velocity_domain_is_registered():
     dom = taco_sim.get("dial-velocity")
     assert dom.action_dim == velocity.ACTION_DIM == 6 and dom.state_dim == dial.STATE_DIM
-    assert dom.vocab == dial.VOCAB and dom.collect is velocity.collect
+    assert dom.vocab == dial.VOCAB and dom.collect.__wrapped__ is velocity.collect      # pinned: spec/data.md §6
     assert isinstance(dom.task_env(), velocity.DialVelocityTask)
     assert dom.models["default"].endswith("dial-velocity")
 
