@@ -44,6 +44,15 @@ class ManifestError(ValueError):
     """A grid.yaml that is not a grid's definition: names the file, the run and the field."""
 
 
+MAX_MANIFEST_BYTES = 2 ** 20
+"""Largest grid.yaml read (1 MiB; the committed ones are under 2 kB)."""
+MAX_AXIS = 1000
+"""Most sizes or seeds one run lists."""
+MAX_CELLS = 10_000
+"""Most cells one run defines (algorithms x sizes x seeds): a grid of the paper's scale has a few
+hundred; a manifest asking for more is a mistake, refused before any cell is built."""
+
+
 def run_of(args):
     """The run `taco experiment`'s parsed arguments define (a dict of FIELDS; the axes without
     repeats, in the order given)."""
@@ -107,15 +116,14 @@ def path(grid_dir):
 
 def load(grid_dir):
     """The runs of grid_dir/grid.yaml, checked (ManifestError naming the file, run and field)."""
+    from taco_app.config import safe_yaml
     where = path(grid_dir)
+    if os.path.islink(where) and not os.path.exists(where):
+        raise ManifestError(f"{where}: a symbolic link to nothing (or a loop of links)")
     if not os.path.exists(where):
         raise ManifestError(f"{where} does not exist (a grid's folder holds the grid.yaml that "
                             f"`taco experiment --out` writes there)")
-    with open(where, encoding="utf-8") as f:
-        try:
-            doc = yaml.safe_load(f)
-        except yaml.YAMLError as e:
-            raise ManifestError(f"{where}: not YAML ({str(e).splitlines()[0]})") from None
+    doc = safe_yaml(where, MAX_MANIFEST_BYTES, ManifestError, "a grid manifest")
     if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list) or not doc["runs"]:
         raise ManifestError(f"{where}: expected a mapping with a non-empty list 'runs'")
     return [_checked(run, f"{where}: runs[{i}]") for i, run in enumerate(doc["runs"])]
@@ -123,30 +131,38 @@ def load(grid_dir):
 
 def _checked(run, where):
     import taco_sim
+    from taco_sim.domain import MAX_COLLECT
     from taco_ref import algorithms
     from taco_ref.config import PROTOCOLS
-    from taco_ref.evaluate import SPLITS
+    from taco_ref.evaluate import MAX_TASKS, SPLITS
     if not isinstance(run, dict):
         raise ManifestError(f"{where}: expected a mapping of {', '.join(FIELDS)}")
-    unknown = sorted(set(run) - set(FIELDS))
+    unknown = sorted(map(str, set(run) - set(FIELDS)))
     if unknown:
-        raise ManifestError(f"{where}: unknown field(s) {', '.join(map(str, unknown))}; a run has {', '.join(FIELDS)}")
+        raise ManifestError(f"{where}: unknown field(s) {', '.join(unknown)}; a run has {', '.join(FIELDS)}")
+    missing = [name for name in FIELDS if name not in run and name not in OPTIONAL]
+    if missing:        # a truncated file: a run without `set` would run other cells than it names
+        raise ManifestError(f"{where}: missing field(s) {', '.join(missing)} (a truncated grid.yaml?); "
+                            f"every run names {', '.join(n for n in FIELDS if n not in OPTIONAL)}")
     run = {name: run.get(name) for name in FIELDS}
 
     def need(ok, name, expected):
         if not ok:
             raise ManifestError(f"{where}.{name}: expected {expected}, got {run[name]!r}")
 
-    def ints(name, least):
+    def ints(name, least, most=2 ** 31 - 1):
         v = run[name]
-        return isinstance(v, list) and v and all(type(x) is int and x >= least for x in v)
+        return (isinstance(v, list) and v and len(v) <= MAX_AXIS
+                and all(type(x) is int and least <= x <= most for x in v))
     need(run["domain"] in taco_sim.names(), "domain", f"one of {', '.join(taco_sim.names())}")
     need(isinstance(run["algos"], list) and run["algos"] and all(a in algorithms.names() for a in run["algos"]),
          "algos", f"a non-empty list of {', '.join(algorithms.names())}")
-    need(ints("sizes", 1), "sizes", "a non-empty list of positive integers")
-    need(ints("seeds", 0), "seeds", "a non-empty list of non-negative integers")
-    for name in ("n_tasks", "n_align"):
-        need(type(run[name]) is int and run[name] >= 1, name, "a positive integer")
+    need(ints("sizes", 1, MAX_COLLECT), "sizes", f"a non-empty list of at most {MAX_AXIS} integers in [1, {MAX_COLLECT}]")
+    need(ints("seeds", 0), "seeds", f"a non-empty list of at most {MAX_AXIS} integers in [0, 2**31 - 1]")
+    need(type(run["n_tasks"]) is int and 1 <= run["n_tasks"] <= MAX_TASKS, "n_tasks",
+         f"an integer in [1, {MAX_TASKS}]")
+    need(type(run["n_align"]) is int and 1 <= run["n_align"] <= MAX_COLLECT, "n_align",
+         f"an integer in [1, {MAX_COLLECT}]")
     need(run["test_lengths"] is None or ints("test_lengths", 1), "test_lengths",
          "null or a non-empty list of positive integers")
     for name in ("expert", "config"):
@@ -158,8 +174,12 @@ def _checked(run, where):
          f"null or one of {', '.join(sorted(PROTOCOLS))}")
     need(run["split"] is None or run["split"] in SPLITS, "split", f"null or one of {', '.join(SPLITS)}")
     need(run["tests"] is None or (isinstance(run["tests"], list) and run["tests"]
-                                  and all(isinstance(t, str) for t in run["tests"])),
-         "tests", "null or a non-empty list of test condition names")
+                                  and all(t in taco_sim.get(run["domain"]).tests for t in run["tests"])),
+         "tests", f"null or a non-empty list of {run['domain']}'s test conditions "
+                  f"({', '.join(sorted(taco_sim.get(run['domain']).tests)) or 'it has none'})")
+    cells = len(run["algos"]) * len(run["sizes"]) * len(run["seeds"])
+    if cells > MAX_CELLS:
+        raise ManifestError(f"{where}: {cells} cells (algos x sizes x seeds); at most {MAX_CELLS} a run")
     return run
 
 

@@ -3,6 +3,7 @@ what `--rerun` runs again; the generated command blocks."""
 import itertools
 import json
 import os
+import re
 
 import pytest
 from hypothesis import given, strategies as st
@@ -66,24 +67,55 @@ def test_the_manifest_reads_back_as_written(tmp_path):
     assert not [f for f in os.listdir(tmp_path) if f != grids.MANIFEST]              # no temp file left
 
 
+FULL = ("domain: navworld, algos: [taco], sizes: [5], seeds: [0], n_tasks: 1, n_align: 1, expert: null, "
+        "test_lengths: null, config: null, set: [], protocol: null")
+"""One run with every field (a manifest names them all)."""
+
+
+def run_with(**changes):
+    """A manifest of one run: FULL with fields replaced (or added), values as YAML text."""
+    fields = dict(part.split(": ", 1) for part in FULL.split(", ") if ": " in part)
+    fields.update(changes)
+    return "runs:\n  - {" + ", ".join(f"{k}: {v}" for k, v in fields.items()) + "}\n"
+
+
 @pytest.mark.parametrize("text, named", [
     ("runs: []\n", "non-empty list 'runs'"),
-    ("runs: [{domain: atlantis}]\n", "runs[0].domain"),
-    ("runs:\n  - {domain: navworld, algos: [taco], sizes: [0], seeds: [0], n_tasks: 1, n_align: 1}\n",
-     "runs[0].sizes"),
-    ("runs:\n  - {domain: navworld, algos: [nope], sizes: [5], seeds: [0], n_tasks: 1, n_align: 1}\n",
-     "runs[0].algos"),
-    ("runs:\n  - {domain: navworld, algos: [taco], sizes: [5], seeds: [0], n_tasks: 1, n_align: 1, set: [x]}\n",
-     "runs[0].set"),
-    ("runs:\n  - {domain: navworld, algos: [taco], sizes: [5], seeds: [0], n_tasks: 1, n_align: 1, colour: red}\n",
-     "unknown field(s) colour"),
-    ("runs: [\n", "not YAML"),
+    (run_with(domain="atlantis"), "runs[0].domain"),
+    (run_with(sizes="[0]"), "runs[0].sizes"),
+    (run_with(algos="[nope]"), "runs[0].algos"),
+    (run_with(set="[x]"), "runs[0].set"),
+    ("runs:\n  - {" + FULL + ", colour: red}\n", "unknown field(s) colour"),
+    ("runs: [\n", "not valid YAML"),
+    # what an outside tester tried (the manifests' fault cases)
+    ("a: &a [1, 1]\nb: &b [*a, *a]\nruns: [{" + FULL + "}]\n", "YAML aliases (*name) are not accepted in a grid manifest"),
+    (run_with(seeds=str(list(range(2000)))), "runs[0].seeds"),
+    (run_with(n_tasks="1000000000000"), "runs[0].n_tasks"),
+    (run_with(sizes=str(list(range(1, 12))), seeds=str(list(range(1000)))), "cells (algos x sizes x seeds)"),
+    ("runs:\n  - {" + FULL.split(", set:")[0] + "}\n", "missing field(s) set, protocol (a truncated grid.yaml?)"),
+    ("runs:\n  - {" + FULL + ", 1: 2}\n", "unknown field(s) 1"),
+    ("runs:\n  - {" + FULL + "}\n  - {" + FULL + "}\nruns: []\n", "the key 'runs' appears twice"),
+    (run_with(tests="[sideways]"), "runs[0].tests"),
 ])
 def test_a_bad_manifest_is_refused_naming_the_field(tmp_path, text, named):
+    """Manifests load with the guards of the config loader (no aliases, a bounded file, no key
+    twice), every field required and bounded (axes of at most MAX_AXIS values, n_tasks as the
+    protocol allows, MAX_CELLS cells a run), each refusal one line naming the field."""
     (tmp_path / grids.MANIFEST).write_text(text)
-    with pytest.raises(grids.ManifestError, match=named.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")
-                       .replace(")", r"\)")):
+    with pytest.raises(grids.ManifestError, match=re.escape(named)):
         grids.load(tmp_path)
+
+
+def test_a_manifest_that_is_a_loop_of_links_says_so(tmp_path):
+    os.symlink(tmp_path / "b.yaml", tmp_path / "a.yaml")
+    os.symlink(tmp_path / "a.yaml", tmp_path / "b.yaml")
+    os.symlink(tmp_path / "a.yaml", tmp_path / grids.MANIFEST)
+    with pytest.raises(grids.ManifestError, match="a symbolic link to nothing"):
+        grids.load(tmp_path)
+    (tmp_path / "big").mkdir()
+    (tmp_path / "big" / grids.MANIFEST).write_text("runs: []\n" + "#" * (grids.MAX_MANIFEST_BYTES + 1))
+    with pytest.raises(grids.ManifestError, match="grid.yaml"):
+        grids.load(tmp_path / "big")
 
 
 GRID = ["navworld", "--sizes", "10", "--seeds", "0", "--algos", "gtbc", "--n-tasks", "3", "--n-align", "3",
