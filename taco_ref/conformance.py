@@ -444,6 +444,35 @@ CASE_TIMEOUT = 60.0
 """s a case may take in the child (the largest vector case takes about 0.1 s with taco_ref.align)."""
 IMPORT_TIMEOUT = 120.0
 """s the child may take to import the implementation."""
+BUDGET = 600.0
+"""s the whole run may take (--budget): the cases left when it runs out fail, unrun."""
+NAME_BYTES = 64
+"""Room for the name of the function the child is in (the spec's longest is 26 characters)."""
+
+
+class _Calls:
+    """The implementation as the child calls it: each function of the spec's writes its name to
+    a shared buffer while it runs (so the parent, when a case times out, knows which function did
+    not return) and a function that did not return in an earlier case raises at once instead of
+    hanging again."""
+
+    def __init__(self, impl, current, hung):
+        self._impl, self._current, self._hung = impl, current, set(hung)
+
+    def __getattr__(self, name):
+        fn = getattr(self._impl, name)
+        if name in self._hung:
+            def skipped(*args, **kwargs):
+                raise RuntimeError(f"{name} did not return in an earlier case; not called again")
+            return skipped
+
+        def called(*args, **kwargs):
+            self._current.value = name.encode()[:NAME_BYTES - 1]
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._current.value = b""
+        return called
 
 
 def _result_json(r):
@@ -469,13 +498,28 @@ def _one_line(err):
     return " ".join(f"{type(err).__name__}: {err}".split())
 
 
-def _child(conn, path, module, vectors):
-    """The child process: import module, then run the cases whose indices arrive on conn,
-    answering each with its results (JSON); a case that raises SystemExit answers so."""
+def _child(conn, path, module, vectors, current):
+    """The child process: import module, then run the cases whose requests arrive on conn
+    ({"index", "hung": functions not to call again}), answering each with its results (JSON); a
+    case that raises SystemExit answers so. It leads a process group of its own (the parent kills
+    the group: whatever the implementation forks dies with it), and what the implementation
+    prints goes nowhere (the kit reports; a flood of output costs nothing)."""
+    import os
+    os.setsid()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
     sys.path[:] = path
     signal.signal(signal.SIGINT, signal.SIG_IGN)           # the parent handles Ctrl-C
     try:
         impl = importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        found = err.name is not None and (module == err.name or module.startswith(err.name + "."))
+        if found:                                          # the module itself, or its package
+            conn.send_bytes(json.dumps({"not_found": _one_line(err)}).encode())
+            return
+        conn.send_bytes(json.dumps({"error": f"raised {_one_line(err)} while being imported"}).encode())
+        return
     except SystemExit as err:
         conn.send_bytes(json.dumps({"error": f"called sys.exit({err.code!r}) while being imported"}).encode())
         return
@@ -492,12 +536,13 @@ def _child(conn, path, module, vectors):
     conn.send_bytes(b'{"ready": true}')
     while True:
         try:
-            index = json.loads(conn.recv_bytes())
+            request = json.loads(conn.recv_bytes())
         except EOFError:
             return
-        case, _, quantities = loaded[index]
+        case, _, quantities = loaded[request["index"]]
         try:
-            answer = {"results": [_result_json(r) for r in run_case(impl, case, quantities)]}
+            calls = _Calls(impl, current, request["hung"])
+            answer = {"results": [_result_json(r) for r in run_case(calls, case, quantities)]}
         except SystemExit as err:
             answer = {"error": f"called sys.exit({err.code!r})"}
         except BaseException as err:  # noqa: BLE001 - e.g. KeyboardInterrupt raised by the module
@@ -518,24 +563,34 @@ def _ended(proc):
     return f"exited with code {code}"
 
 
+class NotFound(Exception):
+    """The module to test does not exist (the child could not find it)."""
+
+
 class _Child:
     """One child process running module; started lazily, replaced after a failure."""
 
     def __init__(self, module, vectors):
         self.module, self.vectors, self.proc, self.conn = module, str(vectors), None, None
+        ctx = multiprocessing.get_context("spawn")
+        self.current = ctx.Array("c", NAME_BYTES, lock=False)        # the function the child is in
 
-    def start(self):
-        """None when the module imported, else why not (one line)."""
+    def start(self, timeout=IMPORT_TIMEOUT):
+        """None when the module imported, else why not (one line); NotFound when there is no
+        such module."""
         ctx = multiprocessing.get_context("spawn")
         self.conn, child_conn = ctx.Pipe()
-        self.proc = ctx.Process(target=_child, args=(child_conn, list(sys.path), self.module, self.vectors),
-                                daemon=True)
+        self.proc = ctx.Process(target=_child, args=(child_conn, list(sys.path), self.module, self.vectors,
+                                                     self.current), daemon=True)
         self.proc.start()
         child_conn.close()
-        answer = self.receive(IMPORT_TIMEOUT)
+        answer = self.receive(timeout)
         if answer is None:
             self.stop()
             return f"{_ended(self.proc)} while being imported"
+        if "not_found" in answer:
+            self.stop()
+            raise NotFound(answer["not_found"])
         if "error" in answer:
             self.stop()
             return answer["error"]
@@ -555,31 +610,52 @@ class _Child:
         return None
 
     def stop(self):
-        if self.proc is not None and self.proc.is_alive():
-            self.proc.kill()
+        """Kill the child's whole process group (what the implementation forked dies too)."""
+        import os
+        if self.proc is not None and self.proc.pid is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            if self.proc.is_alive():
+                self.proc.kill()
             self.proc.join()
         if self.conn is not None:
             self.conn.close()
 
 
-def run_isolated(module, vectors, loaded, indices, timeout=CASE_TIMEOUT):
+def run_isolated(module, vectors, loaded, indices, timeout=CASE_TIMEOUT, budget=BUDGET, progress=None):
     """[Result] for the cases loaded[i] (loaded = load(vectors)), i in indices, of module (an
-    importable name) run in a child process, a case at most timeout s: (results, None), or
-    (results so far, why) when the module could not be imported in the child."""
+    importable name) run in a child process, a case at most timeout s, the whole run at most
+    budget s (the cases left then fail unrun): (results, None), or (results so far, why) when
+    the module could not be imported in the child; NotFound when there is no such module. A
+    function that does not return fails that case, and the later cases meet it failing at once
+    instead of waiting again. progress(done, total), if given, after each case."""
+    import time
     child = _Child(module, vectors)
-    results = []
+    results, hung, start = [], [], time.monotonic()
     try:
-        for index in indices:
+        for done, index in enumerate(indices):
+            case = loaded[index][0]
+            left = budget - (time.monotonic() - start)
+            if left <= 0:
+                results.append(Result(case["name"], "(the case)", False, float("inf"), "", (), None, None,
+                                      f"not run: the kit's time budget of {budget:g} s ran out"))
+                continue
             if child.proc is None or not child.proc.is_alive():
-                why = child.start()
+                why = child.start(min(IMPORT_TIMEOUT, left))
                 if why is not None:
                     return results, why
-            case = loaded[index][0]
-            child.conn.send_bytes(json.dumps(index).encode())
-            answer = child.receive(timeout)
+            child.conn.send_bytes(json.dumps({"index": index, "hung": hung}).encode())
+            answer = child.receive(min(timeout, max(left, 0.001)))
             if answer is None:
-                why = (f"did not return within {timeout:g} s" if child.proc.exitcode == -signal.SIGKILL
-                       else _ended(child.proc))
+                inside = child.current.value.decode(errors="replace")
+                if child.proc.exitcode == -signal.SIGKILL:
+                    why = f"did not return within {min(timeout, left):g} s" + (f" (in {inside})" if inside else "")
+                    if inside:
+                        hung.append(inside)
+                else:
+                    why = _ended(child.proc)
                 results.append(Result(case["name"], "(the case)", False, float("inf"), "", (), None, None,
                                       f"the implementation {why} in this case"))
                 child.stop()
@@ -589,6 +665,8 @@ def run_isolated(module, vectors, loaded, indices, timeout=CASE_TIMEOUT):
                                       f"the implementation {answer['error']} in this case"))
             else:
                 results.extend(_result_from_json(r) for r in answer["results"])
+            if progress:
+                progress(done + 1, len(indices))
     finally:
         child.stop()
     return results, None
@@ -603,26 +681,26 @@ def build_parser(parser=None):
     parser.add_argument("--case", default=None, metavar="SUBSTRING", help="only cases whose name contains it")
     parser.add_argument("--timeout", type=float, default=CASE_TIMEOUT, metavar="S",
                         help="seconds one case may take before it fails as hung")
+    parser.add_argument("--budget", type=float, default=BUDGET, metavar="S",
+                        help="seconds the whole run may take; the cases left then fail unrun")
     parser.add_argument("--verbose", action="store_true", help="a line for every quantity, passed or not")
     return parser
 
 
 def run_args(args):
     """Run the kit for parsed arguments, the implementation in a child process; the exit status."""
-    name = args.module
-    try:
-        if importlib.util.find_spec(name) is None:
-            raise ImportError(f"no module named {name!r}")
-    except (ImportError, ValueError) as err:       # a parent package that raises counts too
-        print(f"taco conformance: {name}: cannot find the module ({_one_line(err)})", file=sys.stderr)
+    name = args.module           # never imported here: the implementation's code runs in the child only
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", name or ""):
+        print(f"taco conformance: {name!r}: expected an importable module name (e.g. mypkg.align)", file=sys.stderr)
         return 2
-    except BaseException as err:  # noqa: BLE001 - importing a parent package ran its code
-        print(f"taco conformance: {name}: its package {_one_line(err)} while being imported", file=sys.stderr)
-        return 1
-    if not (isinstance(args.timeout, float) and args.timeout > 0):
-        print(f"taco conformance: --timeout: expected a positive number of seconds, got {args.timeout!r}",
-              file=sys.stderr)
-        return 2
+    for option in ("timeout", "budget"):
+        value = getattr(args, option, None)
+        if value is None and option == "budget":
+            continue
+        if not (isinstance(value, float) and 0 < value < float("inf")):
+            print(f"taco conformance: --{option}: expected a positive number of seconds, got {value!r}",
+                  file=sys.stderr)
+            return 2
     try:
         loaded = load(args.vectors)
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError,
@@ -635,7 +713,17 @@ def run_args(args):
               f"{', '.join(sorted({c['name'] for c, _, _ in loaded})[:6])}, ...)", file=sys.stderr)
         return 2
     rules = {k: v for _, r, _ in loaded for k, v in r.items()}
-    results, why = run_isolated(name, args.vectors, loaded, indices, args.timeout)
+
+    def progress(done, total):
+        print(f"\rtaco conformance: {done}/{total} cases", end="\n" if done == total else "",
+              file=sys.stderr, flush=True)
+    try:
+        results, why = run_isolated(name, args.vectors, loaded, indices, args.timeout,
+                                    getattr(args, "budget", None) or BUDGET,
+                                    progress if sys.stderr.isatty() else None)
+    except NotFound as err:
+        print(f"taco conformance: {name}: cannot find the module ({err})", file=sys.stderr)
+        return 2
     if why is not None:
         print(f"taco conformance: {name}: the implementation {why}", file=sys.stderr)
         return 1

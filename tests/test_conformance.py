@@ -408,3 +408,67 @@ def test_installed_package_runs_the_kit_from_any_directory(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     n = len(LOADED)
     assert f"{n}/{n} cases pass" in proc.stdout
+
+
+def _kit(tmp_path, name, *args, timeout=300):
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    return subprocess.run([sys.executable, "-m", "taco_ref.conformance", name, *args],
+                          capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_the_kit_imports_nothing_of_the_implementation_in_its_own_process(tmp_path):
+    """A package whose __init__ ends the process: in the child it is a failure named in one line,
+    never the kit's own silent exit 0 (finding the module imported the package in the kit's
+    process before); a module that does not exist is exit 2."""
+    (tmp_path / "cf_pkg").mkdir()
+    (tmp_path / "cf_pkg" / "__init__.py").write_text("import os\nos._exit(0)\n")
+    (tmp_path / "cf_pkg" / "align.py").write_text("from taco_ref.align import *\n")
+    proc = _kit(tmp_path, "cf_pkg.align", "--case", "L1")
+    assert proc.returncode == 1 and "exited with code 0 while being imported" in proc.stderr, proc.stderr
+    proc = _kit(tmp_path, "cf_nowhere.align", "--case", "L1")
+    assert proc.returncode == 2 and "cannot find the module" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_function_that_never_returns_costs_one_timeout_and_the_budget_bounds_the_run(tmp_path):
+    """taco_loglik sleeps for ever: the first case that calls it fails after --timeout naming it,
+    every later case meets it failing at once (the other functions still checked), so the run
+    costs one timeout, not one per case; with --budget the cases left unrun fail as such."""
+    import time
+    (tmp_path / "cf_forever.py").write_text("from taco_ref.align import *\nimport time\n"
+                                            "def taco_loglik(*a, **k):\n    time.sleep(10 ** 6)\n")
+    start = time.monotonic()
+    proc = _kit(tmp_path, "cf_forever", "--case", "taco", "--timeout", "3")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "did not return within 3 s (in taco_loglik)" in out, out
+    assert "taco_loglik did not return in an earlier case" in out and time.monotonic() - start < 60, out
+    proc = _kit(tmp_path, "cf_forever", "--case", "taco", "--timeout", "3", "--budget", "2")
+    assert proc.returncode == 1 and "not run: the kit's time budget of 2 s ran out" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_what_the_implementation_forks_or_prints_does_not_outlive_or_flood_the_kit(tmp_path):
+    """A module that forks a long sleeper in every call and prints 20 MB at import: when the kit
+    ends, no process it forked is left (the child's process group is killed), and the kit's own
+    output stays a report."""
+    pids = tmp_path / "pids"
+    (tmp_path / "cf_forks.py").write_text(
+        "from taco_ref.align import *\nfrom taco_ref import align as _a\nimport os, sys, time\n"
+        "print('x' * 20_000_000)\n"
+        "def taco_loglik(*a, **k):\n"
+        "    if os.fork() == 0:\n"
+        f"        open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n'); time.sleep(600); os._exit(0)\n"
+        "    return _a.taco_loglik(*a, **k)\n")
+    proc = _kit(tmp_path, "cf_forks", "--case", "L1")
+    assert proc.returncode == 0 and len(proc.stdout) + len(proc.stderr) < 100_000, proc.stderr[-300:]
+    forked = [int(p) for p in pids.read_text().split()]
+    assert forked
+
+    def alive(pid):                      # a killed process may linger as a zombie until reaped
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
+        except FileNotFoundError:
+            return False
+    assert not [pid for pid in forked if alive(pid)]
