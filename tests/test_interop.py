@@ -847,3 +847,78 @@ def test_bad_paths_and_options_end_in_one_error_line(work, tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert code == 2 and err.startswith(f"taco {argv[0]}: ") and "\n" not in err, (argv, err)
         assert expected in err, (argv, err)
+
+
+def test_a_task_string_with_html_in_it_cannot_break_out_of_the_pages_data(tmp_path):
+    """A task string or a sketch name holding "<!--<script>" (which put the HTML parser in the
+    script's escaped state, swallowed the page's own code and showed 0 episodes) or
+    "</script><b>": the page's data element holds no "<", ">" or "&" at all, and reads back as
+    the strings given."""
+    from taco_app.interop import review
+    recorder = review.Recorder()
+    hostile = "<!--<script>alert(1)</script><b>x</b>&amp;"
+    recorder.add("ep<!--", hostile, ["a<!--", "</script>b"], np.array([0, 0, 1, 1]),
+                 np.array([[1.0, 0.0], [0.9, 0.1], [0.1, 0.9], [0.0, 1.0]]), 0.9, True)
+    page = tmp_path / "page.html"
+    review.write_page(page, recorder, [{"episode": "ep<!--"}], {"dataset": hostile})
+    text = page.read_text(encoding="utf-8")
+    blob = text.split('<script type="application/json" id="data">', 1)[1].split("</script>", 1)[0]
+    assert not set(blob) & set("<>&")
+    payload = json.loads(blob)
+    assert payload["episodes"][0]["task"] == hostile and payload["episodes"][0]["sketch"] == ["a<!--", "</script>b"]
+    assert payload["meta"]["dataset"] == hostile and text.count("<script") == 2
+
+
+@pytest.mark.parametrize("where", ["out", "inside out", "dataset", "inside dataset"])
+def test_the_review_page_never_lands_on_or_inside_a_dataset(work, tmp_path, capsys, where):
+    """--report naming the output dataset (an HTML file named o.hdf5 was left, exit 0) or a file
+    inside it (le-o/meta/info.json broke the LeRobot dataset), or the dataset read, is refused
+    in one line before anything is written."""
+    src = work / _name("lerobot")
+    out = tmp_path / "le-o"
+    report = {"out": out, "inside out": out / "meta" / "info.json", "dataset": src,
+              "inside dataset": src / "meta" / "page.html"}[where]
+    assert cli.main(["annotate", str(src), "--model", str(work / "run" / "model"), "--out", str(out),
+                     "--report", str(report)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--report:" in err[0]
+    assert "write the review page elsewhere" in err[0] or (where == "dataset" and "exists" in err[0])
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_a_page_of_hostile_task_strings_renders_every_episode_in_a_real_browser(tmp_path):
+    """The escaped data in Debian's chromium: the page with "<!--<script>" in its task strings
+    draws its episode (it drew 0 before) and runs no injected script."""
+    import subprocess
+    from taco_app.interop import review
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium on this machine (Debian: apt-get install chromium; .ci/run does)")
+    recorder = review.Recorder()
+    for i in range(2):
+        recorder.add(f"e{i}", "<!--<script>document.title='owned'</script>", ["a", "b"], np.array([0, 0, 1, 1]),
+                     np.array([[1.0, 0.0], [0.9, 0.1], [0.1, 0.9], [0.0, 1.0]]), 0.9, True)
+    page = tmp_path / "page.html"
+    review.write_page(page, recorder, [{"episode": "e0"}], {"dataset": "<!--<script>"})
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([chromium, *flags, "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    assert 'data-rendered="2"' in dom and dom.count("<canvas") == 2, dom[-2000:]
+    assert "<title>owned</title>" not in dom
+
+
+def test_a_declared_feature_width_beyond_a_vectors_is_refused_before_any_allocation(work, tmp_path, capsys):
+    """info.json declaring observation.state of shape [1000000000] (7.45 GiB of float64 a frame
+    before a row was read, then a traceback) is one line naming the key and the bound."""
+    import resource
+    src = _copy(work, "lerobot", tmp_path)
+    info = json.loads((src / "meta" / "info.json").read_text())
+    info["features"]["observation.state"]["shape"] = [1_000_000_000]
+    (src / "meta" / "info.json").write_text(json.dumps(info))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert cli.main(["annotate", str(src), "--model", str(work / "run" / "model"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "observation.state: shape [1000000000]" in err[0] and "at most 65536" in err[0]
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 500_000            # kB: no huge array

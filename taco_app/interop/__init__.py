@@ -365,6 +365,14 @@ def annotate_dataset(path, out=None, sketches=None, model=None, decoder=annotate
         raise InteropError(f"--chunk: expected an integer in [1, {MAX_CHUNK}], got {chunk!r}")
     if report_html is not None and os.path.exists(report_html):
         raise InteropError(f"--report: {report_html} exists; choose a new file")
+    if report_html is not None:        # the page must not land on or inside a dataset (the output
+        page = os.path.abspath(report_html)   # does not exist yet: "exists" cannot see it)
+        for name, target in (("--out", out), ("DATASET", path)):
+            if target is not None and (page == os.path.abspath(target)
+                                       or page.startswith(os.path.abspath(target) + os.sep)):
+                where = "is" if page == os.path.abspath(target) else "lies inside"
+                raise InteropError(f"--report: {report_html} {where} {name} {target}; write the review page "
+                                   "elsewhere")
     t0 = time.time()
     table = read_sketches(sketches) if sketches else None
     dataset = open_dataset(path, state_keys, action_key)

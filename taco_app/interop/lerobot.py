@@ -73,6 +73,10 @@ ROW_TYPE = pa.struct([
     pa.field("camera", pa.string()), pa.field("tool_calls", pa.list_(pa.string()))])
 """A language_persistent row as lerobot 0.6 declares it (tool_calls as JSON text)."""
 LANGUAGE_FEATURE = {"dtype": "language", "shape": [1], "names": None}
+MAX_WIDTH = 1 << 16
+"""Most numbers a frame's state or action vector may declare (info.json features shape [d]):
+arrays are allocated from the declaration before the data are read, and [1000000000] asked for
+7.45 GiB."""
 
 
 def is_dataset(path):
@@ -203,6 +207,9 @@ class Dataset:
             raise InteropError(f"{option} {key}: a {dtype} feature; taco_ref learns from numeric vectors")
         if not isinstance(shape, list) or len(shape) != 1 or not isinstance(shape[0], int) or shape[0] < 1:
             raise InteropError(f"{option} {key}: shape {shape}, expected a vector [d]")
+        if shape[0] > MAX_WIDTH:       # declared, not yet read: arrays are sized from it
+            raise InteropError(f"{option} {key}: shape {shape} declares {shape[0]} numbers a frame; at most "
+                               f"{MAX_WIDTH} (a state or action vector, not an image)")
         return shape[0]
 
     def _action_kind(self):

@@ -126,7 +126,10 @@ def write_page(path, recorder, review, meta, images=None):
                     for k, r in by_key.items()), key=lambda r: (r["confidence"], r["key"]))
     payload = {"meta": {str(k): str(v) for k, v in meta.items()}, "episodes": shown, "table": table,
                "review": order, "omitted": len(by_key) - len(detailed)}
-    data = json.dumps(payload, separators=(",", ":")).replace("</", "<\\/")
+    # every <, > and & as a JSON escape: "</" alone is not enough, "<!--<script>" in a task string
+    # switches the HTML parser into the script's escaped state and swallows the page's own code
+    data = (json.dumps(payload, separators=(",", ":"))
+            .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
     title = html.escape(str(meta.get("dataset", "annotation")))
     files.write_bytes(path, PAGE.replace("%%TITLE%%", title).replace("%%DATA%%", data).encode("utf-8"))
     return {"out": os.fspath(path), "detailed": len(shown), "episodes": len(by_key)}
