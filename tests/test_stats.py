@@ -50,3 +50,32 @@ def test_the_interval_over_seeds_is_the_t_interval_when_the_seeds_disagree():
     assert stats.seeds_difference_interval(pairs[:1])[1:] == (None, None)
     with pytest.raises(ValueError, match="pair"):
         stats.seeds_difference_interval([])
+
+
+def test_the_95_percent_t_quantile_needs_no_scipy():
+    """The core install has no SciPy, and a multi-seed grid computed every cell before failing
+    on its report: the 95 % quantile comes from T975 and, beyond 30 degrees of freedom, the
+    Cornish-Fisher expansion, within 3e-8 of scipy.stats.t.ppf at every dof to 400 and beyond."""
+    from taco_app import stats
+    for dof in [*range(1, 401), 1000, 5000, 10 ** 6]:
+        assert abs(stats._t975(dof) - scipy_stats.t.ppf(0.975, dof)) < 3e-8, dof
+
+
+def test_a_grid_reports_its_intervals_on_the_core_install(monkeypatch):
+    """With SciPy unimportable, t_quantile still gives the 95 % quantile (the report's t
+    intervals) and names what to install for any other."""
+    import builtins
+    from taco_app import stats
+    from taco_sim.domain import MissingPackage
+    real = builtins.__import__
+
+    def no_scipy(name, *args, **kwargs):
+        if name == "scipy" or name.startswith("scipy."):
+            raise ModuleNotFoundError("No module named 'scipy'", name="scipy")
+        return real(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", no_scipy)
+    assert stats.t_quantile(0.975, 4) == stats.T975[3]
+    mean, lo, hi = stats.t_interval([1.0, 2.0, 3.0])
+    assert (lo, hi) == (2.0 - stats.T975[1] / np.sqrt(3), 2.0 + stats.T975[1] / np.sqrt(3))
+    with pytest.raises(MissingPackage, match="pip install"):
+        stats.t_quantile(0.9, 4)
