@@ -68,6 +68,8 @@ def cmd_collect(args):
         kwargs["expert"] = args.expert
     # a domain that streams writes a frame directory as it collects, unless an .npz is asked for
     stream = dom.streams and not args.out.endswith(".npz")
+    if not stream and os.path.lexists(args.out):            # a frame directory resumes instead
+        raise ValueError(f"--out: {args.out} exists; choose a new file (a collection never replaces one)")
     if stream:
         kwargs["out"] = args.out
     t0 = time.time()
@@ -149,6 +151,8 @@ def cmd_evaluate(args):
     if args.expert is None and args.model is None:
         raise ValueError("--model: give a model directory, or --expert to evaluate the domain's expert")
     dom = taco_sim.get(args.domain)
+    if args.json and os.path.lexists(args.json):
+        raise ValueError(f"--json: {args.json} exists; choose a new file (an evaluation never replaces one)")
     if args.expert is not None:
         model, config = expert_model(args), {}
     else:

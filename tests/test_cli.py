@@ -416,3 +416,20 @@ def test_evaluate_runs_a_domains_expert_through_the_protocol(capsys):
                          (["--domain", "craft"], "--model: give a model directory")):
         assert cli.main(["evaluate"] + argv) == 2
         assert needle in one_line_error(capsys, "evaluate")
+
+
+def test_collect_and_evaluate_never_replace_an_existing_file(tmp_path, capsys):
+    """`taco collect ... --out data/nav.npz` over a 200-demonstration set wrote 10 in its place,
+    and `taco evaluate --json` replaced an earlier evaluation: both now refuse in one line, and
+    the file keeps its bytes."""
+    data_file = tmp_path / "nav.npz"
+    assert cli.main(["collect", "navworld", "--n", "12", "--sketch-len", "3", "--out", str(data_file)]) == 0
+    before = data_file.read_bytes()
+    assert cli.main(["collect", "navworld", "--n", "3", "--sketch-len", "3", "--out", str(data_file)]) == 2
+    assert data_file.read_bytes() == before
+    report = tmp_path / "eval.json"
+    report.write_text("{}")
+    assert cli.main(["evaluate", "--expert", "--domain", "craft", "--n-tasks", "2", "--json", str(report)]) == 2
+    assert report.read_text() == "{}"
+    err = capsys.readouterr().err
+    assert f"--out: {data_file} exists" in err and f"--json: {report} exists" in err
