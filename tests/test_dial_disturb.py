@@ -152,3 +152,20 @@ def test_the_report_gives_each_condition_beside_the_standard_test_paired_and_by_
     assert "TACO − GT-BC, task acc. on harder (points)" in text and "seed 0: +50.0" in text
     assert "| TACO | 1000 | 2 | 100.0 | 75.0 |" in text                      # L = 5: 2/2, 2/2; L = 10: 1/2, 2/2
     assert report.tests_table([dict(r, tests=None) for r in rows]) == ""
+
+
+def test_every_named_condition_was_set_with_the_expert_on_validation_pins():
+    """Each of TESTS (its disturbance and PIN lengths) has a row in the committed levels
+    (results/dial-harder-levels/levels.json, taco_app/analysis/dial_harder_levels.py) for the
+    torque and the velocity variant, on at least 400 validation PINs, where the expert completes
+    at least 99 % of them: the harder test is hard for a policy, not for the task."""
+    import json
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rows = json.load(open(os.path.join(root, "results", "dial-harder-levels", "levels.json")))
+    for name, condition in disturb.TESTS.items():
+        for variant in ("dial", "dial-velocity"):
+            found = [r for r in rows if r["variant"] == variant and r["disturbance"] == condition.disturbance.__dict__
+                     and r["lengths"] == list(condition.lengths)]
+            assert found, f"{name} ({variant}): no level row for {condition.disturbance}, lengths {condition.lengths}"
+            assert all(r["n"] >= 400 and r["completed"] >= 0.99 * r["n"] for r in found), (name, variant, found)
