@@ -3,11 +3,11 @@
     taco demo                                  # the whole journey on a small embedded default
     taco collect navworld --n 200 --sketch-len 3 --out data/nav.npz
     taco collect navworld --n 100 --sketch-len 3 --seed 1 --out data/nav-test.npz
-    taco train --algo taco --data data/nav.npz --out runs/nav-taco --set epochs=30
+    taco train --algo taco --data data/nav.npz --out runs/nav-taco
     taco evaluate --model runs/nav-taco/model --n-tasks 100 --data data/nav-test.npz --json eval.json
     taco align --model runs/nav-taco/model --data data/nav-test.npz --plot alignment.png
     taco rollout --model dial --sketch "0 5 1 6" --out dial.png
-    taco experiment navworld --sizes 100 --seeds 0 1 --algos taco gtbc --n-tasks 100 --set epochs=30 --out grid
+    taco experiment navworld --sizes 200 --seeds 0 1 --algos taco gtbc --n-tasks 100 --out grid
     taco report grid
     taco conformance taco_ref.align
     taco export data/nav.npz --format lerobot --out nav-lerobot
@@ -234,9 +234,24 @@ def cmd_align(args):
     return 0
 
 
+def demo_out(requested):
+    """The folder the demo writes: --out as given (refused when it holds anything), or the first
+    of taco-demo, taco-demo-2, ... that does not exist: a second demo never replaces the first."""
+    if requested is not None:
+        if os.path.exists(requested) and (not os.path.isdir(requested) or os.listdir(requested)):
+            raise ValueError(f"--out: {requested} exists; choose a new folder (a demo never replaces one)")
+        return requested
+    n, out = 1, "taco-demo"
+    while os.path.lexists(out):
+        n += 1
+        out = f"taco-demo-{n}"
+    return out
+
+
 def cmd_demo(args):
     dom = taco_sim.get(args.domain)
     config = config_mod.settings(args.domain, None, args.set)
+    out = demo_out(args.out)
     longest_first = sorted(set(args.algos), key=lambda a: algorithms.get(a).demo_order)
     cells = [dict(domain=args.domain, algo=a, size=args.n, seed=args.seed,
                   train_sketch_len=dom.train_sketch_len, n_tasks=args.n_tasks, n_align=100,
@@ -244,25 +259,36 @@ def cmd_demo(args):
              for a in longest_first]
     print(f"{args.domain}: {args.n} demonstrations with sketches of length {dom.train_sketch_len}; "
           f"evaluation on {args.n_tasks} test sketches of length {dom.test_sketch_len}; alignment on "
-          f"100 held-out demonstrations.", file=sys.stderr)
+          f"100 held-out demonstrations; {len(cells)} models to train: {costs.estimate(cells, args.workers)}.",
+          file=sys.stderr)
     progress = engine.Progress()
     with engine.Local(args.workers) as ex:
-        grid = engine.run_grid(cells, ex, progress=progress)
+        grid = engine.run_grid(cells, ex, progress=progress, expected=costs.wall_seconds(cells, args.workers))
     progress.end()
     if grid.failures:
         raise grid_error(grid)
     results = grid.results
-    print(report.table(results))
-    print("\n".join(DEMO_LEGEND))
+    lines = [report.table(results), "", *DEMO_LEGEND, ""]
     by_algo = {r["algo"]: r for r in results}
     for algo, r in sorted(by_algo.items(), key=lambda kv: algorithms.names().index(kv[0])):
-        print(f"{algorithms.label(algo):>13}: aligned {100 * r['align_forward_argmax']:5.1f} % of held-out "
-              f"steps, completed {100 * r['task_accuracy']:5.1f} % of unseen longer tasks")
+        lines.append(f"{algorithms.label(algo):>13}: aligned {100 * r['align_forward_argmax']:5.1f} % of held-out "
+                     f"steps, completed {100 * r['task_accuracy']:5.1f} % of unseen longer tasks")
+    print("\n".join(lines))
+    os.makedirs(out, exist_ok=True)
+    files_mod.write_bytes(os.path.join(out, "results.md"), (report.report(results) + "\n").encode())
+    written = [os.path.join(out, "results.md")]
+    try:
+        from taco_app import plots
+        plots.plot(results, os.path.join(out, "accuracy.png"))
+        written.append(os.path.join(out, "accuracy.png"))
+    except ImportError:
+        written.append("(no picture: pip install 'taco_ref[plot]')")
+    print(f"wrote {', '.join(written)}", file=sys.stderr)
     return 0
 
 
 DEMO_LEGEND = (
-    "Figures in % (mean ± std over seeds; each row a cell: one method trained once). A sketch is the "
+    "Figures in %; each row one method trained once (one seed: no spread). A sketch is the "
     "list of sub-tasks a task is made of. task acc.: unseen test sketches completed; sub-task acc.: "
     "sketch steps completed; align: held-out demonstration steps placed at the right sketch step, by "
     "three decoders (fwd argmax is the paper's).",
@@ -729,12 +755,20 @@ def _add_demo(sub):
     p.add_argument("--n-tasks", type=tasks_count, default=1000, help="unseen test sketches each model executes")
     p.add_argument("--seed", type=non_negative, default=0, help="seed of the data, the weights and the test tasks")
     p.add_argument("--workers", type=workers_count, default=2, help="local processes training models at once")
-    p.add_argument("--algos", nargs="+", default=list(algorithms.in_paper()), choices=algorithms.names(),
-                   help=f"the methods to compare (default, as taco experiment's: those with figures in the "
-                        f"paper, {' '.join(algorithms.in_paper())})")
+    p.add_argument("--algos", nargs="+", default=list(DEMO_ALGOS), choices=algorithms.names(),
+                   help=f"the methods to compare (default {' '.join(DEMO_ALGOS)}; add ctcbc-gru for the paper's "
+                        f"bi-GRU baseline, two thirds of the demo's time with it)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="where the demo writes results.md and accuracy.png (default: taco-demo, or "
+                        "taco-demo-2, ... when that exists: nothing is replaced)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a training config value (repeatable)")
     p.set_defaults(func=cmd_demo)
+
+
+DEMO_ALGOS = ("taco", "gtbc", "ctcbc-mlp")
+"""The demo's methods: TACO, the supervised GT-BC and the MLP CTC-BC (the bi-GRU's CTC-BC, also in
+the paper, costs twice the rest together: --algos adds it)."""
 
 
 EXPERIMENT_DEFAULTS = {"sizes": [50, 200, 400, 1000], "seeds": [0, 1, 2, 3, 4], "algos": None,

@@ -49,6 +49,18 @@ def cell_seconds(cell):
     return per_demo * cell["size"] * ran / epochs
 
 
+def wall_seconds(cells, workers):
+    """Expected wall seconds of cells on workers local processes (the longest first, each on the
+    first free worker), or None when a cell has no measured cost."""
+    seconds = sorted((cell_seconds(c) for c in cells), key=lambda s: -(s or 0))
+    if any(s is None for s in seconds):
+        return None
+    busy = [0.0] * max(1, workers)
+    for s in seconds:
+        busy[busy.index(min(busy))] += s
+    return max(busy)
+
+
 def announce(cells, todo, workers):
     """The line `taco experiment` prints before it starts: how many cells, how many are already
     finished, and the estimated CPU time of the rest (and its wall time on `workers`)."""
@@ -58,13 +70,21 @@ def announce(cells, todo, workers):
             f"finished in --out, {len(todo)} to compute")
     if not todo:
         return head
+    return head + (": " if any(s is not None for s in seconds) else " ") + estimate(todo, workers)
+
+
+def estimate(cells, workers):
+    """The cost of computing cells on workers local processes, in words: the CPU time and the
+    wall time (the longest cells first, wall_seconds), as the committed grids measured them."""
+    seconds = [cell_seconds(c) for c in cells]
+    known = [s for s in seconds if s is not None]
     if not known:
-        return head + " (no measured cost for this domain and algorithm)"
+        return "(no measured cost for this domain and algorithm)"
     hours = sum(known) / 3600
-    wall = hours / max(1, min(workers, len(todo)))
-    missing = "" if len(known) == len(todo) else f", {len(todo) - len(known)} cells without a measured cost"
+    wall = (wall_seconds(cells, workers) or sum(known) / max(1, min(workers, len(cells)))) / 3600
+    missing = "" if len(known) == len(cells) else f", {len(cells) - len(known)} cells without a measured cost"
     about = "" if hours < 1 / 60 else "about "
-    return (head + f": {about}{_hours(hours)} of CPU, {_hours(wall)} on {workers} worker"
+    return (f"{about}{_hours(hours)} of CPU, {_hours(wall)} on {workers} worker"
             f"{'s' if workers != 1 else ''}{missing} (measured on committed grids; early stopping ends "
             f"some sooner)")
 

@@ -323,12 +323,13 @@ class Grid:
     seconds: float = 0.0
 
 
-def run_grid(cells, ex, out_dir=None, retries=2, force=False, progress=None, refresh=5.0):
+def run_grid(cells, ex, out_dir=None, retries=2, force=False, progress=None, refresh=5.0, expected=None):
     """Run cells (dicts as experiment.run takes them) on executor ex; returns a Grid.
 
     With out_dir, every finished cell is written at once to its cell file, and cells already
     finished there are reused unless force; failures go to out_dir/failures.json (removed when
-    a run has none). Without it nothing is written (taco demo)."""
+    a run has none). Without it nothing is written (taco demo). expected: the wall seconds the
+    grid is expected to take (taco_app.costs), the ETA until the first cell finishes."""
     start = time.time()
     keys = [experiment.cell_key(c) for c in cells]         # validates every config before anything runs
     if len(set(keys)) != len(keys):
@@ -388,7 +389,7 @@ def run_grid(cells, ex, out_dir=None, retries=2, force=False, progress=None, ref
         done = grid.computed
         elapsed = time.time() - start
         left = len(todo) - done - len(failed)
-        eta = elapsed / done * left if done else None
+        eta = elapsed / done * left if done else (max(expected - elapsed, 0.0) if expected else None)
         return {"done": grid.reused + done, "total": len(cells), "running": ex.running(list(pending)),
                 "failed": len(failed), "elapsed": elapsed, "eta": eta, "engine": ex.name}
 

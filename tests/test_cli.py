@@ -236,13 +236,20 @@ def test_a_tampered_checkpoint_is_refused(files, tmp_path, capsys):
     assert "'rng' missing" in one_line_error(capsys, "train")
 
 @pytest.mark.slow
-def test_demo_runs_the_chosen_algorithms_with_overrides(capsys):
-    """taco demo --algos/--set: the table has one row per algorithm asked for."""
-    assert cli.main(["demo", "--n", "12", "--n-tasks", "2", "--workers", "1",
-                     "--algos", "taco", "gtbc"] + SMALL) == 0
+def test_demo_runs_the_chosen_algorithms_with_overrides_and_keeps_its_results(tmp_path, capsys, monkeypatch):
+    """taco demo --algos/--set: the table has one row per algorithm asked for; it writes its
+    results.md and picture to taco-demo, a second demo to taco-demo-2 (nothing replaced), and an
+    --out that holds anything is refused."""
+    monkeypatch.chdir(tmp_path)
+    args = ["demo", "--n", "12", "--n-tasks", "2", "--workers", "1", "--algos", "taco", "gtbc"] + SMALL
+    assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert "| TACO | 12 | 1 |" in out and "| GT-BC | 12 | 1 |" in out and "| CTC-BC" not in out
     assert all(line in out for line in cli.DEMO_LEGEND)                  # units and what each row is
+    assert (tmp_path / "taco-demo" / "results.md").read_text().startswith("| algorithm |")
+    assert (tmp_path / "taco-demo" / "accuracy.png").stat().st_size > 1000
+    assert cli.main(args) == 0 and (tmp_path / "taco-demo-2" / "results.md").exists()
+    assert cli.main(args + ["--out", "taco-demo"]) == 2
 
 
 def test_nonexistent_data_file(tmp_path, capsys):

@@ -54,3 +54,25 @@ def test_a_grid_computes_in_a_committed_folder_only_when_asked(tmp_path):
     cli.check_not_committed(committed, [], extend=False)                 # nothing to compute
     cli.check_not_committed(scratch, ["a cell"], extend=False)
     cli.check_not_committed(str(tmp_path / "new"), ["a cell"], extend=False)
+
+
+def test_a_grids_wall_time_packs_the_longest_cells_first_on_the_workers(monkeypatch):
+    """costs.wall_seconds: the measured cells on the local workers, the longest first, each on the
+    first free one (the demo's ETA before its first cell); None when a cell has no measured cost."""
+    monkeypatch.setattr(costs, "cell_seconds", lambda cell: cell["s"])
+    assert costs.wall_seconds([{"s": 5.0}, {"s": 10.0}, {"s": 5.0}], 2) == 10.0
+    assert costs.wall_seconds([{"s": 5.0}, {"s": 10.0}, {"s": 5.0}], 1) == 20.0
+    assert costs.wall_seconds([{"s": 5.0}, {"s": None}], 2) is None
+
+
+def test_the_eta_before_the_first_cell_is_the_expected_wall_time():
+    """The demo sat at "ETA ?" until its first cell finished (12 min): with expected wall seconds
+    the first progress line counts down from them."""
+    from taco_app import config as config_mod, engine
+    cell = dict(domain="navworld", algo="gtbc", size=12, seed=0, train_sketch_len=3, n_tasks=2, n_align=3,
+                config=config_mod.settings("navworld", None, ["epochs=1", "epoch_size=0"]), expert=None)
+    seen = []
+    with engine.Local(1) as ex:
+        engine.run_grid([cell], ex, progress=seen.append, expected=600.0)
+    assert seen[0]["done"] == 0 and 590.0 < seen[0]["eta"] <= 600.0
+    assert engine.progress_line(seen[0]).endswith(f"ETA {engine._clock(seen[0]['eta'])}")

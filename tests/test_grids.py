@@ -155,11 +155,14 @@ def test_experiment_arguments_that_cannot_define_a_grid_are_named(argv, named, t
     assert named in capsys.readouterr().err
 
 
-def test_experiment_and_demo_compare_the_papers_algorithms_by_default():
+def test_experiment_compares_the_papers_algorithms_by_default_and_the_demo_all_but_the_gru():
+    """A grid runs every algorithm with figures in the paper; the demo, the first thing a user
+    runs, leaves out the bi-GRU's CTC-BC (two thirds of its time), which --algos adds."""
     parser = cli.build_parser()
     args = parser.parse_args(["experiment", "navworld", "--out", "x"])
     [run], _ = cli.experiment_runs(args)
-    assert run["algos"] == parser.parse_args(["demo"]).algos == ["taco", "gtbc", "ctcbc-mlp", "ctcbc-gru"]
+    assert run["algos"] == ["taco", "gtbc", "ctcbc-mlp", "ctcbc-gru"]
+    assert parser.parse_args(["demo"]).algos == ["taco", "gtbc", "ctcbc-mlp"]
 
 
 def test_command_blocks_are_written_from_the_manifest(tmp_path):
