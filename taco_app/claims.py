@@ -376,18 +376,15 @@ def judge(claim, rows):
         return "-", "no cells", "the grid has no such cells yet", cells
     if claim.rule in ("better", "matches"):
         floor = 0.0
-        diffs = [100 * (a[s][claim.figure] - b[s][claim.figure]) for s in seeds]
         if claim.figure == "task_accuracy" and all(a[s].get("outcomes") and b[s].get("outcomes") for s in seeds):
             effective = _effective([a[s] for s in seeds])
             pairs = [(a[s]["outcomes"], b[s]["outcomes"]) for s in seeds]
             mean, lo, hi = (None if x is None else 100 * x for x in stats.seeds_difference_interval(pairs, effective))
-            diffs = [100 * evaluate.paired_difference_interval(x, y)[0] for x, y in pairs]
-            if lo is not None:              # the pooled tasks' half-width: eq. (13)'s floor
-                pooled = evaluate.paired_difference_interval(
-                    [c for x, _ in pairs for c in x], [c for _, y in pairs for c in y],
-                    effective=None if effective is None else sum(effective))
-                floor = 100 * max(pooled[0] - pooled[1], pooled[2] - pooled[0])
+            diffs = [100 * (x.count("1") - y.count("1")) / len(x) for x, y in pairs]
+            d, p_lo, p_hi = stats.pooled_interval(pairs, effective)      # eq. (13)'s floor
+            floor = 100 * max(d - p_lo, p_hi - d)
         else:
+            diffs = [100 * (a[s][claim.figure] - b[s][claim.figure]) for s in seeds]
             mean, lo, hi = stats.t_interval(diffs)
         margin = EQUIVALENCE[claim.figure]
         text = _fmt(mean, lo, hi, " points") + f", {_seeds(len(seeds))}"

@@ -73,6 +73,13 @@ def effective_tasks(domain, sketches):
     return min(len(sketches), len(moves))
 
 
+def pooled_interval(pairs, effective=None):
+    """(d, lo, hi): the paired interval (eq. (6)) of every seed's tasks pooled, counted as
+    sum(effective) independent tasks where effective is given (eq. (14)): eq. (13)'s floor."""
+    return evaluate.paired_difference_interval([c for a, _ in pairs for c in a], [c for _, b in pairs for c in b],
+                                               effective=None if effective is None else sum(effective))
+
+
 def seeds_difference_interval(pairs, effective=None):
     """(mean, lo, hi): the mean over seeds of the paired difference of task accuracy p_a - p_b
     and its 95 % interval (spec/evaluation.md eq. (13)); lo and hi are None for one seed.
@@ -92,10 +99,7 @@ def seeds_difference_interval(pairs, effective=None):
     mean, t_lo, t_hi = t_interval([evaluate.paired_difference_interval(a, b)[0] for a, b in pairs])
     if t_lo is None:
         return mean, None, None
-    pooled_a = [c for a, _ in pairs for c in a]
-    pooled_b = [c for _, b in pairs for c in b]
-    d, lo, hi = evaluate.paired_difference_interval(pooled_a, pooled_b,
-                                                    effective=None if effective is None else sum(effective))
+    d, lo, hi = pooled_interval(pairs, effective)
     # the pooled interval is centred on the pooled difference, which is the mean over seeds when
     # every seed has as many tasks; with unequal counts its width is kept, around the mean
     return mean, min(t_lo, mean - (d - lo)), max(t_hi, mean + (hi - d))
