@@ -118,12 +118,31 @@ def model_path(text):
     """--model: a model directory, or the name of a shipped model (taco_sim.shipped_models) when
     no directory of that name is here; ValueError naming both otherwise."""
     if os.path.isdir(text):
+        inner = os.path.join(text, "model")
+        if not os.path.exists(os.path.join(text, "model.json")) and os.path.isfile(os.path.join(inner, "model.json")):
+            raise ValueError(f"--model: {_one_line(text)[:80]!r} is a run folder; its model is {_one_line(inner)[:86]!r}")
         return text
     shipped = taco_sim.shipped_models()
     if text in shipped:
         return shipped[text]
     raise ValueError(f"--model: no model directory {_one_line(text)[:80]!r} here, and no shipped model of "
                      f"that name (shipped: {', '.join(sorted(shipped))})")
+
+
+def model_domain(model, given):
+    """The domain a command executes model in: --domain when given, else the domain of the data it
+    was trained on (recorded in its info), else the one domain whose vocabulary is the model's;
+    ValueError asking for --domain when that leaves a choice."""
+    if given is not None:
+        return given
+    recorded = (model.info.get("data") or {}).get("domain")
+    if recorded in taco_sim.names():
+        return recorded
+    fits = [name for name in taco_sim.names() if list(taco_sim.get(name).vocab) == list(model.vocab)]
+    if len(fits) == 1:
+        return fits[0]
+    raise ValueError(f"--domain: the model does not record the domain it was trained in, and its vocabulary "
+                     f"fits {' and '.join(fits) if fits else 'no domain'}; give --domain")
 
 
 def expert_model(args):
@@ -150,14 +169,18 @@ def expert_model(args):
 def cmd_evaluate(args):
     if args.expert is None and args.model is None:
         raise ValueError("--model: give a model directory, or --expert to evaluate the domain's expert")
-    dom = taco_sim.get(args.domain)
     if args.json and os.path.lexists(args.json):
         raise ValueError(f"--json: {args.json} exists; choose a new file (an evaluation never replaces one)")
     if args.expert is not None:
+        if args.domain is None:
+            raise ValueError("--expert: give --domain, the domain whose expert is executed "
+                             f"(those with one: {', '.join(n for n in taco_sim.names() if taco_sim.get(n).experts)})")
         model, config = expert_model(args), {}
     else:
         model = model_mod.load(model_path(args.model))
         config = model.config
+        args.domain = model_domain(model, args.domain)
+    dom = taco_sim.get(args.domain)
     demos = data.load(args.data) if args.data else None       # bad data fails before the rollouts
     if demos is not None:
         evaluate.check_compatible(model, demos)
@@ -459,6 +482,7 @@ def cmd_report(args):
 
 def cmd_rollout(args):
     model = model_mod.load(model_path(args.model))
+    args.domain = model_domain(model, args.domain)
     dom = taco_sim.get(args.domain)
     evaluate.check_vocab(model, dom.vocab, f"domain {args.domain}")
     sketch = runner.parse_sketch(args.sketch, model.vocab)
@@ -701,8 +725,8 @@ def _add_evaluate(sub):
     p.add_argument("--expert", nargs="?", const="", default=None, metavar="NAME",
                    help="execute the domain's expert instead of a model, by the same protocol "
                         "(Craft: features, the default, or planner)")
-    p.add_argument("--domain", default="navworld", choices=taco_sim.names(),
-                   help="where the sketches are executed")
+    p.add_argument("--domain", default=None, choices=taco_sim.names(),
+                   help="where the sketches are executed (default: the domain the model was trained in)")
     p.add_argument("--n-tasks", type=tasks_count, default=100, help="test sketches to execute")
     p.add_argument("--sketch-len", type=sketch_length, default=None,
                    help="random sketches of this length (default: the domain's zero-shot test sketches)")
@@ -860,7 +884,8 @@ def _add_rollout(sub):
     p = sub.add_parser("rollout", help="execute one sketch and draw it (contact sheet PNG, GIF)")
     p.add_argument("--model", required=True,
                    help="a model directory (a run's OUT/model), or a shipped model's name (e.g. dial)")
-    p.add_argument("--domain", default="dial", choices=taco_sim.names(), help="where the sketch is executed")
+    p.add_argument("--domain", default=None, choices=taco_sim.names(),
+                   help="where the sketch is executed (default: the domain the model was trained in)")
     p.add_argument("--sketch", required=True, help='sub-task names, e.g. "0 5 1 6"')
     p.add_argument("--seed", type=non_negative, default=0, help="seed of the episode")
     p.add_argument("--every", type=positive, default=10, help="one picture every N control steps")

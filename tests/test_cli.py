@@ -14,6 +14,7 @@ import sysconfig
 import numpy as np
 import pytest
 
+import taco_sim
 from taco_ref import data, model as model_mod
 from taco_app import cli
 
@@ -407,6 +408,29 @@ def test_a_shipped_model_is_named_by_name_from_any_directory(tmp_path, monkeypat
     capsys.readouterr()
     assert cli.main(["evaluate", "--model", "dail", "--domain", "dial"]) == 2
     assert "shipped: dial, dial-velocity" in one_line_error(capsys, "evaluate")
+
+
+def test_evaluate_and_rollout_take_the_domain_from_the_model(trained, capsys):
+    """`taco evaluate --model dial` failed ("not domain navworld's") where `taco rollout --model
+    dial` worked: both now execute a model in the domain it was trained in unless told
+    --domain; a run folder gets the hint to add /model; --expert asks for its domain."""
+    assert cli.main(["evaluate", "--model", str(trained / "model"), "--n-tasks", "2", "--seed", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["n_tasks"] == 2
+    shipped = taco_sim.shipped_models()
+    for name in ("dial", "dial-velocity"):
+        assert cli.model_domain(model_mod.load(shipped[name]), None) == name
+        assert cli.model_domain(model_mod.load(shipped[name]), "navworld") == "navworld"   # as told
+    nav = model_mod.load(trained / "model")
+    nav.info = {k: v for k, v in nav.info.items() if k != "data"}     # an old model: no data record
+    assert cli.model_domain(nav, None) == "navworld"                    # the one vocabulary that fits
+    dial = model_mod.load(shipped["dial"])
+    dial.info = {}
+    with pytest.raises(ValueError, match=r"^--domain: .*fits dial and .*dial-velocity.*; give --domain$"):
+        cli.model_domain(dial, None)
+    for argv, needle in ((["--model", str(trained)], f"--model: '{trained}' is a run folder; its model is"),
+                         (["--expert"], "--expert: give --domain, the domain whose expert is executed")):
+        assert cli.main(["evaluate"] + argv) == 2
+        assert needle in one_line_error(capsys, "evaluate")
 
 
 def test_evaluate_runs_a_domains_expert_through_the_protocol(capsys):

@@ -922,3 +922,20 @@ def test_a_declared_feature_width_beyond_a_vectors_is_refused_before_any_allocat
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "observation.state: shape [1000000000]" in err[0] and "at most 65536" in err[0]
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 500_000            # kB: no huge array
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_export_into_an_existing_path_names_out_not_an_option_never_given(work, tmp_path, fmt, capsys):
+    """`taco export` into an existing folder blamed --sketches-out, which was never passed: the
+    existing --out is named first, and a sketches file left beside a new --out is named as that."""
+    before = _digest(work / _name(fmt))
+    assert cli.main(["export", str(work / "nav.npz"), "--format", fmt, "--out", str(work / _name(fmt))]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("taco export: --out: ") and "exists" in err and "--sketches-out" not in err, err
+    assert _digest(work / _name(fmt)) == before
+    stale = Path(interop.default_sketches_path(str(tmp_path / _name(fmt, "new"))))
+    stale.write_text("left: [a]\n")
+    assert cli.main(["export", str(work / "nav.npz"), "--format", fmt, "--out", str(tmp_path / _name(fmt, "new"))]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("taco export: --out: the sketches file written beside it") and "--sketches-out" in err, err
+    assert stale.read_text() == "left: [a]\n" and not os.path.exists(tmp_path / _name(fmt, "new"))

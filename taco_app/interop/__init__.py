@@ -507,9 +507,15 @@ def export_demos(data_path, fmt, out, fps=None, sketches_out=None):
     domain = demos.meta.get("domain")
     sketches = [[demos.vocab[k] for k in demos.sketch[n, :demos.sketch_len[n]]] for n in range(demos.n)]
     tasks = [task_string(domain, s) for s in sketches]
-    sketches_out = sketches_out or default_sketches_path(out)
-    if os.path.exists(sketches_out):
+    if os.path.lexists(out):
+        raise InteropError(f"--out: {out} exists; choose a new path (an export never replaces one)")
+    if sketches_out is not None and os.path.lexists(sketches_out):
         raise InteropError(f"--sketches-out: {sketches_out} exists; choose another path")
+    if sketches_out is None:
+        sketches_out = default_sketches_path(out)
+        if os.path.lexists(sketches_out):
+            raise InteropError(f"--out: the sketches file written beside it, {sketches_out}, exists (left from "
+                               f"an earlier export?); remove it, or choose another place with --sketches-out")
     unparsable = []
     if fmt == "lerobot":
         if fps is None:
