@@ -1,8 +1,14 @@
-"""The application layer, on top of the NumPy core (taco_ref) and the domains (taco_sim): the
-`taco` command line (cli), the one reader of training settings (config), the experiment grid
-(experiment: a cell's computation; engine: where cells run; cellkeys: what a cell is and its
-key; cells: the one writer of a results directory; legacy: what earlier versions wrote;
-report: results.md) and pictures (plots, needs matplotlib).
+"""The application layer, on top of the NumPy core (taco_ref) and the domains (taco_sim):
+
+- the `taco` command line: cli; config, the one reader of training settings;
+- the experiment grid: grids (its manifest, OUT/grid.yaml), cellkeys (what a cell is and its
+  key), cells (the one reader and writer of a grid's results), engine (where cells run),
+  experiment (a cell's computation), costs (what a grid will cost), legacy (what earlier
+  versions wrote);
+- what is read from the cells: report (results.md), stats (intervals), claims (docs/claims.md),
+  figures (the paper's figures), selection (spec/selection.md), plots (pictures; needs
+  matplotlib), analysis (analyses behind committed tables, each with a command line);
+- interop: `taco annotate` and `taco export` on LeRobot and robomimic datasets.
 
 It is a package of its own, not part of taco_ref: the core never imports a domain, and the
 application imports both, so every import runs downward (application -> domains -> core's data

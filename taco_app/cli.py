@@ -39,7 +39,7 @@ from taco_sim.domain import (MAX_COLLECT, MAX_DART_SIGMA, MAX_SKETCH_LEN, MAX_WO
 from taco_ref import algorithms, data, evaluate, model as model_mod, runner, train  # noqa: E402
 from taco_ref.config import PROTOCOLS  # noqa: E402
 from taco_ref import files as files_mod  # noqa: E402
-from taco_app import cells as cells_mod, cellkeys, config as config_mod, costs, engine, grids, report  # noqa: E402
+from taco_app import cells as cells_mod, cellkeys, config as config_mod, costs, engine, grids, report, stats  # noqa: E402
 
 
 def _progress(label):
@@ -1009,7 +1009,7 @@ def main(argv=None):
         return fail(_one_line(err), EXIT_DIVERGED)
     except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as err:
         return fail(_one_line(err), EXIT_BAD_INPUT)                         # bad input
-    except (RenderingUnavailable, MissingPackage) as err:   # no offscreen OpenGL; no MuJoCo or SciPy
+    except (RenderingUnavailable, MissingPackage, stats.MissingSciPy) as err:   # no offscreen GL, MuJoCo, SciPy
         return fail(_one_line(err), EXIT_IO)
     except OSError as err:                      # full or read-only disk, permissions
         where = f" {err.filename}" if err.filename else ""

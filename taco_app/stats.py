@@ -6,7 +6,11 @@ from statistics import NormalDist
 import numpy as np
 
 from taco_ref import evaluate
-from taco_sim.domain import MissingPackage
+
+
+class MissingSciPy(ImportError):
+    """A statistic that needs SciPy, asked for on an install without it; the message says what to
+    install (`taco` exits with its I/O code, as for a missing MuJoCo)."""
 
 T975 = (12.706204736175, 4.302652729749, 3.182446305284, 2.776445105198, 2.570581835636, 2.446911851145,
         2.364624251593, 2.306004135204, 2.262157162798, 2.228138851986, 2.200985160092, 2.178812829667,
@@ -32,14 +36,14 @@ def _t975(dof):
 
 def t_quantile(q, dof):
     """Student's t quantile at q with dof degrees of freedom: scipy.stats.t.ppf, or without SciPy
-    at q = 0.975 (the 95 % intervals of the reports) _t975; MissingPackage naming what to
+    at q = 0.975 (the 95 % intervals of the reports) _t975; MissingSciPy naming what to
     install for another q on an install without SciPy."""
     try:
         from scipy import stats
     except ModuleNotFoundError as err:
         if q == 0.975 and int(dof) == dof and dof >= 1:
             return _t975(int(dof))
-        raise MissingPackage("a t quantile other than the 95 % interval's needs SciPy, which is not "
+        raise MissingSciPy("a t quantile other than the 95 % interval's needs SciPy, which is not "
                              "installed: pip install 'taco_ref[dial]' (or pip install scipy)") from err
     return float(stats.t.ppf(q, dof))
 

@@ -131,7 +131,7 @@ class SharedConfig:
     the Dial: the keys a demonstration never presses, to other free slots, spec/dial.md §9).
     Held-out and evaluation data stay as recorded. It reads the sketches, never a label. Needs a
     domain that has one (`taco train` on a domain's data, `taco experiment`); false before it
-    existed (cell keys leave it out)."""
+    existed (its `before` value, which a run's identity leaves out)."""
     warmup_epochs: int = 5
     """Epochs of the pre-stage: behaviour cloning at a constant rate on the best segmentation an
     algorithm is entitled to before its own training (spec/training.md §6, the protocols of
@@ -149,27 +149,27 @@ class SharedConfig:
     this many views of the state (the domain's state_views, the state itself first; the Dial:
     the keys it does not press rearranged, spec/evaluation.md eq. (8)); 1 = the state alone.
     Used by `taco evaluate` (unless --views), `taco experiment` and the ROS bridge from the
-    model's config (1 before it existed: cell keys leave it out)."""
+    model's config (1 before it existed: its `before` value)."""
     stop_hold: int = field(default=1, metadata={"before": 1})
     """Execution, not training: a sub-policy stops only when P(STOP) exceeds the threshold in
     this many consecutive decisions; until then it acts (spec/evaluation.md eq. (9)); 1 = the
     paper's rule, a STOP in one decision. The same for every algorithm. The Dial sets 2: a press
     takes the key past its click depth within one control step, and a STOP net that fires as
     the key nears that depth is asked again one step later (results/dial/README.md, "Why the
-    STOP fires a step early"). Used like views (1 before it existed: cell keys leave it out)."""
+    STOP fires a step early"). Used like views (1 before it existed: its `before` value)."""
     ema_epochs: float = field(default=0.0, metadata={"before": 0.0})
     """The parameter average's horizon in epochs of the policy stage (spec/training.md eq.
     (15)): with E > 0 the average is on and its decay is beta = 1 - 1/(E * the optimiser
     steps of an epoch), whatever ema says, so a run of few steps an epoch averages over as
     many epochs as a run of many. beta = 0.999 was chosen on the joint-state Dial at 180 steps
     an epoch, about 5.5 epochs; at 200 demonstrations (30 steps an epoch) the same beta averages
-    over more than half of a 60-epoch run. 0 = beta is ema (the value before it existed: cell
-    keys leave it out)."""
+    over more than half of a 60-epoch run. 0 = beta is ema (the value before it existed, its
+    `before`)."""
     conv_channels: list = field(default_factory=list, metadata={"before": []})
     """Image states only: output channels of each layer of the convolutional core shared by all
     sub-policies (paper table 2, Dial images: [10, 5, 3]; spec/policy.md §10); CTC-BC's
     classifier gets a core of its own of the same shape. Empty for state vectors (the value
-    before image states existed: cell keys leave it out)."""
+    before image states existed, its `before`)."""
     conv_kernels: list = field(default_factory=list, metadata={"before": []})
     """Image states only: square kernel size of each conv layer (paper: [5, 5, 3])."""
     conv_strides: list = field(default_factory=list, metadata={"before": []})
@@ -178,7 +178,7 @@ class SharedConfig:
     """Image states only: the stages that train the sub-policies train the convolutional core
     with them (the paper's end-to-end training; spec/training.md §2). false keeps the core at its
     random initialisation (fixed random conv features), which is what every image run computed
-    before this field existed; cell keys leave it out at false and for state vectors."""
+    before this field existed (its `before`; inert for state vectors, inert_fields)."""
 
     def __post_init__(self):
         _coerce(self)
@@ -279,7 +279,7 @@ def before_values(cfg):
 
 
 def inert_fields(cfg):
-    """The fields of cfg that cannot change its run (cell keys leave them out, taco_app.cellkeys;
+    """The fields of cfg that cannot change its run (a run's identity leaves them out;
     resuming does not compare them, train.config_changes): sigma_init unless sigma is learned,
     select_tasks and select_from unless epochs are chosen by rollouts, train_core and
     ctc_core_dtype without a convolutional core, prestage for TACO (it warms up either way) and

@@ -405,7 +405,7 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
     held-out loss, or with cfg.select "rollouts" the best validate(model) score).
 
     validate(model) -> share of validation sketches completed (a float in [0, 1]): needed with
-    cfg.select "rollouts" (taco_app.experiment.rollout_validator builds it from a domain).
+    cfg.select "rollouts" (taco_ref.evaluate.validation_rollouts builds it from a domain).
     augment(batch, rng): the domain's augmentation (taco_sim Domain.augment), needed with
     cfg.augment; it changes a training minibatch's states in place, drawing from the run's
     generator (so a resumed run draws what the uninterrupted one would).
