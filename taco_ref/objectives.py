@@ -9,6 +9,8 @@ B, T   |           | batch, padded time
 L      |           | padded sketch length
 K      |           | number of sub-tasks
 """
+from typing import NamedTuple
+
 import numpy as np
 
 from taco_ref import align, nn, policy
@@ -221,7 +223,7 @@ def ctc_features(params, batch, discrete, n_actions, image_cfg=None, with_cache=
                                         params["ctc.core.W0"].dtype, prefix="ctc.core.")  # (m, F)
         s = np.zeros((B, T, f.shape[1]))
         s[rows_b, rows_t] = f
-        core = (core_cache, rows_b, rows_t)
+        core = CTCCore(core_cache, rows_b, rows_t)
     if discrete:
         a = np.eye(n_actions)[np.clip(batch.actions, 0, n_actions - 1)]
     else:
@@ -275,6 +277,20 @@ def _sub(params, prefix):
     return {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
 
 
+class CTCCache(NamedTuple):
+    """ctc_log_p's cache for ctc_backward."""
+    kind: str              # "mlp" or "gru"
+    net: object            # mlp_forward's cache, or (bigru_forward's cache, the output layer's)
+    softmax: object        # log_softmax_forward's cache
+
+
+class CTCCore(NamedTuple):
+    """ctc_features' image core: its cache and the (b, t) of the valid frames it read."""
+    cache: object          # nn.ConvnetCache
+    rows_b: np.ndarray     # (m,)
+    rows_t: np.ndarray     # (m,)
+
+
 def ctc_log_p(params, kind, features, traj_len):
     """Per-step class log-probabilities (B, T, K) and a cache for ctc_backward."""
     if kind == "mlp":
@@ -287,14 +303,14 @@ def ctc_log_p(params, kind, features, traj_len):
         logits, out_cache = nn.linear_forward(h, params["ctc.out.W"], params["ctc.out.b"])
         net_cache = (gru_cache, out_cache)
     log_p, sm_cache = nn.log_softmax_forward(logits)
-    return log_p, (kind, net_cache, sm_cache)
+    return log_p, CTCCache(kind, net_cache, sm_cache)
 
 
 def ctc_backward(d_log_p, cache, params, core=None):
     """The classifier's gradients; with core (the image core's cache from ctc_features), the
     features' gradient goes on through the classifier's convolutional core ("ctc.core.*")."""
-    kind, net_cache, sm_cache = cache
-    d_logits = nn.log_softmax_backward(d_log_p, sm_cache)
+    kind, net_cache = cache.kind, cache.net
+    d_logits = nn.log_softmax_backward(d_log_p, cache.softmax)
     grads = {}
     if kind == "mlp":
         d_x, layer_grads = nn.mlp_backward(d_logits, net_cache, input_grad=core is not None)
@@ -307,8 +323,8 @@ def ctc_backward(d_log_p, cache, params, core=None):
         grads.update({f"ctc.fwd.{k}": v for k, v in d_fwd.items()})
         grads.update({f"ctc.bwd.{k}": v for k, v in d_bwd.items()})
     if core is not None:
-        core_cache, rows_b, rows_t = core
-        F = core_cache[1][1] * core_cache[1][2] * core_cache[1][3]            # the core's output size
+        core_cache, rows_b, rows_t = core.cache, core.rows_b, core.rows_t
+        F = int(np.prod(core_cache.out_shape[1:]))                             # the core's output size Ho Wo O
         dtype = params["ctc.core.W0"].dtype
         d_f = d_x[rows_b, rows_t, :F]                                          # (m, F) float64
         if dtype != d_f.dtype:   # into a float32 core: flushed of subnormals (spec/training.md eq. (12))

@@ -289,6 +289,41 @@ def _sum_rows(values, row, n):
     return values if row is None else np.bincount(row, values, minlength=n)
 
 
+class CoreCache(NamedTuple):
+    """The image core's part of evaluate's cache: the core's cache and where its features went."""
+    cache: object          # nn.ConvnetCache of the m + mf images
+    rows: np.ndarray       # (m,) flat b * T + t of the scored steps' images
+    final_b: np.ndarray    # (mf,) b of the terminal states' images, after them
+    B: int
+    T: int
+
+
+class GroupCache(NamedTuple):
+    """One sub-task k's part of evaluate's cache: the n distinct (b, t) rows its nets read (and
+    nf terminal states), the entries that read them, and its nets' caches."""
+    k: int
+    n: int                 # rows read by both nets
+    entries: tuple         # (b, t, l) index arrays of the mask's entries of k
+    row: object            # (entries,) the row each entry reads, or None (one entry a row)
+    final_b: np.ndarray    # (terminal entries,) b and l of the final_mask's entries of k
+    final_l: np.ndarray
+    final_row: np.ndarray  # the terminal row each of them reads
+    nf: int                # distinct terminal states (rows n: of the STOP net's input)
+    nets: object           # nn.PairCache of the action and STOP nets
+    dist: object           # the action distribution's cache
+    logit: np.ndarray      # (n + nf,) the STOP logits
+    x_rows: np.ndarray     # (n,) flat b * T + t of the rows (for the image core's gradient)
+    final_rows: np.ndarray  # (nf,) b of the terminal rows
+
+
+class ScoreCache(NamedTuple):
+    """evaluate's cache for backward."""
+    groups: list           # [GroupCache] per sub-task scored
+    cfg: object
+    params: dict
+    core: object           # CoreCache, or None for state vectors
+
+
 def evaluate(params, cfg, batch, mask, final_mask=None, stop_dropout=None, keep_cache=True):
     """Score sub-policies on the (b, t, l) entries of mask; spec/policy.md eq. (1)-(3).
 
@@ -338,7 +373,7 @@ def evaluate(params, cfg, batch, mask, final_mask=None, stop_dropout=None, keep_
         x_all[rows_b * T + rows_t] = feats[:rows_b.size]
         x_final = np.zeros((B, feats.shape[1]), dtype)                                       # (B, F)
         x_final[f_b] = feats[rows_b.size:]
-        core = (core_cache, rows_b * T + rows_t, f_b, B, T)
+        core = CoreCache(core_cache, rows_b * T + rows_t, f_b, B, T)
     # the first layers of the action and STOP nets read the same states: one (K, D, H_a + H_s) stack
     first = (np.concatenate([params["act.W0"], params["stop.W0"]], axis=2),
              np.concatenate([params["act.b0"], params["stop.b0"]], axis=1))
@@ -372,9 +407,9 @@ def evaluate(params, cfg, batch, mask, final_mask=None, stop_dropout=None, keep_
         if final_states is not None:
             out["log_final_stop"][fb, fl] = log_stop[n:][f_row]
         if keep_cache:
-            groups.append((k, n, entries, row, fb, fl, f_row, f_rows.size, net_cache, dist_cache,
-                           logit[:, 0], (b * T + t, f_rows)))
-    return out, ((groups, cfg, params, core) if keep_cache else None)
+            groups.append(GroupCache(k, n, entries, row, fb, fl, f_row, f_rows.size, net_cache, dist_cache,
+                                     logit[:, 0], b * T + t, f_rows))
+    return out, (ScoreCache(groups, cfg, params, core) if keep_cache else None)
 
 
 def backward(grads_in, cache):
@@ -384,47 +419,47 @@ def backward(grads_in, cache):
     parameters' dtype. A row read by several entries (a sketch naming k twice) gets the sum of
     their gradients.
     """
-    groups, cfg, params, core = cache
+    cfg, params, core = cache.cfg, cache.params, cache.core
     dtype = net_dtype(params)
     grads = {name: np.zeros_like(params[name]) for name in trainable(params)}
     d_final = grads_in.get("log_final_stop")
     if core is not None:            # the features' gradient, summed over every group that read them
-        core_cache, core_rows, f_b, B, T = core
         F = params["act.W0"].shape[1]
-        d_all, d_fin = np.zeros((B * T, F), dtype), np.zeros((B, F), dtype)
-    for k, n, entries, row, fb, fl, f_row, nf, net_cache, dist_cache, logit, (x_rows, f_rows) in groups:
+        d_all, d_fin = np.zeros((core.B * core.T, F), dtype), np.zeros((core.B, F), dtype)
+    for g in cache.groups:
+        k, n, entries, row, nf = g.k, g.n, g.entries, g.row, g.nf
         # action net: d logp -> d head
         # float64 gradients become float32 here: flushed of subnormals (spec/training.md eq. (12))
         d_act = nn.flush_subnormals(_sum_rows(grads_in["log_act"][entries], row, n).astype(dtype, copy=False))
         if cfg.learn_sigma:
-            d_head, d_logstd = nn.gaussian_logstd_backward(d_act, dist_cache)   # (n, A), (A,)
+            d_head, d_logstd = nn.gaussian_logstd_backward(d_act, g.dist)   # (n, A), (A,)
             grads["act.logstd"][k] += d_logstd
         else:
             d_head = (nn.categorical_logp_backward if cfg.discrete else nn.gaussian_logpdf_backward)(
-                d_act, dist_cache)                                           # (n, A)
+                d_act, g.dist)                                           # (n, A)
         # STOP net: d log sigma(g)/dg = sigma(-g), d log sigma(-g)/dg = -sigma(g)
         d_stop = _sum_rows(grads_in["log_stop"][entries], row, n)            # (n,)
         d_go = _sum_rows(grads_in["log_go"][entries], row, n)                # (n,)
         if d_final is not None and nf:
-            d_stop = np.concatenate([d_stop, np.bincount(f_row, d_final[fb, fl], minlength=nf)])
+            d_stop = np.concatenate([d_stop, np.bincount(g.final_row, d_final[g.final_b, g.final_l], minlength=nf)])
             d_go = np.concatenate([d_go, np.zeros(nf)])
         d_stop = nn.flush_subnormals(d_stop.astype(dtype, copy=False))
         d_go = nn.flush_subnormals(d_go.astype(dtype, copy=False))
-        p_stop = nn.sigmoid(logit)                                           # (n + nf,)
+        p_stop = nn.sigmoid(g.logit)                                           # (n + nf,)
         d_logit = d_stop * (1.0 - p_stop) - d_go * p_stop
         # both nets at once; their first layers share one GEMM
         if core is None:
-            act_grads, stop_grads = nn.mlp_pair_backward(d_head, d_logit[:, None], net_cache)
+            act_grads, stop_grads = nn.mlp_pair_backward(d_head, d_logit[:, None], g.nets)
         else:
-            act_grads, stop_grads, dx = nn.mlp_pair_backward(d_head, d_logit[:, None], net_cache,
+            act_grads, stop_grads, dx = nn.mlp_pair_backward(d_head, d_logit[:, None], g.nets,
                                                              input_grad=True)       # dx (n + nf, F)
-            d_all[x_rows] += dx[:n]           # the group's rows are distinct (b, t)
-            d_fin[f_rows] += dx[n:]
+            d_all[g.x_rows] += dx[:n]           # the group's rows are distinct (b, t)
+            d_fin[g.final_rows] += dx[n:]
         _accumulate(grads, "act", k, act_grads)
         _accumulate(grads, "stop", k, stop_grads)
     if core is not None:            # one backward through the shared core, spec/policy.md eq. (16)
-        d_feats = np.concatenate([d_all[core_rows], d_fin[f_b]])                  # (m + mf, F)
-        _, core_grads = nn.convnet_backward(d_feats, core_cache)
+        d_feats = np.concatenate([d_all[core.rows], d_fin[core.final_b]])                  # (m + mf, F)
+        _, core_grads = nn.convnet_backward(d_feats, core.cache)
         for i, (dW, db) in enumerate(core_grads):
             grads[f"core.W{i}"] += dW
             grads[f"core.b{i}"] += db

@@ -120,7 +120,7 @@ def test_gradient_of_the_soft_segmentation_matches_autograd(problem, temp, beta)
     d_z0 = None
     ours_loss = -float((m * la).sum() + (S * ls).sum() + (G * lg).sum())
     if y.shape[0]:
-        kl, d_z0 = cmp.kl_forward(cache[0][0], traj_len, sketch_len, rate)
+        kl, d_z0 = cmp.kl_forward(cache.z[0], traj_len, sketch_len, rate)
         ours_loss += beta * kl
         d_z0 = beta * d_z0
     du = cmp.segments_backward(-la, -ls, -lg, cache, d_z0)

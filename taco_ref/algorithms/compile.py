@@ -22,6 +22,7 @@ m      | (B, T, L) | soft segment masks
 S, G   | (B, T, L) | soft STOP and GO weights of the transition into t
 """
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -153,6 +154,19 @@ def _poisson_log_prior(rate, traj_len, T):
     return np.where(ok, logp - top - np.log(np.exp(logp - top).sum(axis=1, keepdims=True)), NEG)
 
 
+class SegmentsCache(NamedTuple):
+    """segments_forward's cache for segments_backward."""
+    z: np.ndarray          # (L-1, B, T) each boundary's scores before noise and temperature
+    y: np.ndarray          # (L-1, B, T) the relaxed boundaries
+    C: np.ndarray          # (L-1, B, T) their cumulative sums
+    m: np.ndarray          # (B, T, L) the segment masks
+    sketch: np.ndarray
+    traj_len: np.ndarray
+    sketch_len: np.ndarray
+    temperature: float
+    K: int
+
+
 def segments_forward(u, sketch, traj_len, sketch_len, noise, temperature):
     """The relaxed boundaries y and cumulative sums C (L-1, B, T), masks and weights m, S, G
     (B, T, L), and a cache; spec/compile.md eq. (1)-(5).
@@ -179,7 +193,7 @@ def segments_forward(u, sketch, traj_len, sketch_len, noise, temperature):
         y[i] = e / np.maximum(e.sum(axis=1, keepdims=True), 1e-300)         # 0 on rows without boundary i
         C[i] = np.cumsum(y[i], axis=1)
     m, S, G = segment_weights(C, y, traj_len, L)
-    return (y, C, m, S, G), (z, y, C, m, sketch, traj_len, sketch_len, temperature, K)
+    return (y, C, m, S, G), SegmentsCache(z, y, C, m, sketch, traj_len, sketch_len, temperature, K)
 
 
 def segments_backward(dm, dS, dG, cache, d_z0=None):
@@ -234,7 +248,7 @@ def loss(params, policy_cfg, batch, discrete, rate, beta, temperature, noise=Non
     grads = policy.backward({"log_act": -m, "log_stop": -S, "log_go": -G}, p_cache)
     kl, d_z0 = (0.0, None)
     if y.shape[0]:
-        kl, d_z0 = kl_forward(seg_cache[0][0], batch.traj_len, batch.sketch_len, rate)
+        kl, d_z0 = kl_forward(seg_cache.z[0], batch.traj_len, batch.sketch_len, rate)
         d_z0 = beta * d_z0
     du = segments_backward(-scores["log_act"], -scores["log_stop"], -scores["log_go"], seg_cache, d_z0)
     grads.update(scores_backward(du, u_cache))

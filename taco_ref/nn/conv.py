@@ -1,5 +1,7 @@
 """Convolution (channels-last, 'valid') and the convolutional core of the image policies
 (spec/policy.md §10)."""
+from typing import NamedTuple
+
 import numpy as np
 
 from taco_ref.nn.layers import _floats, matmul
@@ -292,7 +294,15 @@ def convnet_forward(layers, strides, x, activation="relu", scope=None):
     for i, ((W, b), s) in enumerate(zip(layers, strides)):
         h, conv_cache = conv2d_forward(h, W, b, s, _layer(scope, i))   # (N, Ho, Wo, O)
         caches.append((conv_cache, _ACTIVATIONS_INPLACE[activation](h)))
-    return h.reshape(h.shape[0], int(np.prod(h.shape[1:]))), (caches, h.shape, scope)
+    return h.reshape(h.shape[0], int(np.prod(h.shape[1:]))), ConvnetCache(caches, h.shape, scope)
+
+
+class ConvnetCache(NamedTuple):
+    """convnet_forward's cache: per layer (conv2d's cache, the activation's derivative), the last
+    layer's output shape (N, Ho, Wo, O) and the workspace scope (or None)."""
+    layers: list
+    out_shape: tuple
+    scope: object
 
 
 def _layer(scope, i):
@@ -305,7 +315,7 @@ def convnet_backward(dout, cache, input_grad=False):
     None unless input_grad (the core's input is an image: nothing upstream to train). With a
     workspace scope (the forward pass's), dx lives there too, and a forward pass of an earlier
     step raises."""
-    caches, shape, scope = cache
+    caches, shape, scope = cache.layers, cache.out_shape, cache.scope
     if scope is not None:
         scope.check()
     dout = _floats(dout)

@@ -1,5 +1,7 @@
 """Multi-layer perceptrons: hidden layers linear -> activation -> dropout, output layer linear; and
 the pair of MLPs that share their input's product (the action and STOP nets)."""
+from typing import NamedTuple
+
 import numpy as np
 
 from taco_ref.nn.layers import (
@@ -14,6 +16,35 @@ from taco_ref.nn.dropout import _dropout_mask
 
 _ACTIVATIONS = {"relu": (relu_forward, relu_backward), "tanh": (tanh_forward, tanh_backward)}
 _ACTIVATIONS_INPLACE = {"relu": relu_inplace, "tanh": tanh_inplace}
+
+
+class HiddenCache(NamedTuple):
+    """What a hidden layer's backward needs after linear -> activation -> dropout."""
+    deriv: object          # the activation's derivative (ReLU: a bool mask), or None if applied by the caller
+    mask: object           # the dropout mask (scaled), or None without dropout
+
+
+class LayerCache(NamedTuple):
+    """One layer of mlp_forward: its product's cache and, for a hidden layer, its HiddenCache."""
+    linear: tuple          # (x, W): the layer's input and weights (layers.linear_forward)
+    hidden: object         # HiddenCache, or None for the output layer
+
+
+class PairNetCache(NamedTuple):
+    """One net of mlp_pair_forward past the shared first product."""
+    hidden: object         # the first layer's HiddenCache, or None when it is the output layer
+    rest: object           # mlp_forward's [LayerCache] of the layers after the first, or None
+
+
+class PairCache(NamedTuple):
+    """mlp_pair_forward's cache: the shared input and first product, and each net's rest."""
+    x: np.ndarray          # (N, I) the inputs both nets read
+    n_a: int               # rows of x net a reads (the first n_a)
+    H_a: int               # net a's first-layer width
+    H_b: int               # net b's first-layer width
+    nets: tuple            # (PairNetCache of a, PairNetCache of b)
+    deriv: object          # the joint activation's derivative over (N, H_a + H_b), or None
+    first_W: np.ndarray    # (I, H_a + H_b) the concatenated first-layer weights
 
 
 def _check_activation(activation):
@@ -59,7 +90,7 @@ def _hidden_inplace(h, activation, dropout, activated=False, bias=None):
     mask = _dropout_mask(h.shape, h.dtype, dropout)
     if mask is not None:
         h *= mask
-    return deriv, mask
+    return HiddenCache(deriv, mask)
 
 
 def _times_derivative_flushed(dh, deriv):
@@ -98,13 +129,12 @@ def _hidden_backward_inplace(dh, cache, flush=True):
     """dh <- d drop(act(h)) / dh in place: undo dropout, then the activation (if cached), and
     flush float32 (`_times_derivative_flushed`, whose column sums of dh, or None, are returned);
     flush=False (the caller flushes the array dh is part of) applies the derivative alone."""
-    deriv, mask = cache
-    if mask is not None:
-        dh *= mask                                        # dropout_backward, in place
+    if cache.mask is not None:
+        dh *= cache.mask                                  # dropout_backward, in place
     if flush:
-        return _times_derivative_flushed(dh, deriv)
-    if deriv is not None:
-        dh *= deriv                                       # relu_backward / tanh_backward
+        return _times_derivative_flushed(dh, cache.deriv)
+    if cache.deriv is not None:
+        dh *= cache.deriv                                       # relu_backward / tanh_backward
     return None
 
 
@@ -125,13 +155,13 @@ def mlp_forward(layers, x, activation="relu", dropout=None):
     for i, (W, b) in enumerate(layers):
         if i == len(layers) - 1:
             h, lin_cache = linear_forward(h, W, b)        # (..., O_i)
-            caches.append((lin_cache, None))
+            caches.append(LayerCache(lin_cache, None))
             break
         out = matmul(h, W)                                # (..., O_i) x W, then + b with the
         if np.result_type(out, b) != out.dtype:           # activation (mixed precisions promote)
             out = out + b
             b = None
-        caches.append(((h, W), _hidden_inplace(out, activation, dropout, bias=b)))
+        caches.append(LayerCache((h, W), _hidden_inplace(out, activation, dropout, bias=b)))
         h = out
     return h, caches
 
@@ -145,11 +175,11 @@ def mlp_backward(dout, cache, input_grad=True, dx_out=None):
     """
     grads = []
     dh = _flushed(_floats(dout))                          # (..., O); never written to
-    for i, (lin_cache, hidden_cache) in reversed(list(enumerate(cache))):
+    for i, layer in reversed(list(enumerate(cache))):
         sums = None
-        if hidden_cache is not None:                      # dh is a fresh array here
-            sums = _hidden_backward_inplace(dh, hidden_cache)
-        dh, dW, db = linear_backward(dh, lin_cache, input_grad=input_grad or i > 0,
+        if layer.hidden is not None:                      # dh is a fresh array here
+            sums = _hidden_backward_inplace(dh, layer.hidden)
+        dh, dW, db = linear_backward(dh, layer.linear, input_grad=input_grad or i > 0,
                                      dx_out=dx_out if i == 0 else None, db=sums)
         grads.append((dW, db))
     return dh, grads[::-1]
@@ -192,13 +222,13 @@ def mlp_pair_forward(layers_a, layers_b, x, n_a, activation="relu", dropout_b=No
     for layers, h, dropout in ((layers_a, z[:n_a, :H_a], None), (layers_b, z[:, H_a:], dropout_b)):
         if len(layers) == 1:                              # the first layer is the output layer
             outs.append(h)
-            caches.append((None, None))
+            caches.append(PairNetCache(None, None))
             continue
         hidden_cache = _hidden_inplace(h, activation, dropout, activated=joint)  # h: view of z
         out, rest_cache = mlp_forward(layers[1:], h, activation, dropout)
         outs.append(out)
-        caches.append((hidden_cache, rest_cache))
-    return outs[0], outs[1], (x, n_a, H_a, W_b.shape[1], caches, deriv, first[0])
+        caches.append(PairNetCache(hidden_cache, rest_cache))
+    return outs[0], outs[1], PairCache(x, n_a, H_a, W_b.shape[1], tuple(caches), deriv, first[0])
 
 
 def mlp_pair_backward(dout_a, dout_b, cache, input_grad=False):
@@ -209,20 +239,19 @@ def mlp_pair_backward(dout_a, dout_b, cache, input_grad=False):
 
     The two first layers' gradients come from one product: x^T [dz_a (0 past row n_a) | dz_b].
     """
-    x, n_a, H_a, H_b, caches, deriv, first_W = cache
-    dz = np.empty((x.shape[0], H_a + H_b), np.result_type(x, dout_a, dout_b))  # (N, H_a + H_b)
+    x, n_a, H_a = cache.x, cache.n_a, cache.H_a
+    dz = np.empty((x.shape[0], H_a + cache.H_b), np.result_type(x, dout_a, dout_b))  # (N, H_a + H_b)
     dz[n_a:, :H_a] = 0.0                                  # net a never read these rows
     rest = []
-    for dout, dz_head, (hidden_cache, rest_cache) in (
-            (dout_a, dz[:n_a, :H_a], caches[0]), (dout_b, dz[:, H_a:], caches[1])):
-        if rest_cache is None:
+    for dout, dz_head, net in ((dout_a, dz[:n_a, :H_a], cache.nets[0]), (dout_b, dz[:, H_a:], cache.nets[1])):
+        if net.rest is None:
             dz_head[...] = dout
             rest.append([])
             continue
-        _, grads = mlp_backward(dout, rest_cache, dx_out=dz_head)   # writes dh into dz
-        _hidden_backward_inplace(dz_head, hidden_cache, flush=False)  # dropout; activation if not joint
+        _, grads = mlp_backward(dout, net.rest, dx_out=dz_head)    # writes dh into dz
+        _hidden_backward_inplace(dz_head, net.hidden, flush=False)  # dropout; activation if not joint
         rest.append(grads)
-    db = _times_derivative_flushed(dz, deriv)            # joint activation (dz[n_a:, :H_a] is 0);
+    db = _times_derivative_flushed(dz, cache.deriv)      # joint activation (dz[n_a:, :H_a] is 0);
                                                           # dz was written by products above
     # z = x W + b for both nets at once
     dW = matmul(x.T, dz)                                  # (I, H_a + H_b)
@@ -231,4 +260,4 @@ def mlp_pair_backward(dout_a, dout_b, cache, input_grad=False):
     grads = ([(dW[:, :H_a], db[:H_a])] + rest[0], [(dW[:, H_a:], db[H_a:])] + rest[1])
     if not input_grad:
         return grads
-    return grads + (matmul(dz, first_W.T),)               # (N, I) d(x W)/dx = W^T, both nets
+    return grads + (matmul(dz, cache.first_W.T),)         # (N, I) d(x W)/dx = W^T, both nets
