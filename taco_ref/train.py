@@ -37,9 +37,9 @@ ALGOS = algorithms.names()
 class _Job:
     """The model being trained, its algorithm's stages (by name) and each stage's loss on a batch."""
 
-    def __init__(self, cfg, demos, rng, algorithm=None):
+    def __init__(self, cfg, demos, rng):
         self.cfg = cfg
-        self.algorithm = algorithm if algorithm is not None else cfg.algorithm
+        self.algorithm = cfg.algorithm
         self.vocab = demos.vocab
         self.discrete = demos.discrete
         A = demos.meta["n_actions"] if self.discrete else demos.actions.shape[2]
@@ -69,8 +69,10 @@ class _Job:
             self.params["norm.mean"], self.params["norm.std"] = mean, std
         for name in policy.trainable(self.params):   # drawn in float64, then rounded
             self.params[name] = self.params[name].astype(cfg.dtype, copy=False)
+        constants = {} if self.algorithm.constants is None else self.algorithm.constants(cfg, demos)
+        self.learner = algorithms.Learner(cfg, self.policy_cfg, self.params, self.discrete, constants)
         if self.algorithm.init is not None:          # the algorithm's own nets, drawn next
-            self.params.update(self.algorithm.init(self, demos, rng))
+            self.params.update(self.algorithm.init(self.learner, demos, rng))
         self.specs = {stage.name: stage for stage in self.algorithm.stages(cfg)}
         self.stages = list(self.specs)
 
@@ -100,11 +102,11 @@ class _Job:
         """The (training, held-out) sets a stage trains and stops on (CTC-BC's policy stage:
         the demonstrations relabelled by its classifier)."""
         sets = self.specs[stage].sets
-        return (train_set, held_out) if sets is None else sets(self, train_set, held_out)
+        return (train_set, held_out) if sets is None else sets(self.learner, train_set, held_out)
 
     def loss(self, stage, batch, rng, epoch, train):
         """(summed loss, grads) of one batch for one stage."""
-        return self.specs[stage].loss(self, batch, rng, epoch, train)
+        return self.specs[stage].loss(self.learner, batch, rng, epoch, train)
 
     def optimiser(self, stage):
         """A fresh Adam over the parameters stage trains, at its learning rate."""
@@ -136,16 +138,13 @@ def average_decay(cfg, n_train):
     return 1.0 - 1.0 / max(1.0, cfg.ema_epochs * steps)
 
 
-def lr_factor(cfg, stage, epoch, algorithm=None):
-    """The learning rate of epoch (0-based) of stage (a name of cfg's algorithm's stages), as a
-    fraction of the stage's rate; spec/training.md eq. (10): with lr_decay "cosine",
-    (1 + cos(pi epoch / cfg.epochs)) / 2 in the sub-policies' stage ("policy": TACO's, GT-BC's,
-    CTC-BC's second, CompILE's), 1 at epoch 0 and near 0 at the last; 1 otherwise, and always in
-    the other stages (TACO's warm-up, CTC-BC's classifier). algorithm: cfg's, when the caller
-    holds it (the trainer does)."""
-    algorithm = algorithm if algorithm is not None else cfg.algorithm
-    spec = {s.name: s for s in algorithm.stages(cfg)}.get(stage)
-    if cfg.lr_decay == "none" or spec is None or not spec.policy:
+def lr_factor(cfg, stage, epoch):
+    """The learning rate of epoch (0-based) of stage (an algorithms.Stage), as a fraction of the
+    stage's rate; spec/training.md eq. (10): with lr_decay "cosine", (1 + cos(pi epoch /
+    cfg.epochs)) / 2 in the sub-policies' stage (Stage.policy: TACO's, GT-BC's, CTC-BC's second,
+    CompILE's), 1 at epoch 0 and near 0 at the last; 1 otherwise, and always in the other stages
+    (TACO's warm-up, CTC-BC's classifier)."""
+    if cfg.lr_decay == "none" or not stage.policy:
         return 1.0
     return 0.5 * (1.0 + np.cos(np.pi * epoch / cfg.epochs))
 
@@ -432,11 +431,10 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
                          "or taco experiment, with a domain that has one); this run has none")
     prepare_out_dir(out_dir, resume, overwrite)
     keep_freed_memory()
-    algorithm = cfg.algorithm                       # looked up once, carried down to every run
+    algorithm = cfg.algorithm
     runs = 1 if algorithm.runs is None else algorithm.runs(cfg)
     if runs == 1:
-        model, _ = _train_run(demos, cfg, 0, out_dir, resume, log, progress, stop_after, validate,
-                              augment, algorithm)
+        model, _ = _train_run(demos, cfg, 0, out_dir, resume, log, progress, stop_after, validate, augment)
     else:
         if resume and not os.path.exists(os.path.join(out_dir or "", "restart-0", CHECKPOINT_META)):
             raise FileNotFoundError(f"--resume: no checkpoint in {out_dir}/restart-0")
@@ -446,8 +444,7 @@ def train(demos, cfg, out_dir=None, resume=False, log=sys.stderr, progress=True,
             if sub is not None:
                 os.makedirs(sub, exist_ok=True)
             again = resume and os.path.exists(os.path.join(sub, CHECKPOINT_META))
-            model, used = _train_run(demos, cfg, r, sub, again, log, progress, budget, validate,
-                                     augment, algorithm)
+            model, used = _train_run(demos, cfg, r, sub, again, log, progress, budget, validate, augment)
             if model is None:
                 return None
             budget = None if budget is None else budget - used
@@ -484,15 +481,14 @@ def run_seed(seed, restart):
     return seed if restart == 0 else [seed, restart]
 
 
-def _train_run(demos, cfg, restart, out_dir, resume, log, progress, stop_after, validate=None,
-               augment=None, algorithm=None):
+def _train_run(demos, cfg, restart, out_dir, resume, log, progress, stop_after, validate=None, augment=None):
     """One training run; returns (Model or None if stopped by stop_after, epochs run here).
 
     Stages run in order (job.stages); each runs epochs until its epoch budget or patience is
     spent, then hands its best parameters to the next; a checkpoint follows every epoch and
     every change of stage.
     """
-    run = _Run(demos, cfg, restart, out_dir, validate, augment, algorithm)
+    run = _Run(demos, cfg, restart, out_dir, validate, augment)
     if resume:
         run.resume()
     else:
@@ -523,7 +519,7 @@ class _Run:
     """The state of one training run: the job, the optimiser, the generator, the stage, epoch,
     early-stopping counters, history and best parameters; everything a checkpoint holds."""
 
-    def __init__(self, demos, cfg, restart, out_dir, validate=None, augment=None, algorithm=None):
+    def __init__(self, demos, cfg, restart, out_dir, validate=None, augment=None):
         self.cfg, self.restart, self.out_dir, self.demos = cfg, restart, out_dir, demos
         self.validate = validate
         self.augment = augment if cfg.augment else None
@@ -533,7 +529,7 @@ class _Run:
             self.held_out = self.train_set
         if restart:
             self.rng = np.random.default_rng(run_seed(cfg.seed, restart))
-        self.job = _Job(cfg, self.train_set, self.rng, algorithm)
+        self.job = _Job(cfg, self.train_set, self.rng)
         self.state = {"stage": 0, "epoch": 0, "best_loss": None, "best_score": None, "bad_epochs": 0,
                       "history": [], "saves": 0}
         self.best = {k: v.copy() for k, v in self.job.params.items()}
@@ -613,7 +609,7 @@ class _Run:
             self.sets[stage] = job.stage_sets(stage, self.train_set, self.held_out)
         stage_train, stage_held = self.sets[stage]
         total, steps = 0.0, 0
-        self.adam.lr = job.lr(stage) * lr_factor(self.cfg, stage, state["epoch"], self.job.algorithm)
+        self.adam.lr = job.lr(stage) * lr_factor(self.cfg, job.specs[stage], state["epoch"])
         self.beta = average_decay(self.cfg, stage_train.n)
         passes = passes_per_epoch(self.cfg.epoch_size, stage_train.n)
         for batch in (b for _ in range(passes)

@@ -492,14 +492,16 @@ def test_trainer_divides_each_batch_by_its_valid_steps(nav_small, monkeypatch):
                                    rtol=1e-12)
 
 
-@pytest.mark.parametrize("stage, epoch, expected", [
-    ("policy", 0, 1.0), ("policy", 25, 0.5 * (1 + np.cos(np.pi / 4))), ("policy", 50, 0.5),
-    ("policy", 99, 0.5 * (1 + np.cos(np.pi * 0.99))), ("warmup", 3, 1.0), ("ctc", 50, 1.0)])
-def test_cosine_lr_factor(stage, epoch, expected):
+@pytest.mark.parametrize("algo, stage, epoch, expected", [
+    ("taco", "policy", 0, 1.0), ("taco", "policy", 25, 0.5 * (1 + np.cos(np.pi / 4))),
+    ("gtbc", "policy", 50, 0.5), ("ctcbc-mlp", "policy", 99, 0.5 * (1 + np.cos(np.pi * 0.99))),
+    ("taco", "warmup", 3, 1.0), ("ctcbc-mlp", "ctc", 50, 1.0)])
+def test_cosine_lr_factor(algo, stage, epoch, expected):
     """Checks spec/training.md eq. (10)."""
-    cfg = TrainConfig(lr_decay="cosine", epochs=100)
-    np.testing.assert_allclose(train.lr_factor(cfg, stage, epoch), expected, rtol=1e-12)
-    assert train.lr_factor(TrainConfig(epochs=100), stage, epoch) == 1.0
+    cfg = TrainConfig(algo=algo, lr_decay="cosine", epochs=100)
+    spec = {s.name: s for s in cfg.algorithm.stages(cfg)}[stage]
+    np.testing.assert_allclose(train.lr_factor(cfg, spec, epoch), expected, rtol=1e-12)
+    assert train.lr_factor(TrainConfig(algo=algo, epochs=100), spec, epoch) == 1.0
 
 
 @pytest.mark.parametrize("epoch_size, n_train, passes", [

@@ -16,8 +16,10 @@ label        | its name in tables and figures ("CTC-BC (MLP)")
 section      | a dataclass of its own config fields, each documented, with ``check(self)``
              | validating them; ``TrainConfig`` is the shared fields plus every section
 stages       | stages(cfg) -> tuple of :class:`Stage`, run in order by the trainer
-init         | init(job, demos, rng) -> {name: array} parameters beyond the sub-policies
+init         | init(learner, demos, rng) -> {name: array} parameters beyond the sub-policies
              | (drawn after them from the same generator), or None
+constants    | constants(cfg, demos) -> {name: value} the stages read as learner.constants
+             | (CompILE's prior rate), or None
 runs         | runs(cfg) -> independent runs kept by training likelihood (TACO's restarts), or None
 shapes       | shapes(params, policy_cfg, config) -> {name: shape} of those extra parameters in a
              | saved model (ValueError naming the problem), or None
@@ -58,6 +60,19 @@ def _always(cfg, epoch):
 
 
 @dataclass(frozen=True)
+class Learner:
+    """What an algorithm's stages read from the trainer, and all they read: the config, the
+    model's shape, the parameters being trained (the trainer's own dict: a stage reads them, the
+    trainer's optimiser writes them) and the algorithm's constants of this training set."""
+
+    cfg: object                    # the TrainConfig
+    policy_cfg: object             # policy.PolicyConfig: sizes of the sub-policies' nets
+    params: dict                   # {name: array}: the sub-policies' and the algorithm's own
+    discrete: bool                 # discrete actions (ids) or continuous ones
+    constants: Mapping = field(default_factory=dict)   # Algorithm.constants(cfg, demos)
+
+
+@dataclass(frozen=True)
 class Stage:
     """One stage of training: one set of parameters, one objective, its own Adam and early
     stopping (spec/training.md §2-5).
@@ -65,14 +80,14 @@ class Stage:
     Field      | Meaning
     name       | the stage's name in the history, checkpoints and progress lines
     params     | prefixes of the parameters it trains ("act.", "stop.", "ctc.", ...)
-    loss       | loss(job, batch, rng, epoch, train) -> (loss summed over the batch, grads)
+    loss       | loss(learner, batch, rng, epoch, train) -> (loss summed over the batch, grads)
     lr         | lr(cfg) -> Adam's learning rate
     epochs     | epochs(cfg) -> the most epochs it runs
     candidate  | candidate(cfg, epoch) -> whether 0-based epoch takes part in choosing the kept
                | epoch; the others hand their last parameters on (a warm-up, tempered epochs)
     policy     | the sub-policies' stage: lr_decay's schedule, L2 on the nets, the parameter
                | average (ema) and the choice by rollouts (select) apply to it
-    sets       | sets(job, train_set, held_out) -> the (training, held-out) sets it uses, or
+    sets       | sets(learner, train_set, held_out) -> the (training, held-out) sets it uses, or
                | None: the run's own
     """
 
@@ -95,6 +110,7 @@ class Algorithm:
     stages: Callable
     section: Optional[type] = None
     init: Optional[Callable] = None
+    constants: Optional[Callable] = None
     runs: Optional[Callable] = None
     shapes: Optional[Callable] = None
     align: Optional[Callable] = None

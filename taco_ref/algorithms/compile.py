@@ -280,29 +280,33 @@ def decode(params, batch, discrete, n_actions):
     return np.where(t[None, :] < batch.traj_len[:, None], positions, -1)
 
 
-def _init(job, demos, rng):
-    """The boundary net ("cmp."), drawn after the sub-policies; and the prior's rate. Its
-    boundary net reads state vectors: image states are refused (no convolutional core of its
-    own is defined for it)."""
-    cfg = job.cfg
+def _init(learner, demos, rng):
+    """The boundary net ("cmp."), drawn after the sub-policies. It reads state vectors: image
+    states are refused (no convolutional core of its own is defined for it)."""
+    cfg = learner.cfg
     if demos.image_shape is not None:
         raise ValueError(f"algo compile: its boundary net reads state vectors, these states are images "
                          f"{list(demos.image_shape)}; train taco, gtbc, ctcbc-mlp or ctcbc-gru on them")
-    job.compile_rate = cfg.compile_prior_rate or float(np.mean(demos.traj_len / demos.sketch_len))
-    sizes = [demos.states.shape[2] + job.policy_cfg.action_dim] + list(cfg.compile_hidden) + [len(demos.vocab)]
+    sizes = [demos.states.shape[2] + learner.policy_cfg.action_dim] + list(cfg.compile_hidden) + [len(demos.vocab)]
     params = {}
     for i, (W, b) in enumerate(nn.mlp_init(rng, sizes)):
         params[f"{PREFIX}W{i}"], params[f"{PREFIX}b{i}"] = W, b
     return params
 
 
-def _loss(job, batch, rng, epoch, train):
-    cfg = job.cfg
+def _constants(cfg, demos):
+    """The Poisson prior's rate (spec/compile.md): compile_prior_rate, or the training set's
+    mean steps per sub-task."""
+    return {"rate": cfg.compile_prior_rate or float(np.mean(demos.traj_len / demos.sketch_len))}
+
+
+def _loss(learner, batch, rng, epoch, train):
+    cfg = learner.cfg
     dropout = stop_dropout(cfg, rng, epoch, train)
     noise = None
     if train and rng is not None:
         noise = rng.gumbel(size=(max(batch.sketch.shape[1] - 1, 0),) + batch.states.shape[:2])
-    return loss(job.params, job.policy_cfg, batch, job.discrete, job.compile_rate, cfg.compile_beta,
+    return loss(learner.params, learner.policy_cfg, batch, learner.discrete, learner.constants["rate"], cfg.compile_beta,
                 cfg.compile_temperature, noise, dropout)
 
 
@@ -337,4 +341,4 @@ POLICY = Stage("policy", SUB_POLICIES + (PREFIX,), _loss)
 
 register(Algorithm(
     name="compile", label="CompILE", section=CompileConfig, stages=lambda cfg: (POLICY,), init=_init,
-    shapes=_shapes, align=_align, extra_alignments=("boundaries",), order=4, demo_order=4))
+    constants=_constants, shapes=_shapes, align=_align, extra_alignments=("boundaries",), order=4, demo_order=4))

@@ -54,12 +54,12 @@ class CtcConfig:
                              f"{align.DECODER_NAMES[-1]}, got {self.ctc_decoder!r}")
 
 
-def _init(job, demos, rng):
+def _init(learner, demos, rng):
     """The classifier's parameters ("ctc."), drawn after the sub-policies'; with image states
     also its own convolutional core ("ctc.core.", of the sub-policies' core's shape; spec/policy.md
     §10), drawn in float64 and rounded to ctc_core_dtype."""
-    cfg = job.cfg
-    input_dim = job.policy_cfg.feature_dim + job.policy_cfg.action_dim
+    cfg = learner.cfg
+    input_dim = learner.policy_cfg.feature_dim + learner.policy_cfg.action_dim
     params = objectives.init_ctc_params(rng, cfg.ctc_kind, input_dim, cfg.ctc_hidden, len(demos.vocab))
     if demos.image_shape is not None:
         for i, (W, b) in enumerate(nn.conv_init(rng, demos.image_shape[2], cfg.conv_channels, cfg.conv_kernels)):
@@ -68,40 +68,40 @@ def _init(job, demos, rng):
     return params
 
 
-def _ctc_loss(job, batch, rng, epoch, train):
-    return objectives.ctc(job.params, job.cfg.ctc_kind, batch, job.discrete, job.policy_cfg.action_dim,
-                          image_cfg=job.policy_cfg)
+def _ctc_loss(learner, batch, rng, epoch, train):
+    return objectives.ctc(learner.params, learner.cfg.ctc_kind, batch, learner.discrete, learner.policy_cfg.action_dim,
+                          image_cfg=learner.policy_cfg)
 
 
-def _policy_loss(job, batch, rng, epoch, train):
-    cfg, p = job.cfg, job.params
+def _policy_loss(learner, batch, rng, epoch, train):
+    cfg, p = learner.cfg, learner.params
     dropout = stop_dropout(cfg, rng, epoch, train)
     if cfg.ctc_weighting == "argmax":              # the classifier's labels, set by _sets
-        return objectives.bc(p, job.policy_cfg, batch, batch.labels, cfg.terminal_stop, stop_dropout=dropout)
-    _, weights = objectives.ctc_alignment(p, cfg.ctc_kind, batch, job.discrete, job.policy_cfg.action_dim,
-                                          cfg.ctc_decoder, image_cfg=job.policy_cfg)
+        return objectives.bc(p, learner.policy_cfg, batch, batch.labels, cfg.terminal_stop, stop_dropout=dropout)
+    _, weights = objectives.ctc_alignment(p, cfg.ctc_kind, batch, learner.discrete, learner.policy_cfg.action_dim,
+                                          cfg.ctc_decoder, image_cfg=learner.policy_cfg)
     targets = objectives.ctc_soft_targets(weights, batch.sketch_len)
-    return objectives.soft_bc(p, job.policy_cfg, batch, weights, targets, stop_dropout=dropout)
+    return objectives.soft_bc(p, learner.policy_cfg, batch, weights, targets, stop_dropout=dropout)
 
 
-def _relabel(job, demos, batch_size=64):
+def _relabel(learner, demos, batch_size=64):
     labels = np.full_like(demos.labels, -1)                              # (N, T)
     for idx in data.batch_indices(demos.n, data.pass_batch_size(demos, batch_size)):
         batch = demos.subset(idx)
-        path, _ = objectives.ctc_alignment(job.params, job.cfg.ctc_kind, batch, job.discrete,
-                                           job.policy_cfg.action_dim, job.cfg.ctc_decoder,
-                                           image_cfg=job.policy_cfg)
+        path, _ = objectives.ctc_alignment(learner.params, learner.cfg.ctc_kind, batch, learner.discrete,
+                                           learner.policy_cfg.action_dim, learner.cfg.ctc_decoder,
+                                           image_cfg=learner.policy_cfg)
         labels[idx, :path.shape[1]] = np.where(
             np.arange(path.shape[1])[None, :] < batch.traj_len[:, None], path, -1)
     return replace(demos, labels=labels)
 
 
-def _sets(job, train_set, held_out):
+def _sets(learner, train_set, held_out):
     """With argmax weighting, the policy stage trains and stops on the same demonstrations
     relabelled once with the frozen classifier's alignment (the classifier does not change in
     that stage, so aligning every batch of every epoch again would give the same labels)."""
-    if job.cfg.ctc_weighting == "argmax":
-        return _relabel(job, train_set), _relabel(job, held_out)
+    if learner.cfg.ctc_weighting == "argmax":
+        return _relabel(learner, train_set), _relabel(learner, held_out)
     return train_set, held_out
 
 

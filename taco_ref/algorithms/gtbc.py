@@ -9,9 +9,9 @@ from taco_ref import objectives
 from taco_ref.algorithms import SUB_POLICIES, Algorithm, Stage, register, stop_dropout
 
 
-def _loss(job, batch, rng, epoch, train):
-    return objectives.bc(job.params, job.policy_cfg, batch, batch.labels, job.cfg.terminal_stop,
-                         stop_dropout=stop_dropout(job.cfg, rng, epoch, train))
+def _loss(learner, batch, rng, epoch, train):
+    return objectives.bc(learner.params, learner.policy_cfg, batch, batch.labels, learner.cfg.terminal_stop,
+                         stop_dropout=stop_dropout(learner.cfg, rng, epoch, train))
 
 
 WARMUP = Stage("warmup", SUB_POLICIES, _loss, epochs=lambda cfg: cfg.warmup_epochs,

@@ -64,19 +64,19 @@ def temperature(cfg, epoch):
     return 1.0 + (cfg.temperature - 1.0) * max(0.0, 1.0 - epoch / cfg.temperature_epochs)
 
 
-def _warmup_loss(job, batch, rng, epoch, train):
+def _warmup_loss(learner, batch, rng, epoch, train):
     labels = objectives.even_split_labels(batch.traj_len, batch.sketch_len, batch.states.shape[1])
-    return objectives.bc(job.params, job.policy_cfg, batch, labels, job.cfg.terminal_stop,
-                         stop_dropout=stop_dropout(job.cfg, rng, epoch, train))
+    return objectives.bc(learner.params, learner.policy_cfg, batch, labels, learner.cfg.terminal_stop,
+                         stop_dropout=stop_dropout(learner.cfg, rng, epoch, train))
 
 
-def _taco_loss(job, batch, rng, epoch, train):
-    if train and job.cfg.taco_targets == "viterbi":
-        return objectives.taco_viterbi(job.params, job.policy_cfg, batch, job.cfg.terminal_stop,
-                                       stop_dropout=stop_dropout(job.cfg, rng, epoch, train))
-    temp = temperature(job.cfg, epoch) if train else 1.0
-    return objectives.taco(job.params, job.policy_cfg, batch, job.cfg.terminal_stop, temperature=temp,
-                           stop_dropout=stop_dropout(job.cfg, rng, epoch, train))
+def _taco_loss(learner, batch, rng, epoch, train):
+    if train and learner.cfg.taco_targets == "viterbi":
+        return objectives.taco_viterbi(learner.params, learner.policy_cfg, batch, learner.cfg.terminal_stop,
+                                       stop_dropout=stop_dropout(learner.cfg, rng, epoch, train))
+    temp = temperature(learner.cfg, epoch) if train else 1.0
+    return objectives.taco(learner.params, learner.policy_cfg, batch, learner.cfg.terminal_stop, temperature=temp,
+                           stop_dropout=stop_dropout(learner.cfg, rng, epoch, train))
 
 
 WARMUP = Stage("warmup", SUB_POLICIES, _warmup_loss, epochs=lambda cfg: cfg.warmup_epochs,
