@@ -1,6 +1,4 @@
-"""Shared test set-up: hypothesis profiles chosen by HYPOTHESIS_PROFILE (dev, ci, intense), and
-the scripts of bench/ loaded as modules."""
-import importlib.util
+"""Shared test set-up: hypothesis profiles chosen by HYPOTHESIS_PROFILE (dev, ci, intense)."""
 import os
 
 import pytest
@@ -17,20 +15,6 @@ settings.register_profile("ci", max_examples=100, deadline=None, derandomize=Tru
 settings.register_profile("intense", max_examples=2000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
-
-
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
-
-
-@pytest.fixture(scope="session")
-def bench_script():
-    """load(name) -> bench/<name>.py as a module (bench/ holds scripts, not a package)."""
-    def load(name):
-        spec = importlib.util.spec_from_file_location(name, os.path.join(BENCH, f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    return load
 
 
 @pytest.fixture(scope="session")

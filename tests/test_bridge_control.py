@@ -384,16 +384,6 @@ def test_a_press_registered_while_lifting_belongs_to_the_run_before():
         dial.observation_from_joints = real
 
 
-def load_bench(name):
-    import importlib.util
-    import os
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", f"{name}.py")
-    spec = importlib.util.spec_from_file_location(name, path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
-
-
 @pytest.mark.slow
 def test_targeted_preemptions_never_end_in_a_false_error():
     """The hardest case of taco_bridge/offline.py --preempt (the new sketch one control step
@@ -421,12 +411,12 @@ def test_a_finger_within_reach_needs_several_steps_to_press(tmp_path, capsys):
     demonstrations and in the shipped model's rollouts, a finger that comes within reach of a
     key takes several control steps to press it, so a new run's sub-policy can turn away;
     the fingertip is under the key's top at the pressing step. With reach set far too small,
-    the bench sees presses begin from out of reach, so the figure can fail."""
+    the analysis sees presses begin from out of reach, so the figure can fail."""
     import json
-    bench = load_bench("dial_approach_heights")
+    from taco_app.analysis import dial_approach_heights as heights
     out = tmp_path / "heights.json"
-    bench.main(["--demos", "8", "--n-tasks", "2", "--model", taco_sim.get("dial").models["default"],
-                "--out", str(out)])
+    heights.main(["--demos", "8", "--n-tasks", "2", "--model", taco_sim.get("dial").models["default"],
+                  "--out", str(out)])
     capsys.readouterr()
     figures = json.loads(out.read_text())["sources"]
     assert len(figures) == 2
@@ -436,7 +426,7 @@ def test_a_finger_within_reach_needs_several_steps_to_press(tmp_path, capsys):
     real = keypad.REACH_HEIGHT
     keypad.REACH_HEIGHT = 0.005
     try:
-        assert bench.summary(bench.demo_approaches(bench.timing.instrumented_demos(2, 1)))[
+        assert heights.summary(heights.demo_approaches(heights.timing.instrumented_demos(2, 1)))[
             "steps_in_reach"]["min"] <= 2
     finally:
         keypad.REACH_HEIGHT = real

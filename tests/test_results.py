@@ -19,6 +19,7 @@ import shutil
 import pytest
 
 from taco_app import cells as cells_mod, cli, engine, experiment, grids, report
+from taco_app.analysis import craft_realisability, dial_stop_timing
 from taco_ref import evaluate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -285,17 +286,16 @@ def _numbers(line):
     return re.findall(r"-?\d+(?:\.\d+)?", line.replace("\u2212", "-"))
 
 
-def test_dial_stop_timing_figures_are_the_committed_outputs(bench_script):
-    """results/dial, "Why the STOP fires a step early": bench/dial_stop_timing.py's tables,
+def test_dial_stop_timing_figures_are_the_committed_outputs():
+    """results/dial, "Why the STOP fires a step early": taco_app/analysis/dial_stop_timing.py's tables,
     regenerated from the committed figures (stop-timing/*.json), are the committed
     stop-timing/*.md, and every row of the README's tables in that section carries the figures
     of one generated row (its numbers appear, in order, among that row's)."""
-    bench = bench_script("dial_stop_timing")
     folder = os.path.join(ROOT, "results", "dial", "stop-timing")
     generated = []
     for name in sorted(f for f in os.listdir(folder) if f.endswith(".json")):
         with open(os.path.join(folder, name), encoding="utf-8") as f:
-            text = bench.tables(json.load(f))
+            text = dial_stop_timing.tables(json.load(f))
         with open(os.path.join(folder, name[:-5] + ".md"), encoding="utf-8") as f:
             assert f.read().strip() == text.strip(), name
         generated += [_numbers(line) for line in text.splitlines() if line.startswith("| ")]
@@ -350,19 +350,18 @@ def test_image_stop_hold_figures_are_the_committed_outputs():
     assert f"+{100 * d:.0f} points (paired on the PINs, [+{100 * lo:.1f}, +{100 * hi:.1f}])" in text
 
 
-def test_craft_realisability_figures_are_the_committed_outputs(bench_script):
-    """results/craft/realisability: bench/craft_realisability.py's tables, regenerated from the
+def test_craft_realisability_figures_are_the_committed_outputs():
+    """results/craft/realisability: taco_app/analysis/craft_realisability.py's tables, regenerated from the
     committed JSON, are the committed markdown; spec/craft.md §10's table carries its rows; the
     feature expert's clones imitate better than the planner's at every L2."""
-    bench = bench_script("craft_realisability")
     folder = os.path.join(ROOT, "results", "craft", "realisability")
     with open(os.path.join(folder, "realisability.json"), encoding="utf-8") as f:
         figures = json.load(f)
-    text = bench.tables(figures)
+    text = craft_realisability.tables(figures)
     with open(os.path.join(folder, "realisability.md"), encoding="utf-8") as f:
         assert f.read().strip() == text.strip()
     held = {(r["expert"], r["l2"]): r["held_out"] for r in figures["runs"]}
-    for l2 in bench.L2S:
+    for l2 in craft_realisability.L2S:
         assert held[("features", l2)] > held[("planner", l2)]
     spec = open(os.path.join(ROOT, "spec", "craft.md"), encoding="utf-8").read().split("**Realisability**")[1]
     for r in figures["runs"]:

@@ -16,7 +16,7 @@ step l + 1):
              sub-policy explains the frame's action (positive: the new one);
   STOP       P(STOP | s_t) of step l's sub-policy at t = b and b + 1.
 
-    python bench/annotate_lag.py [--n 120] [--epochs 20] [--seed 0] --out OUT.json
+    python -m taco_app.analysis.annotate_lag [--n 120] [--epochs 20] [--seed 0] --out OUT.json
 
 Prints the tables (markdown); OUT.json holds every figure.
 """
@@ -26,16 +26,12 @@ import io
 import json
 import os
 import sys
-from pathlib import Path
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "sim"))
 import taco_sim  # noqa: E402
 from taco_app import config as config_mod  # noqa: E402
 from taco_ref import annotate, evaluate, train  # noqa: E402
@@ -106,7 +102,8 @@ def table(figures):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m taco_app.analysis.annotate_lag",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=120, help="demonstrations (default 120)")
     ap.add_argument("--epochs", type=int, default=20, help="training epochs (default 20)")
     ap.add_argument("--seed", type=int, default=0, help="training seed")

@@ -8,8 +8,8 @@ fixed budget (EPOCHS epochs, no early stop), at craft.yaml's L2 penalty and at a
 action accuracy on the held-out set and on the training set. For the feature expert's clones,
 accuracy by the rule of feature_plan that decided each held-out step.
 
-    python bench/craft_realisability.py --out results/craft/realisability [--workers 2]
-    python bench/craft_realisability.py --out results/craft/realisability --epochs 150 --patience 20 --l2 1e-4
+    python -m taco_app.analysis.craft_realisability --out results/craft/realisability [--workers 2]
+    python -m taco_app.analysis.craft_realisability --out results/craft/realisability --epochs 150 --patience 20 --l2 1e-4
 
 Writes OUT/realisability.json (every figure) and OUT/realisability.md (the tables, which
 tables() rebuilds from the JSON); with another budget than the default (--epochs, --patience),
@@ -27,12 +27,10 @@ from dataclasses import asdict
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-import taco_sim  # noqa: E402
-from taco_app import config as config_mod  # noqa: E402
-from taco_ref import data, evaluate, files, model as model_mod, policy, train  # noqa: E402
-from taco_sim.craft import expert as ex, world as cw  # noqa: E402
+import taco_sim
+from taco_app import config as config_mod
+from taco_ref import data, evaluate, files, model as model_mod, policy, train
+from taco_sim.craft import expert as ex, world as cw
 
 EXPERTS = ("features", "planner")
 N_TRAIN, TRAIN_SEED, N_HELD, HELD_SEED = 3000, 0, 500, 99
@@ -152,7 +150,8 @@ def tables(figures):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m taco_app.analysis.craft_realisability",
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="folder for realisability.json/.md and runs/")
     ap.add_argument("--workers", type=int, default=1, help="clones trained at once (processes)")
     ap.add_argument("--epochs", type=int, default=EPOCHS, help="epochs of every clone")
@@ -175,7 +174,8 @@ def main(argv=None):
     text = tables(figures)
     files.write_bytes(os.path.join(args.out, f"{stem}.md"), text.encode())
     print(text)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

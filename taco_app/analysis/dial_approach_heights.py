@@ -7,7 +7,7 @@ sub-policy needs to turn away.
 
 Two sources, neither the test PINs:
 
-  demonstrations  fresh expert demonstrations with DART noise (bench/dial_stop_timing.py's
+  demonstrations  fresh expert demonstrations with DART noise (dial_stop_timing's
                   instrumented_demos, its seed): the pressing step is the last acting step of
                   each segment (the keypad counts the key during it).
   rollouts        each --model executed on validation PINs (evaluate.validation_rollouts'
@@ -19,7 +19,7 @@ pressed key's top and its horizontal distance from the key's centre (percentiles
 presses already within reach, and per press the number of steps it spent within reach before
 pressing (the steps a new run's sub-policy would have to turn away).
 
-    python bench/dial_approach_heights.py [--model DIR ...] [--demos 100] [--n-tasks 50] --out OUT.json
+    python -m taco_app.analysis.dial_approach_heights [--model DIR ...] [--demos 100] [--n-tasks 50] --out OUT.json
 
 Prints the tables (markdown); OUT.json holds every figure.
 """
@@ -27,21 +27,15 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "sim"))
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "ros2_ws" / "src" / "taco_bridge"))
-import dial_stop_timing as timing  # noqa: E402
 from taco_bridge import keypad  # noqa: E402
 from taco_ref import evaluate, model as model_mod  # noqa: E402
+from taco_app.analysis import dial_stop_timing as timing  # noqa: E402
 
 BEFORE = 10
 """Steps before the pressing step reported (k = 0 .. BEFORE)."""
@@ -126,7 +120,8 @@ def table(name, s, dt):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m taco_app.analysis.dial_approach_heights",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", action="append", default=[], help="a Dial model directory (repeatable)")
     ap.add_argument("--demos", type=int, default=100, help="instrumented demonstrations (default 100)")
     ap.add_argument("--n-tasks", type=int, default=50, help="validation PINs per model (default 50)")

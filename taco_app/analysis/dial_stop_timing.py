@@ -21,7 +21,7 @@ Three measurements, none on the test PINs:
                   Viterbi alignment (label-free: the first step whose P(STOP) clears it should
                   be the first step the alignment gives the next sub-task).
 
-    python bench/dial_stop_timing.py --model RUN/model [--model RUN2/model] --out OUT.json
+    python -m taco_app.analysis.dial_stop_timing --model RUN/model [--model RUN2/model] --out OUT.json
 
 Prints the tables (markdown) and writes every figure to OUT.json.
 """
@@ -29,15 +29,12 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim"))
 import taco_sim  # noqa: E402
 from taco_ref import align, data, evaluate, model as model_mod, policy  # noqa: E402
 from taco_sim.dial import env as dial_env, expert  # noqa: E402
@@ -278,7 +275,8 @@ def tables(figures):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m taco_app.analysis.dial_stop_timing",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, action="append", help="a Dial model directory (repeatable)")
     ap.add_argument("--demos", type=int, default=100, help="instrumented demonstrations (default 100)")
     ap.add_argument("--heldout", default=None,
