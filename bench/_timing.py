@@ -1,10 +1,33 @@
-"""Shared by the benchmarks: interleaved timing, the machine's GEMM limit and a line on numpy's
-BLAS threads."""
+"""Shared by the benchmarks: the first step of each (`preamble`: BLAS threads and sys.path),
+interleaved timing, the machine's GEMM limit and a line on numpy's BLAS threads.
+
+A bench imports this module before numpy and calls preamble() first: numpy's BLAS fixes its
+thread count when numpy is imported, so this module imports numpy only inside the functions
+that need it."""
 import gc
 import os
+import sys
 import time
 
-import numpy as np
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""The source tree bench/ sits in."""
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+"""The environment variables that set BLAS's and OpenMP's thread counts."""
+
+
+def preamble(threads=1, keep=False, sim=False):
+    """A bench's first step, before numpy (or torch) is imported: BLAS and OpenMP get `threads`
+    threads (keep: only where the environment sets no count, which then wins), and the source
+    tree comes first on sys.path (sim: its sim/ folder before it), so that a bench measures the
+    checkout it sits in."""
+    for var in THREAD_VARIABLES:
+        if keep:
+            os.environ.setdefault(var, str(threads))
+        else:
+            os.environ[var] = str(threads)
+    sys.path.insert(0, ROOT)
+    if sim:
+        sys.path.insert(0, os.path.join(ROOT, "sim"))
 
 
 def import_torch(threads):
@@ -41,13 +64,13 @@ def cpu_model():
 
 def numpy_blas_parts():
     """numpy's BLAS and the thread variables, as parts of a setup line."""
+    import numpy as np
     try:
         blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
         parts = [f"numpy BLAS {blas.get('name')} {blas.get('version')}"]
     except Exception:  # older numpy: no dict mode
         parts = ["numpy BLAS unknown"]
-    parts.append(" ".join(f"{v}={os.environ.get(v)}" for v in
-                          ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")))
+    parts.append(" ".join(f"{v}={os.environ.get(v)}" for v in THREAD_VARIABLES))
     return parts
 
 
@@ -60,6 +83,7 @@ def interleaved_medians(fns, repeats, warmup=1):
     timing, as in timeit. CPU time does not count time spent descheduled, so on a busy
     machine it is the steadier of the two figures (the targets use wall time).
     """
+    import numpy as np
     wall, cpu = interleaved_times(fns, repeats, warmup)
     return [float(np.median(t)) for t in wall], [float(np.median(t)) for t in cpu]
 
@@ -67,6 +91,7 @@ def interleaved_medians(fns, repeats, warmup=1):
 def interleaved_times(fns, repeats, warmup=1):
     """Every call's wall and process CPU time (s) of :func:`interleaved_medians`: two lists
     (one per fn) of `repeats` times each."""
+    import numpy as np
     for _ in range(warmup):
         for fn in fns:
             fn()
@@ -93,6 +118,7 @@ GEMM_N = 2000
 
 def gemm_probe(dtype, n=GEMM_N):
     """(call, flop): one np.matmul of two (n, n) matrices of dtype, the GEMM-limit probe."""
+    import numpy as np
     rng = np.random.default_rng(1)
     a, b = (rng.standard_normal((n, n)).astype(dtype) for _ in range(2))
     return (lambda: a @ b), 2 * n ** 3

@@ -22,23 +22,21 @@ Usage::
 The exit code is 0 whether or not the targets are met; the last line says which.
 """
 import os
-
-# Single-threaded BLAS/OpenMP: must be set before numpy (or torch) is imported.
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
-
-import argparse
-import json
-import platform
 import sys
-import time
-from pathlib import Path
 
-import autograd.numpy as anp
-import numpy as np
-from autograd import grad
+import _timing
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+_timing.preamble(1, keep=True)   # single-threaded BLAS/OpenMP unless the environment says otherwise
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import autograd.numpy as anp  # noqa: E402
+import numpy as np  # noqa: E402
+from autograd import grad  # noqa: E402
 
 from taco_ref import align  # noqa: E402
 from _timing import import_torch, interleaved_medians, numpy_blas_parts  # noqa: E402

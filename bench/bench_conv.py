@@ -36,9 +36,10 @@ The exit code is 0 whether or not the targets are met; the last line says which.
 import os
 import sys
 
+import _timing
+
 THREADS = 1
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = str(THREADS)
+_timing.preamble(THREADS)
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -47,8 +48,6 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from taco_ref import nn  # noqa: E402
 from _timing import (GEMM_N, cpu_model, gemm_limit, import_torch, interleaved_medians,  # noqa: E402

@@ -29,10 +29,10 @@ import sys
 import tempfile
 import time
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = "1"      # before numpy loads: the same BLAS threads as the engine's workers
+import _timing
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_timing.preamble(1)      # before numpy loads: the same BLAS threads as the engine's workers
+
 from _timing import numpy_blas_parts  # noqa: E402
 
 from taco_app import cells, engine, experiment  # noqa: E402

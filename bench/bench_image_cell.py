@@ -48,8 +48,9 @@ BLAS and OpenMP run with 1 thread, as the `taco` command runs them.
 import os
 import sys
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = "1"
+import _timing
+
+_timing.preamble(1, sim=True)
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -58,9 +59,6 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim"))
 
 import taco_sim  # noqa: E402
 from taco_ref import data, evaluate, files, train  # noqa: E402

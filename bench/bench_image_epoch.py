@@ -44,8 +44,9 @@ MUJOCO_GL=egl or osmesa); 112 x 112 is that set scaled to the paper's size
 import os
 import sys
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = "1"
+import _timing
+
+_timing.preamble(1)
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -53,8 +54,6 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from taco_ref import align, data, files, nn, optim, policy, train  # noqa: E402
 from taco_ref.nn import layers as nn_layers  # noqa: E402

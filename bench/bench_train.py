@@ -71,6 +71,8 @@ The exit code is 0 whether or not the targets are met; the last line says which.
 import os
 import sys
 
+import _timing
+
 
 def _worker_threads(argv):
     """The thread count of this process: --worker-threads N (set by the parent), else 1."""
@@ -81,8 +83,7 @@ def _worker_threads(argv):
 
 # Same thread count for numpy's BLAS and torch: must be set before numpy (or torch) is imported.
 THREADS = _worker_threads(sys.argv)
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = str(THREADS)
+_timing.preamble(THREADS)
 
 import argparse  # noqa: E402
 import cProfile  # noqa: E402
@@ -96,8 +97,6 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from taco_ref import align, data, nn, objectives, optim, policy, train  # noqa: E402
 from _timing import (GEMM_N, cpu_model, gemm_limit, gemm_probe, import_torch,  # noqa: E402
