@@ -52,7 +52,7 @@ import numpy as np
 from taco_ref import algorithms, evaluate
 from taco_app.cells import load_cells, load_results
 from taco_app import grids as grids_mod
-from taco_app import stats
+from taco_app import paper, stats
 
 MARGIN = 5.0
 """Points within which "approaches" and "the paper's figure" count as met."""
@@ -139,11 +139,11 @@ figure is an upper bound."""
 
 def _alignment_claims(domain, size, ctc_grid):
     """The paper's alignment figures (its Sec. 5 table; the appendix B table where it differs),
-    from each algorithm's declaration (Algorithm.paper): TACO's and GT-BC's from the headline
+    (taco_app.paper): TACO's and GT-BC's from the headline
     grid, CTC-BC's from ctc_grid."""
     out = []
     for algo in ("taco", "gtbc", "ctcbc-mlp", "ctcbc-gru"):
-        main, appendix = algorithms.get(algo).paper[domain if domain != "dial-image-small" else "dial-image"]
+        main, appendix = paper.ALIGNMENT[algo][domain if domain != "dial-image-small" else "dial-image"]
         tables = (("table 1", main),) if main == appendix else (("table 1", main), ("appendix B", appendix))
         side = CTC_SIDE.get((domain, algo), "at most") if algo.startswith("ctcbc") else "at least"
         grid = ctc_grid if algo.startswith("ctcbc") else HEADLINE[domain]

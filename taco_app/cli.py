@@ -39,7 +39,7 @@ from taco_sim.domain import (MAX_COLLECT, MAX_DART_SIGMA, MAX_SKETCH_LEN, MAX_WO
 from taco_ref import algorithms, data, evaluate, model as model_mod, runner, train  # noqa: E402
 from taco_ref.config import PROTOCOLS  # noqa: E402
 from taco_ref import files as files_mod  # noqa: E402
-from taco_app import cells as cells_mod, cellkeys, config as config_mod, costs, engine, grids, report, stats  # noqa: E402
+from taco_app import cells as cells_mod, cellkeys, config as config_mod, costs, engine, grids, paper, report, stats  # noqa: E402
 
 
 def _progress(label):
@@ -275,7 +275,7 @@ def cmd_demo(args):
     dom = taco_sim.get(args.domain)
     config = config_mod.settings(args.domain, None, args.set)
     out = demo_out(args.out)
-    longest_first = sorted(set(args.algos), key=lambda a: algorithms.get(a).demo_order)
+    longest_first = sorted(set(args.algos), key=lambda a: DEMO_ORDER.index(a) if a in DEMO_ORDER else len(DEMO_ORDER))
     cells = [dict(domain=args.domain, algo=a, size=args.n, seed=args.seed,
                   train_sketch_len=dom.train_sketch_len, n_tasks=args.n_tasks, n_align=100,
                   config=config, expert=dom.default_expert)
@@ -384,7 +384,7 @@ def experiment_runs(args):
         raise ValueError("--out: give the results directory of the grid (e.g. --out grid)")
     for name, default in EXPERIMENT_DEFAULTS.items():
         if getattr(args, name) is None:
-            setattr(args, name, list(algorithms.in_paper()) if name == "algos" else default)
+            setattr(args, name, list(paper.in_paper()) if name == "algos" else default)
     return [grids.run_of(args)], args.out
 
 
@@ -791,6 +791,8 @@ def _add_demo(sub):
 
 
 DEMO_ALGOS = ("taco", "gtbc", "ctcbc-mlp")
+DEMO_ORDER = ("ctcbc-gru", "taco", "ctcbc-mlp", "gtbc", "compile")
+"""The order `taco demo` starts its cells in: the longest first, so the workers stay busy."""
 """The demo's methods: TACO, the supervised GT-BC and the MLP CTC-BC (the bi-GRU's CTC-BC, also in
 the paper, costs twice the rest together: --algos adds it)."""
 
@@ -799,7 +801,7 @@ EXPERIMENT_DEFAULTS = {"sizes": [50, 200, 400, 1000], "seeds": [0, 1, 2, 3, 4], 
                        "n_tasks": 100, "n_align": 100, "expert": None, "test_lengths": None,
                        "config": None, "set": [], "protocol": None, "split": None, "tests": None}
 """`taco experiment`'s grid definition when an option is left out (algos None: the algorithms
-with paper figures, algorithms.in_paper()); --rerun takes all of it from the grid's manifest."""
+with paper figures, paper.in_paper()); --rerun takes all of it from the grid's manifest."""
 
 
 def _shown(name):
@@ -817,7 +819,7 @@ def _add_experiment(sub):
     p.add_argument("--seeds", type=non_negative, nargs="+", default=None,
                    help=f"seeds: each its own data, weights and test tasks (default: {_shown('seeds')})")
     p.add_argument("--algos", nargs="+", default=None, choices=algorithms.names(),
-                   help=f"default: the algorithms with figures in the paper ({' '.join(algorithms.in_paper())})")
+                   help=f"default: the algorithms with figures in the paper ({' '.join(paper.in_paper())})")
     p.add_argument("--n-tasks", type=tasks_count, default=None, help=f"test sketches each cell executes (default: {_shown('n_tasks')})")
     p.add_argument("--n-align", type=demos_count, default=None,
                    help=f"held-out demonstrations for alignment (default: {_shown('n_align')})")

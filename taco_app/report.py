@@ -8,18 +8,17 @@ import numpy as np
 
 import taco_sim
 from taco_ref import algorithms, align, evaluate, files
-from taco_app import plots, stats
+from taco_app import paper as paper_mod, plots, stats
 from taco_app.cells import load_failures, load_results
 
 ALGOS = algorithms.names()
 LABELS = {name: algorithms.label(name) for name in ALGOS}
 
 
-PAPER_ALIGNMENT = {domain: {name: algorithms.get(name).paper[domain] for name in ALGOS
-                              if domain in algorithms.get(name).paper}
-                   for domain in sorted({d for name in ALGOS for d in algorithms.get(name).paper})}
-"""Alignment accuracy (%) in the paper's tables, {domain: {algo: (Sec. 5, appendix B)}}, from
-each algorithm's declaration (taco_ref.algorithms)."""
+PAPER_ALIGNMENT = {domain: {name: figures[domain] for name, figures in paper_mod.ALIGNMENT.items() if domain in figures}
+                   for domain in sorted({d for figures in paper_mod.ALIGNMENT.values() for d in figures})}
+"""Alignment accuracy (%) in the paper's tables, {domain: {algo: (Sec. 5, appendix B)}}
+(taco_app.paper)."""
 
 
 def _mean_std(values):

@@ -27,9 +27,9 @@ align        | align(model, demos, decoders) -> {decoder: (B, T) sketch position
              | TACO lattice of the sub-policies (spec/align.md §7)
 extra_alignments | names of alignments ``align`` returns beyond the lattice decoders
 ctc_kind     | the CTC classifier it trains ("mlp", "gru") or None: stored in model files
-paper        | {domain: (Sec. 5 table, appendix B table)} alignment accuracy (%) in the paper
 order        | its place in tables and figures (the paper's four first, in the paper's order)
-demo_order   | its place in ``taco demo``'s order (longest cell first: the workers stay busy)
+
+What the paper reports of each method lives with the reports (taco_app.paper), not here.
 """
 import importlib
 import pkgutil
@@ -116,9 +116,7 @@ class Algorithm:
     align: Optional[Callable] = None
     extra_alignments: tuple = ()
     ctc_kind: Optional[str] = None
-    paper: Mapping = field(default_factory=dict)
     order: int = 100
-    demo_order: int = 100
 
     def __post_init__(self):
         if not self.name or not self.name.replace("-", "_").isidentifier():
@@ -156,12 +154,6 @@ def get(name):
     if name not in _REGISTRY:
         raise ValueError(f"algo must be one of {list(names())}, got {name!r}")
     return _REGISTRY[name]
-
-
-def in_paper():
-    """The names of the algorithms with figures in the paper (a non-empty ``paper``), in
-    names() order: the methods `taco experiment` and `taco demo` compare by default."""
-    return tuple(n for n in names() if _REGISTRY[n].paper)
 
 
 def label(name):

@@ -341,4 +341,4 @@ POLICY = Stage("policy", SUB_POLICIES + (PREFIX,), _loss)
 
 register(Algorithm(
     name="compile", label="CompILE", section=CompileConfig, stages=lambda cfg: (POLICY,), init=_init,
-    constants=_constants, shapes=_shapes, align=_align, extra_alignments=("boundaries",), order=4, demo_order=4))
+    constants=_constants, shapes=_shapes, align=_align, extra_alignments=("boundaries",), order=4))

@@ -159,14 +159,8 @@ def _stages(cfg):
     return (CTC, POLICY)
 
 
-for _kind, _name, _label, _paper, _order, _demo in (
-        ("mlp", "ctcbc-mlp", "CTC-BC (MLP)",
-         {"navworld": (89.0, 89.0), "craft": (41.4, 41.4), "dial": (90.1, 31.4),
-          "dial-image": (84.6, 84.6), "dial-image-small": (84.6, 84.6)}, 2, 2),
-        ("gru", "ctcbc-gru", "CTC-BC (GRU)",
-         {"navworld": (80.0, 80.0), "craft": (57.1, 57.1), "dial": (93.4, 28.6),
-          "dial-image": (48.8, 48.8), "dial-image-small": (48.8, 48.8)}, 3, 0)):
+for _kind, _name, _label, _order in (("mlp", "ctcbc-mlp", "CTC-BC (MLP)", 2), ("gru", "ctcbc-gru", "CTC-BC (GRU)", 3)):
     register(Algorithm(
         name=_name, label=_label, section=CtcConfig, stages=_stages, init=_init,
         shapes=lambda params, policy_cfg, config, kind=_kind: _shapes(params, policy_cfg, config, kind),
-        align=_align, ctc_kind=_kind, paper=_paper, order=_order, demo_order=_demo))
+        align=_align, ctc_kind=_kind, order=_order))

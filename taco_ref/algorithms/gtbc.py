@@ -26,7 +26,4 @@ def stages(cfg):
 
 
 register(Algorithm(
-    name="gtbc", label="GT-BC", stages=stages,
-    paper={"navworld": (94.6, 94.6), "craft": (99.4, 99.4), "dial": (97.3, 98.7),
-           "dial-image": (98.2, 98.2), "dial-image-small": (98.2, 98.2)},
-    order=1, demo_order=3))
+    name="gtbc", label="GT-BC", stages=stages, order=1))
