@@ -512,7 +512,7 @@ def cmd_annotate(args):
         args.dataset, out=args.out, sketches=args.sketches, model=args.model, decoder=args.decoder,
         in_place=args.in_place, state_keys=args.state_key, action_key=args.action_key, chunk=args.chunk,
         review=args.review, config=args.config, overrides=args.set, seed=args.seed, save_model=args.save_model,
-        report_html=args.report)
+        report_html=args.report, review_below=args.review_below)
     print(f"annotated {report['episodes']} episodes ({report['frames']} frames, {report['format']}) with "
           f"{report['model']} ({'trained on them' if report['trained'] else 'given'}), decoder {report['decoder']}, "
           f"in {report['seconds']:.1f} s; wrote {report['out']}")
@@ -931,6 +931,9 @@ def _add_annotate(sub):
     p.add_argument("--report", default=None, metavar="OUT.html",
                    help="also write a self-contained review page: per episode the posterior over sketch "
                         "positions against time, the boundaries, the confidence, frames at the boundaries")
+    p.add_argument("--review-below", type=probability, default=None, metavar="P",
+                   help="the review page lists first the episodes whose confidence is below P (at most "
+                        "--review of them, least confident first; default 0.95)")
     p.add_argument("--sketches-template", default=None, metavar="OUT.yaml",
                    help="write every task string of DATASET to OUT.yaml with a sketch to fill in (its own, "
                         "if the dataset is annotated) and stop; the file for --sketches")

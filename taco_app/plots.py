@@ -6,7 +6,9 @@ picture of the paper's figure 3b.
 rollout: one sketch executed by a model in a domain that renders (the Dial pad), as a contact
 sheet PNG (and optionally an animated GIF), each frame titled with the active sub-task; for a
 domain whose states are camera images (the image Dial) each frame shows, beside the scene, the
-picture the policy saw.
+picture the policy saw; for a domain with a keypad (the Dial's keys are a few pixels in the
+picture) each frame shows, beside it, the pad drawn large: the key pushed in now or pressed
+since the previous frame shown, the keys pressed before and the next key to press.
 """
 import numpy as np
 
@@ -49,6 +51,41 @@ def alignment(model, demos, index, path):
     plt.close(fig)
 
 
+PAD_COLOURS = {"now": "#ff7f0e", "counted": "#98df8a", "wrong": "#ff9896", "key": "#f4f4f4", "other": "#cfcfcf",
+               "target": "#1f77b4"}
+"""The keypad picture's colours: a key pushed in now or pressed since the previous frame shown,
+a key pressed before that counted (dialled the PIN), one that did not, any other key, the *
+and # keys, the outline of the next key to press."""
+
+
+def draw_keypad(ax, pad, since):
+    """The keypad state pad (a task env's keypad(): cols, labels, down, presses, target) on ax,
+    slot 0 at the top left as in the front camera's picture; presses after step since are new."""
+    from matplotlib.patches import Rectangle
+    cols = pad["cols"]
+    rows = -(-len(pad["labels"]) // cols)
+    last = {}                                    # slot -> (step, counted) of its latest press
+    for t, slot, counted in pad["presses"]:
+        last[slot] = (t, counted)
+    for slot, label in enumerate(pad["labels"]):
+        r, c = divmod(slot, cols)
+        pressed = last.get(slot)
+        if pad["down"][slot] or (pressed is not None and pressed[0] > since):
+            face, weight = PAD_COLOURS["now"], "bold"
+        elif pressed is not None:
+            face, weight = PAD_COLOURS["counted" if pressed[1] else "wrong"], "normal"
+        else:
+            face, weight = PAD_COLOURS["key" if label.isdigit() else "other"], "normal"
+        target = slot == pad["target"]
+        ax.add_patch(Rectangle((c + 0.07, r + 0.07), 0.86, 0.86, facecolor=face,
+                               edgecolor=PAD_COLOURS["target"] if target else "#555555", lw=2.2 if target else 0.6))
+        ax.text(c + 0.5, r + 0.52, label, ha="center", va="center", fontsize=10, weight=weight)
+    ax.set_xlim(0, cols)
+    ax.set_ylim(rows, 0)
+    ax.set_aspect("equal")
+    ax.axis("off")
+
+
 def rollout(model, env, sketch, seed, path, every=10, gif=None):
     """Execute sketch (sub-task ids) in env with model's sub-policies, rendering every step;
     writes a contact sheet of every `every`-th frame (and the last) to path, and every frame
@@ -59,8 +96,9 @@ def rollout(model, env, sketch, seed, path, every=10, gif=None):
 
     if every < 1:
         raise ValueError(f"every must be a positive number of steps, got {every}")
-    frames, captions = [], []
+    frames, captions, pads = [], [], []
     sees = getattr(env, "image", None)            # the policy's own input, when it is a picture
+    keypad = getattr(env, "keypad", None)         # a keypad too small to read in the picture
 
     def observe(env, active):
         frame = env.render()
@@ -71,24 +109,42 @@ def rollout(model, env, sketch, seed, path, every=10, gif=None):
             seen = seen[np.arange(H) * seen.shape[0] // H][:, np.arange(W) * seen.shape[1] // W]
             frame = np.concatenate([frame, np.full((H, 2, 3), 255, np.uint8), seen], axis=1)
         frames.append(frame)
+        if keypad is not None:
+            pads.append(keypad())
         name = model.vocab[sketch[active]] if active < len(sketch) else "-"
         captions.append(f"t={len(frames) - 1} {name} ({env.progress}/{len(sketch)})")
 
     out = evaluate.execute(model, env, list(sketch), seed, observer=observe)
     picks = sorted(set(range(0, len(frames), every)) | {len(frames) - 1})
-    cols = min(4 if sees is not None else 8, len(picks))
+    scene_w = 1.6 * frames[0].shape[1] / frames[0].shape[0]           # inches per panel
+    pad_w = 1.25 if keypad is not None else 0.0
+    cols = max(1, min(len(picks), int(13.5 // (scene_w + pad_w))))
     rows = -(-len(picks) // cols)
-    width = 1.6 * frames[0].shape[1] / frames[0].shape[0]
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, 1.75 * rows), squeeze=False)
-    for ax in axes.ravel():
-        ax.axis("off")
-    for ax, i in zip(axes.ravel(), picks):
+    panels = 2 if keypad is not None else 1
+    fig = plt.figure(figsize=((scene_w + pad_w) * cols, 1.95 * rows))
+    grid = fig.add_gridspec(rows, cols * panels, width_ratios=([scene_w, pad_w] if panels == 2 else [scene_w]) * cols)
+    for n, i in enumerate(picks):
+        r, c = divmod(n, cols)
+        ax = fig.add_subplot(grid[r, c * panels])
         ax.imshow(frames[i])
-        ax.set_title(captions[i], fontsize=6)
+        ax.axis("off")
+        if keypad is not None:
+            ax_pad = fig.add_subplot(grid[r, c * panels + 1])
+            since = picks[n - 1] if n else -1
+            draw_keypad(ax_pad, pads[i], since)
+            new = [pads[i]["labels"][s] for t, s, _ in pads[i]["presses"] if since < t <= i]
+            ax.set_title(captions[i] + (f"; pressed {' '.join(new)}" if new else ""), fontsize=8, loc="left")
+        else:
+            ax.set_title(captions[i], fontsize=7)
     names = " ".join(model.vocab[k] for k in sketch)
     seen = " (left: the scene; right: what the policy's camera sees)" if sees is not None else ""
-    fig.suptitle(f"{model.algo}: sketch {names} — {'done' if out['success'] else 'not done'} "
-                 f"after {out['steps']} steps{seen}", fontsize=9)
+    title = (f"{model.algo}: sketch {names} — {'done' if out['success'] else 'not done'} "
+             f"after {out['steps']} steps{seen}")
+    if keypad is not None:
+        title += ("\nbeside each frame, its keypad: orange = pressed since the previous frame shown (or pushed "
+                  "in now),\ngreen = pressed before, red = a press that did not dial the PIN, blue outline = the "
+                  "next key to press")
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

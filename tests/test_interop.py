@@ -435,6 +435,30 @@ def test_review_page_is_self_contained_and_holds_every_episode(work, tmp_path, c
     assert "--report" in capsys.readouterr().err
 
 
+def test_the_review_page_shows_the_agreement_the_command_prints_and_lists_below_its_threshold(work, tmp_path,
+                                                                                              capsys):
+    """The agreement with the dataset's own labels was printed on the terminal only; the page
+    now holds the same figure, and lists first only the episodes below --review-below, least
+    confident first (tests/test_review_page.py checks how the page draws both)."""
+    import re
+    page = tmp_path / "page.html"
+    assert cli.main(["annotate", str(work / _name("lerobot")), "--model", str(work / "run" / "model"),
+                     "--out", str(tmp_path / "o"), "--report", str(page), "--review-below", "0.999"]) == 0
+    printed = re.search(r"agreement with the labels already in the dataset: ([0-9.]+) % of frames",
+                        capsys.readouterr().out).group(1)
+    payload = json.loads(page.read_text().split('id="data">', 1)[1].split("</script>", 1)[0])
+    assert f"{100 * payload['agreement']['share']:.2f}" == printed
+    assert payload["agreement"]["frames"] == int(data.load(work / "nav.npz").traj_len.sum())
+    assert payload["threshold"] == 0.999 and payload["limit"] == interop.DEFAULT_REVIEW
+    listed = [e for e in payload["episodes"] if e["review"]]
+    assert [e["key"] for e in listed] == payload["review"]
+    conf = [e["confidence"] for e in listed]
+    assert conf == sorted(conf) and all(c < 0.999 or e["note"] for c, e in zip(conf, listed))
+    below = sorted(e["confidence"] for e in payload["table"] if e["confidence"] < 0.999)
+    assert payload["below"] == len(below) and [c for c, e in zip(conf, listed) if not e["note"]] == below[:20]
+    assert set(payload["colours"]) == {s for e in payload["episodes"] for s in e["sketch"]}
+
+
 @pytest.mark.slow
 def test_review_page_shows_a_lerobot_image_feature(work, tmp_path):
     """LeRobot "image" features (PNG bytes in the data files) are shown at the boundaries too."""

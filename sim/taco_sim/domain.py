@@ -24,6 +24,8 @@ failed               | the task can no longer succeed (a STOP or a press in the 
 budget(L)            | step budget for a sketch of length L
 subtask_budget       | steps after which a sub-policy is stopped by force (None: never)
 render(camera)       | (H, W, 3) uint8 picture; only when ``Domain.renders``
+keypad()             | optional: the state of a keypad too small to read in the picture (the Dial's,
+                     | DialTask.keypad), drawn beside each frame of a rollout's contact sheet
 
 Observations are state vectors (D,), or images (H, W, C) uint8 where ``Domain.state_shape``
 says so (the image Dial).

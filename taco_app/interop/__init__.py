@@ -346,14 +346,15 @@ def default_model_dir(out):
 def annotate_dataset(path, out=None, sketches=None, model=None, decoder=annotate_mod.DEFAULT_DECODER,
                      in_place=False, state_keys=None, action_key=None, chunk=DEFAULT_CHUNK,
                      review=DEFAULT_REVIEW, config=None, overrides=(), seed=None, save_model=None,
-                     log=sys.stderr, report_html=None):
+                     log=sys.stderr, report_html=None, review_below=None):
     """`taco annotate`: sub-task labels, posteriors and confidences for every episode of the
     dataset at path, written to a new dataset out (or into path with in_place).
 
     sketches: a YAML file (task string -> sub-task names) or None (the dataset's own annotation);
     model: a model directory, or None to train TACO on the dataset first (with config, overrides
     and seed as `taco train` takes them; saved in save_model, default default_model_dir(out)).
-    report_html: also write the review page there (taco_app.interop.review).
+    report_html: also write the review page there (taco_app.interop.review); review_below: the
+    confidence below which the page lists an episode first (None: review.REVIEW_BELOW).
     Returns the report printed by the command line (a dict)."""
     if in_place == (out is not None):
         raise InteropError("--out: give a new dataset to write, or --in-place to rewrite DATASET (not both)")
@@ -427,10 +428,14 @@ def annotate_dataset(path, out=None, sketches=None, model=None, decoder=annotate
         if recorder is not None:
             meta = {"dataset": os.path.abspath(path), "written to": os.path.abspath(path if in_place else out),
                     "model": os.path.abspath(model), "decoder": decoder, "episodes": len(labeller.confidence),
-                    "mean confidence": f"{np.mean(list(labeller.confidence.values())):.4f}"}
+                    "mean confidence": f"{np.mean(list(labeller.confidence.values())):.4f}",
+                    "lowest confidence": f"{min(labeller.confidence.values()):.4f}"}
             images = getattr(dataset, "frame_images", None)
-            page = review_mod.write_page(report_html, recorder, labeller.review(review), meta,
-                                         images=images if images is not None and dataset.has_images() else None)
+            page = review_mod.write_page(
+                report_html, recorder, labeller.review(review), meta,
+                images=images if images is not None and dataset.has_images() else None, vocab=loaded.vocab,
+                threshold=review_mod.REVIEW_BELOW if review_below is None else review_below, limit=review,
+                agreement=(labeller.agree, labeller.compared))
     finally:
         if hasattr(dataset, "close"):
             dataset.close()

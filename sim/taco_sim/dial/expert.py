@@ -45,8 +45,8 @@ from taco_ref.data import assemble, collected_on
 from taco_sim import sketch_array
 from taco_sim.domain import SketchProgress, check_collect_args, check_dart_sigma, collect_sketches
 from taco_sim.dial.disturb import PUSH_BODY, Episode
-from taco_sim.dial.env import (ACTION_DIM, FINGERS_CLOSED, HOME, K, PHYSICS_DT, SLOTS,
-                               STATE_DIM, SUBSAMPLE, TORQUE_LIMITS, VOCAB, DialEnv, check_layout,
+from taco_sim.dial.env import (ACTION_DIM, FINGERS_CLOSED, HOME, K, PHYSICS_DT, PRESS_DEPTH, SLOT_LABELS,
+                               SLOTS, STATE_DIM, SUBSAMPLE, TORQUE_LIMITS, VOCAB, DialEnv, check_layout,
                                kinematics, sample_layout)
 
 HOVER_HEIGHT = 0.07
@@ -267,6 +267,26 @@ class DialTask(SketchProgress):
     def render(self, camera="front"):
         """(H, W, 3) uint8 picture of the episode (DialEnv.render)."""
         return self.env.render(camera)
+
+    def keypad(self):
+        """The pad now, for a picture of it (taco_app.plots.rollout draws one beside each frame:
+        at the render's size a key is a few pixels). Slots are row-major, row 0 ("1 2 3" in the
+        standard layout) nearest the robot, the top of the front camera's picture.
+
+        Key     | Meaning
+        cols    | slots per row (3)
+        labels  | (SLOTS,) the digit (or * and #) at each slot in this episode's layout
+        down    | (SLOTS,) bool: the key is pushed in past PRESS_DEPTH now
+        presses | [(t, slot, counted)] every press so far: step, slot, whether it dialled the PIN
+        target  | the slot of the next digit to dial (None when done or failed)"""
+        labels = list(SLOT_LABELS)
+        for digit, slot in enumerate(self.env.layout):
+            labels[slot] = str(digit)
+        presses = [(int(t), int(self.env.layout[d]), j < self.progress)
+                   for j, (t, d) in enumerate(self._record["presses"])]
+        target = None if self.sketch is None or self.target is None else int(self.env.layout[self.target])
+        return {"cols": 3, "labels": labels, "down": (self.env.key_travel() < PRESS_DEPTH).tolist(),
+                "presses": presses, "target": target}
 
     action_limits = TORQUE_LIMITS
     """(A,) the most each action component can command (failure_detail's torque limit)."""
