@@ -4,7 +4,7 @@ The alignment core lives in :mod:`taco_ref.align`; spec/ derives every equation 
 
 Reading path: the paper is in these modules, in this order, each citing its spec equations:
 align (the forward-backward recursion and its gradients, spec/align.md), objectives (the
-losses, spec/objectives.md), nn.layers, nn.mlp and nn.distributions (the nets; nn.gru and
+losses, spec/objectives.md), nn.layers, nn.mlp and nn.distributions (the plain nets; nn.gru and
 nn.conv for CTC-BC's GRU and image states), policy (the K sub-policies, spec/policy.md),
 algorithms (one module per method: taco, gtbc, ctcbc, compile), optim (Adam), train (the stages
 and the epoch loop: `_Run.epoch`, spec/training.md) and evaluate (executing sketches,
@@ -14,7 +14,7 @@ Skippable on a first reading (storage, safety and speed, not the method): data's
 (FrameStates, FrameWriter, the chunked image files), files (atomic writes), provenance (what
 machine computed a file), model's load checks, train's checkpoint forensics
 (_save_checkpoint, _check_progress, _load_checkpoint, config_changes), nn.workspace and the
-float32 fast paths in nn.mlp (the fused pair of nets, the flushed derivative), runner (the
+the nets as training runs them in nn.mlp_fast (tested equal to nn.mlp), runner (the
 step-by-step executor the ROS bridge drives), annotate (labels for other datasets) and
 conformance (the kit that checks other implementations against spec/vectors).
 

@@ -25,6 +25,12 @@ import numpy as np
 
 from taco_ref import nn
 
+NETS = nn.mlp_fast
+"""The implementation of the nets training and execution run: nn.mlp_fast (in place, the two first
+layers as one product, float32 subnormals flushed). nn.mlp is the same maths written plainly, as
+spec/policy.md does; tests/test_nn.py checks the two agree, and setting NETS = nn.mlp runs the
+plain one (float64 to rounding, a float32 run to the tests' tolerance)."""
+
 SIGMA_RANGE = (1e-4, 1e4)
 """The Gaussian action model's fixed standard deviation (and a learned one's initial value) lies
 in this range: sigma is in the actions' own units, where the shipped configs use 0.1 to 1. At
@@ -309,7 +315,7 @@ class GroupCache(NamedTuple):
     final_l: np.ndarray
     final_row: np.ndarray  # the terminal row each of them reads
     nf: int                # distinct terminal states (rows n: of the STOP net's input)
-    nets: object           # nn.PairCache of the action and STOP nets
+    nets: object           # the pair cache of the action and STOP nets (NETS.mlp_pair_forward)
     dist: object           # the action distribution's cache
     logit: np.ndarray      # (n + nf,) the STOP logits
     x_rows: np.ndarray     # (n,) flat b * T + t of the rows (for the image core's gradient)
@@ -390,7 +396,7 @@ def evaluate(params, cfg, batch, mask, final_mask=None, stop_dropout=None, keep_
         else:
             fb = fl = f_rows = f_row = np.zeros(0, dtype=np.int64)
         # both nets of k; the action net on the n scored rows, the STOP net also on the terminal
-        head, logit, net_cache = nn.mlp_pair_forward(
+        head, logit, net_cache = NETS.mlp_pair_forward(
             _layers(params, "act", k, cfg), _layers(params, "stop", k, cfg), x, n, cfg.activation,
             dropout_b=stop_dropout, first=(first[0][k], first[1][k]))       # (n, A), (n + nf, 1)
         a = actions[b, t]                                                    # (n, A) or (n,)
@@ -449,9 +455,9 @@ def backward(grads_in, cache):
         d_logit = d_stop * (1.0 - p_stop) - d_go * p_stop
         # both nets at once; their first layers share one GEMM
         if core is None:
-            act_grads, stop_grads = nn.mlp_pair_backward(d_head, d_logit[:, None], g.nets)
+            act_grads, stop_grads = NETS.mlp_pair_backward(d_head, d_logit[:, None], g.nets)
         else:
-            act_grads, stop_grads, dx = nn.mlp_pair_backward(d_head, d_logit[:, None], g.nets,
+            act_grads, stop_grads, dx = NETS.mlp_pair_backward(d_head, d_logit[:, None], g.nets,
                                                              input_grad=True)       # dx (n + nf, F)
             d_all[g.x_rows] += dx[:n]           # the group's rows are distinct (b, t)
             d_fin[g.final_rows] += dx[n:]
@@ -498,8 +504,8 @@ def view_decision(params, cfg, subtask, views):
     if views.ndim != 2 or views.shape[1] != cfg.state_dim or not len(views):
         raise ValueError(f"views: expected an (n, {cfg.state_dim}) array with n >= 1, got {views.shape}")
     x = normalise(params, views)                                             # (n, D)
-    logit, _ = nn.mlp_forward(_layers(params, "stop", subtask, cfg), x, cfg.activation)   # (n, 1)
-    head, _ = nn.mlp_forward(_layers(params, "act", subtask, cfg), x, cfg.activation)     # (n, A)
+    logit, _ = NETS.mlp_forward(_layers(params, "stop", subtask, cfg), x, cfg.activation)   # (n, 1)
+    head, _ = NETS.mlp_forward(_layers(params, "act", subtask, cfg), x, cfg.activation)     # (n, A)
     return float(nn.sigmoid(logit[:, 0]).mean()), head.mean(axis=0)
 
 
@@ -520,7 +526,7 @@ def stop_probability(params, cfg, subtask, state):
     """pi_k(STOP | s) of sub-policy k = `subtask` in `state` (D,), or an image (H, W, C), a float;
     spec/policy.md eq. (8)."""
     x = _one_input(params, cfg, state)                                       # (1, F)
-    logit, _ = nn.mlp_forward(_layers(params, "stop", subtask, cfg), x, cfg.activation)
+    logit, _ = NETS.mlp_forward(_layers(params, "stop", subtask, cfg), x, cfg.activation)
     return float(nn.sigmoid(logit[0, 0]))
 
 
@@ -528,7 +534,7 @@ def action_head(params, cfg, subtask, states):
     """(n, A) the action net f_k of sub-policy k = `subtask` on states (n,) + the state shape:
     the means (continuous) or the logits (discrete) of pi_k(a | s); spec/policy.md eq. (1)."""
     x = features(params, cfg, np.asarray(states))[0]                        # (n, F)
-    head, _ = nn.mlp_forward(_layers(params, "act", subtask, cfg), x, cfg.activation)
+    head, _ = NETS.mlp_forward(_layers(params, "act", subtask, cfg), x, cfg.activation)
     return head                                                              # (n, A)
 
 
@@ -538,7 +544,7 @@ def action(params, cfg, subtask, state, rng=None):
     the numpy Generator rng, exactly one rng.choice per call (a deterministic policy in a grid
     world loops for ever once it revisits a state; spec/evaluation.md §1)."""
     x = _one_input(params, cfg, state)                                       # (1, F)
-    head, _ = nn.mlp_forward(_layers(params, "act", subtask, cfg), x, cfg.activation)
+    head, _ = NETS.mlp_forward(_layers(params, "act", subtask, cfg), x, cfg.activation)
     if not cfg.discrete:
         return head[0]
     if rng is None:

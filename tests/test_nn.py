@@ -700,7 +700,7 @@ def test_blocked_activation_and_derivative_equal_the_whole_array_formulas(shape,
     try:
         with np.errstate(over="ignore", invalid="ignore"):
             keep = nn.relu_inplace(h, b)
-            sums = nn.mlp._times_derivative_flushed(d, keep)
+            sums = nn.mlp_fast._times_derivative_flushed(d, keep)
     finally:
         nn.layers.ELEMENTWISE_BLOCK_BYTES = saved
     np.testing.assert_array_equal(keep, keep_ref)
@@ -951,3 +951,86 @@ def test_convnet_in_float32_sends_no_subnormal_into_a_product():
         R[:, 1::3] *= np.float32(1e-33)                   # tiny normals whose products would be subnormal
         nn.convnet_backward(R, cache, input_grad=True)
     assert census.products > 0 and census.subnormal == 0
+
+
+# ----------------------------------------------------------------------------------------
+# The plain reference nets (nn.mlp) against the fast path training runs (nn.mlp_fast)
+# ----------------------------------------------------------------------------------------
+
+PLAIN_FAST_TOL = {np.float64: dict(rtol=1e-12, atol=1e-12), np.float32: dict(rtol=2e-5, atol=2e-5)}
+"""How far the fast path may lie from the plain one: float64 to rounding (other summation
+orders); float32 to a few ulps of the widths here, and the flush of |x| < 2^-100 to zero."""
+
+
+def _net(rng, sizes, dtype):
+    return [(W.astype(dtype), (0.1 * rng.standard_normal(b.shape)).astype(dtype))
+            for W, b in nn.mlp_init(rng, sizes)]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+@pytest.mark.parametrize("rate", [0.0, 0.3])
+def test_plain_and_fast_mlps_agree(dtype, activation, rate):
+    """spec/policy.md eq. (1): nn.mlp (the equations, new arrays) and nn.mlp_fast (in place, flushed, blocked) give the
+    same outputs and gradients: float64 to rounding, float32 within PLAIN_FAST_TOL; the same
+    dropout units are dropped (the same draws in the same order)."""
+    rng = np.random.default_rng(3)
+    layers = _net(rng, [6, 9, 7, 3], dtype)
+    x = rng.standard_normal((2, 5, 6)).astype(dtype)
+    dout = rng.standard_normal((2, 5, 3)).astype(dtype)
+    drop = (lambda: nn.Dropout(rate, np.random.default_rng(8))) if rate else (lambda: None)
+    fast, fast_cache = nn.mlp_fast.mlp_forward(layers, x.copy(), activation, drop())
+    plain, plain_cache = nn.mlp.mlp_forward(layers, x, activation, drop())
+    tol = PLAIN_FAST_TOL[dtype]
+    assert fast.dtype == plain.dtype == dtype
+    np.testing.assert_allclose(fast, plain, **tol)
+    dx_fast, g_fast = nn.mlp_fast.mlp_backward(dout, fast_cache)
+    dx_plain, g_plain = nn.mlp.mlp_backward(dout, plain_cache, activation)
+    np.testing.assert_allclose(dx_fast, dx_plain, **tol)
+    for (dW, db), (pW, pb) in zip(g_fast, g_plain):
+        np.testing.assert_allclose(dW, pW, **tol)
+        np.testing.assert_allclose(db, pb, **tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("input_grad", [False, True])
+def test_plain_and_fast_pairs_of_nets_agree(dtype, input_grad):
+    """spec/policy.md eq. (1): the action and STOP nets: the fast path's one first-layer product for both against two
+    plain MLPs, net a on the first n_a rows, the STOP net's dropout drawn alike."""
+    rng = np.random.default_rng(5)
+    layers_a, layers_b = _net(rng, [7, 10, 4], dtype), _net(rng, [7, 6, 5, 1], dtype)
+    x = rng.standard_normal((11, 7)).astype(dtype)
+    n_a = 8
+    d_a, d_b = rng.standard_normal((n_a, 4)).astype(dtype), rng.standard_normal((11, 1)).astype(dtype)
+    out = {}
+    for name, impl in (("fast", nn.mlp_fast), ("plain", nn.mlp)):
+        a, b, cache = impl.mlp_pair_forward(layers_a, layers_b, x.copy(), n_a, "relu",
+                                            dropout_b=nn.Dropout(0.25, np.random.default_rng(2)))
+        out[name] = (a, b) + tuple(impl.mlp_pair_backward(d_a, d_b, cache, input_grad=input_grad))
+    tol = PLAIN_FAST_TOL[dtype]
+    for i, (f, p) in enumerate(zip(out["fast"], out["plain"])):
+        if isinstance(f, np.ndarray):
+            np.testing.assert_allclose(f, p, **tol, err_msg=str(i))
+        else:                                            # a net's [(dW, db), ...]
+            for (dW, db), (pW, pb) in zip(f, p):
+                np.testing.assert_allclose(dW, pW, **tol, err_msg=str(i))
+                np.testing.assert_allclose(db, pb, **tol, err_msg=str(i))
+
+
+def test_the_sub_policies_on_the_plain_nets_give_the_fast_paths_loss_and_gradients(monkeypatch):
+    """spec/policy.md eq. (1): policy.NETS selects the implementation: TACO's loss and every parameter's gradient on a
+    Nav-World batch agree to rounding in float64 whichever runs."""
+    import taco_sim
+    from taco_ref import objectives, policy, train
+    demos = taco_sim.get("navworld").collect(6, 2, 0)
+    cfg = train.TrainConfig(act_hidden=[16, 8], stop_hidden=[12], dtype="float64")
+    job = train._Job(cfg, demos, np.random.default_rng(0))
+    results = {}
+    for impl in (nn.mlp_fast, nn.mlp):
+        monkeypatch.setattr(policy, "NETS", impl)
+        results[impl.__name__] = objectives.taco(job.params, job.policy_cfg, demos, cfg.terminal_stop)
+    (loss_f, grads_f), (loss_p, grads_p) = results["taco_ref.nn.mlp_fast"], results["taco_ref.nn.mlp"]
+    np.testing.assert_allclose(loss_f, loss_p, rtol=1e-12)
+    assert grads_f.keys() == grads_p.keys()
+    for name in grads_f:
+        np.testing.assert_allclose(grads_f[name], grads_p[name], rtol=1e-9, atol=1e-12, err_msg=name)

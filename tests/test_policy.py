@@ -649,7 +649,7 @@ def test_a_state_is_run_once_per_subtask_even_when_the_sketch_repeats_it(monkeyp
     def spy(layers_a, layers_b, x, n_a, *args, **kw):
         rows[len(rows)] = (x.shape[0], n_a)
         return real(layers_a, layers_b, x, n_a, *args, **kw)
-    monkeypatch.setattr(nn, "mlp_pair_forward", spy)
+    monkeypatch.setattr(policy.NETS, "mlp_pair_forward", spy)
     out, _ = run_evaluate(make_params(cfg, rng), cfg, case)
     # sub-task 0: row 0 only, T steps + 1 terminal state; sub-task 1: both rows, 2T + 2
     assert rows == {0: (T + 1, T), 1: (2 * T + 2, 2 * T)}
@@ -658,7 +658,7 @@ def test_a_state_is_run_once_per_subtask_even_when_the_sketch_repeats_it(monkeyp
         np.testing.assert_array_equal(out[name][1, :, 0], out[name][1, :, 1], err_msg=name)
     R = {name: rng.normal(size=(B, T, L)) for name in SCORE_NAMES}
     R["log_final_stop"] = rng.normal(size=(B, L))
-    monkeypatch.setattr(nn, "mlp_pair_forward", real)
+    monkeypatch.setattr(policy.NETS, "mlp_pair_forward", real)
     check_against_reference(cfg, make_params(cfg, rng), case, R)
 
 

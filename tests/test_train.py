@@ -1009,7 +1009,7 @@ def test_no_subnormal_reaches_a_matrix_product_of_a_float32_training_step(algo, 
     assert census.products > 0 and census.entries > 0
     assert census.subnormal == 0, f"{census.subnormal} subnormal operand entries"
     with_flush64 = steps("float64")[1]
-    for module in (nn, nn.layers, nn.mlp):              # every place the flush is looked up
+    for module in (nn, nn.layers, nn.mlp_fast):              # every place the flush is looked up
         monkeypatch.setattr(module, "flush_subnormals", lambda x, scratch=None: x)
     unflushed, _ = steps("float32")
     assert unflushed.subnormal > 100

@@ -1,6 +1,9 @@
 """Neural-network building blocks as forward/backward pairs, one module per kind of layer
 (layers, dropout, mlp, conv, gru, distributions; workspace, the memory a training step's
-convolutional core reuses), all importable from here: linear, ReLU, tanh, dropout, MLP,
+convolutional core reuses), all importable from here. The MLPs come twice: nn.mlp is the plain
+reference, as spec/policy.md writes it; nn.mlp_fast the same maths in place, fused and flushed,
+which training and execution run (nn.mlp_forward, nn.mlp_pair_forward, ... are its functions)
+and which tests/test_nn.py checks against the reference: linear, ReLU, tanh, dropout, MLP,
 2-D convolution and the convolutional core, GRU and bidirectional GRU, log-softmax,
 log-sigmoid, and the two action log-likelihoods.
 
@@ -41,8 +44,10 @@ from taco_ref.nn.layers import (  # noqa: F401
     linear_forward, log_sigmoid_pair, log_sigmoid_pair_backward, matmul, relu_backward,
     relu_forward, relu_inplace, sigmoid, subnormal_census, tanh_backward, tanh_forward, tanh_inplace)
 from taco_ref.nn.dropout import Dropout, dropout_backward, dropout_forward  # noqa: F401
-from taco_ref.nn.mlp import (  # noqa: F401
-    mlp_backward, mlp_forward, mlp_init, mlp_pair_backward, mlp_pair_forward)
+from taco_ref.nn import mlp, mlp_fast  # noqa: F401  (the plain reference; the fast path)
+from taco_ref.nn.mlp import mlp_init  # noqa: F401
+from taco_ref.nn.mlp_fast import (  # noqa: F401  (what training and execution run)
+    mlp_backward, mlp_forward, mlp_pair_backward, mlp_pair_forward)
 from taco_ref.nn.conv import (  # noqa: F401
     GEMM_WIDTH, conv2d_backward, conv2d_forward, conv_init, conv_output_size, convnet_backward,
     convnet_forward, convnet_output_shape)

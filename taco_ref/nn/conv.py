@@ -5,7 +5,7 @@ from typing import NamedTuple
 import numpy as np
 
 from taco_ref.nn.layers import _floats, matmul
-from taco_ref.nn.mlp import _ACTIVATIONS_INPLACE, _check_activation, _times_derivative_flushed
+from taco_ref.nn.mlp_fast import _ACTIVATIONS_INPLACE, _check_activation, _times_derivative_flushed
 from taco_ref.nn.workspace import array as _array
 
 

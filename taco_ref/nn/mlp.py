@@ -1,56 +1,25 @@
-"""Multi-layer perceptrons: hidden layers linear -> activation -> dropout, output layer linear; and
-the pair of MLPs that share their input's product (the action and STOP nets)."""
-from typing import NamedTuple
+"""Multi-layer perceptrons as spec/policy.md writes them: the plain reference.
 
+A hidden layer is h = drop(act(x W + b)), the output layer x W + b; the action and STOP nets of a
+sub-policy are two such MLPs that read the same states (spec/policy.md eq. (1)-(4)). Every
+function here makes new arrays and says each step once, in the order of the equations.
+
+Training and execution run the same maths in nn.mlp_fast (policy.NETS): in place, the two first
+layers as one product, float32 subnormals flushed where each array is made, cache-sized blocks.
+tests/test_nn.py checks that path against this one: float64 to rounding, float32 to the stated
+tolerance (the flush of |x| < 2^-100 is the only change of value, spec/training.md eq. (12)).
+"""
 import numpy as np
 
-from taco_ref.nn.layers import (
-    FLUSH_BELOW, _floats, _flushed, _row_blocks, flush_subnormals, linear_backward, linear_forward,
-    matmul, relu_backward, relu_forward, relu_inplace, tanh_backward, tanh_forward, tanh_inplace)
 from taco_ref.nn.dropout import _dropout_mask
 
-
-# ----------------------------------------------------------------------------------------
-# Multi-layer perceptron: hidden layers linear -> activation -> dropout, output layer linear
-# ----------------------------------------------------------------------------------------
-
-_ACTIVATIONS = {"relu": (relu_forward, relu_backward), "tanh": (tanh_forward, tanh_backward)}
-_ACTIVATIONS_INPLACE = {"relu": relu_inplace, "tanh": tanh_inplace}
+_ACTIVATION = {"relu": lambda z: np.maximum(z, 0.0), "tanh": np.tanh}
+_DERIVATIVE = {"relu": lambda z, h: (z > 0).astype(z.dtype), "tanh": lambda z, h: 1.0 - h ** 2}
 
 
-class HiddenCache(NamedTuple):
-    """What a hidden layer's backward needs after linear -> activation -> dropout."""
-    deriv: object          # the activation's derivative (ReLU: a bool mask), or None if applied by the caller
-    mask: object           # the dropout mask (scaled), or None without dropout
-
-
-class LayerCache(NamedTuple):
-    """One layer of mlp_forward: its product's cache and, for a hidden layer, its HiddenCache."""
-    linear: tuple          # (x, W): the layer's input and weights (layers.linear_forward)
-    hidden: object         # HiddenCache, or None for the output layer
-
-
-class PairNetCache(NamedTuple):
-    """One net of mlp_pair_forward past the shared first product."""
-    hidden: object         # the first layer's HiddenCache, or None when it is the output layer
-    rest: object           # mlp_forward's [LayerCache] of the layers after the first, or None
-
-
-class PairCache(NamedTuple):
-    """mlp_pair_forward's cache: the shared input and first product, and each net's rest."""
-    x: np.ndarray          # (N, I) the inputs both nets read
-    n_a: int               # rows of x net a reads (the first n_a)
-    H_a: int               # net a's first-layer width
-    H_b: int               # net b's first-layer width
-    nets: tuple            # (PairNetCache of a, PairNetCache of b)
-    deriv: object          # the joint activation's derivative over (N, H_a + H_b), or None
-    first_W: np.ndarray    # (I, H_a + H_b) the concatenated first-layer weights
-
-
-def _check_activation(activation):
-    if activation not in _ACTIVATIONS:
-        raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
-    return _ACTIVATIONS[activation]
+def check_activation(activation):
+    if activation not in _ACTIVATION:
+        raise ValueError(f"activation must be one of {sorted(_ACTIVATION)}, got {activation!r}")
 
 
 def mlp_init(rng, sizes, activation="relu"):
@@ -62,7 +31,7 @@ def mlp_init(rng, sizes, activation="relu"):
     Biases are zero. fan_in = I of the layer, fan_out = O of the layer. float64 (a float32 run
     rounds these values, so both precisions start from the same draws).
     """
-    _check_activation(activation)
+    check_activation(activation)
     sizes = [int(s) for s in sizes]
     if len(sizes) < 2 or min(sizes) < 1:
         raise ValueError(f"sizes must list at least two positive widths, got {sizes}")
@@ -75,189 +44,67 @@ def mlp_init(rng, sizes, activation="relu"):
     return layers
 
 
-def _hidden_inplace(h, activation, dropout, activated=False, bias=None):
-    """h <- drop(act(h + bias)) in place (bias None: h alone); returns the cache (activation
-    derivative, dropout mask). activated=True: act was already applied by the caller (the
-    derivative is then None)."""
-    if activated:
-        deriv = None
-    elif activation == "relu":
-        deriv = relu_inplace(h, bias)                     # (..., O) bool, bias added with it
-    else:
-        if bias is not None:
-            h += bias
-        deriv = _ACTIVATIONS_INPLACE[activation](h)      # (..., O) float
-    mask = _dropout_mask(h.shape, h.dtype, dropout)
-    if mask is not None:
-        h *= mask
-    return HiddenCache(deriv, mask)
-
-
-def _times_derivative_flushed(dh, deriv):
-    """dh <- flush(dh * deriv) in place (deriv: the activation's derivative, or None): dh is a
-    product's output and the next product's operand. With a ReLU mask in float32, one multiply
-    by (|dh| >= FLUSH_BELOW) & mask does both, block by block (`_row_blocks`), and the sums of
-    dh's columns (the bias gradient of the layer below, (dh.shape[-1],)) are taken from each
-    block while it is in cache and returned; None otherwise (the caller sums: float64 keeps
-    np.sum's order, so its results do not move)."""
-    if dh.dtype == np.float32 and (deriv is None or deriv.dtype == bool):
-        blocks = _row_blocks(dh, deriv)                   # cache-sized row blocks
-        magnitude = np.empty(blocks[0][0].shape, dh.dtype)  # scratch, reused by every block
-        keep = np.empty(magnitude.shape, bool)
-        sums = np.empty(dh.shape[-1:], dh.dtype)          # (O,)
-        partial = np.empty_like(sums)
-        for i, (d, mask) in enumerate(blocks):
-            m, k = magnitude[:len(d)], keep[:len(d)]
-            np.greater_equal(np.abs(d, out=m), FLUSH_BELOW, out=k)
-            if mask is not None:
-                np.logical_and(k, mask, out=k)
-            np.multiply(d, k, out=d)                      # relu_backward and the flush
-            if d.ndim != 2:                               # one block of an N-D view
-                return d.sum(axis=tuple(range(d.ndim - 1)))
-            if i == 0:
-                np.add.reduce(d, axis=0, out=sums)
-            else:
-                sums += np.add.reduce(d, axis=0, out=partial)
-        return sums
-    if deriv is not None:
-        dh *= deriv                                       # relu_backward / tanh_backward
-    flush_subnormals(dh)
-    return None
-
-
-def _hidden_backward_inplace(dh, cache, flush=True):
-    """dh <- d drop(act(h)) / dh in place: undo dropout, then the activation (if cached), and
-    flush float32 (`_times_derivative_flushed`, whose column sums of dh, or None, are returned);
-    flush=False (the caller flushes the array dh is part of) applies the derivative alone."""
-    if cache.mask is not None:
-        dh *= cache.mask                                  # dropout_backward, in place
-    if flush:
-        return _times_derivative_flushed(dh, cache.deriv)
-    if cache.deriv is not None:
-        dh *= cache.deriv                                       # relu_backward / tanh_backward
-    return None
-
-
 def mlp_forward(layers, x, activation="relu", dropout=None):
-    """Forward pass of the MLP built by :func:`mlp_init`.
+    """(out, cache): out = the last layer's x W + b after the hidden layers
+    h = drop(act(h W + b)) (dropout: an nn.Dropout on every hidden layer, or None).
 
-    Symbol  | Shape    | Meaning
-    layers  |          | [(W, b), ...] as from mlp_init
-    x       | (..., I) | inputs; any leading axes
-    dropout |          | a Dropout on every hidden layer's output (not the output layer), or None
-    out     | (..., O) | output of the last (linear) layer
-
-    Each layer's output is one fresh array, activated and dropped out in place.
+    Symbol | Shape    | Meaning
+    x      | (..., I) | inputs; any leading axes
+    out    | (..., O) | output of the last (linear) layer
     """
-    _check_activation(activation)
-    caches = []
-    h = _floats(x)                                        # (..., I)
+    check_activation(activation)
+    h = np.asarray(x)
+    if h.dtype.kind != "f":
+        h = h.astype(np.float64)
+    cache = []
     for i, (W, b) in enumerate(layers):
+        z = h @ W + b                                     # (..., O_i)
         if i == len(layers) - 1:
-            h, lin_cache = linear_forward(h, W, b)        # (..., O_i)
-            caches.append(LayerCache(lin_cache, None))
-            break
-        out = matmul(h, W)                                # (..., O_i) x W, then + b with the
-        if np.result_type(out, b) != out.dtype:           # activation (mixed precisions promote)
-            out = out + b
-            b = None
-        caches.append(LayerCache((h, W), _hidden_inplace(out, activation, dropout, bias=b)))
-        h = out
-    return h, caches
+            cache.append((h, W, None, None, None))
+            return z, cache
+        a = _ACTIVATION[activation](z)                    # (..., O_i)
+        mask = _dropout_mask(a.shape, a.dtype, dropout)   # inverted dropout: kept units scaled
+        cache.append((h, W, z, a, mask))
+        h = a if mask is None else a * mask
+    return h, cache                                       # no layers: the identity
 
 
-def mlp_backward(dout, cache, input_grad=True, dx_out=None):
-    """(dx, grads) for :func:`mlp_forward`; grads = [(dW, db), ...] matching layers.
-
-    input_grad=False returns dx = None and skips the first layer's input product (about 4 %
-    of a Dial-sized training step) when the inputs are data, as for the sub-policies.
-    dx_out (an array of x's shape, a view is fine) receives dx without a temporary.
-    """
+def mlp_backward(dout, cache, activation="relu", input_grad=True):
+    """(dx, [(dW, db), ...]) of sum(dout * out) for mlp_forward's out; dx None without
+    input_grad. Per layer, from the last: dz = dh (the output layer) or dh * mask * act'(z);
+    dW = h^T dz, db = sum of dz over rows, dh = dz W^T."""
     grads = []
-    dh = _flushed(_floats(dout))                          # (..., O); never written to
-    for i, layer in reversed(list(enumerate(cache))):
-        sums = None
-        if layer.hidden is not None:                      # dh is a fresh array here
-            sums = _hidden_backward_inplace(dh, layer.hidden)
-        dh, dW, db = linear_backward(dh, layer.linear, input_grad=input_grad or i > 0,
-                                     dx_out=dx_out if i == 0 else None, db=sums)
-        grads.append((dW, db))
+    dh = np.asarray(dout)
+    for i in reversed(range(len(cache))):
+        h, W, z, a, mask = cache[i]
+        dz = dh
+        if z is not None:                                 # a hidden layer
+            if mask is not None:
+                dz = dz * mask
+            dz = dz * _DERIVATIVE[activation](z, a)
+        h2, dz2 = h.reshape(-1, W.shape[0]), dz.reshape(-1, W.shape[1])
+        grads.append((h2.T @ dz2, dz2.sum(axis=0)))       # (I, O), (O,)
+        dh = dz @ W.T if (input_grad or i > 0) else None  # (..., I)
     return dh, grads[::-1]
 
 
 def mlp_pair_forward(layers_a, layers_b, x, n_a, activation="relu", dropout_b=None, first=None):
-    """Two MLPs reading the same inputs, net a on the rows x[:n_a] and net b on every row, with
-    their first layers as one matrix product: [z_a | z_b] = x [W_a1 | W_b1] + [b_a1 | b_b1].
-    Equal to mlp_forward(layers_a, x[:n_a]) and mlp_forward(layers_b, x, dropout=dropout_b)
-    (same values; the dropout draws of b are the same too); spec/policy.md §4. first, if given,
-    is that concatenated first layer (W (I, H_a + H_b), b (H_a + H_b,)), made once by a caller
-    that runs many pairs.
-
-    Symbol    | Shape     | Meaning
-    x         | (N, I)    | inputs
-    n_a       |           | rows of x net a reads (the first n_a)
-    out_a     | (n_a, Oa) | output of net a
-    out_b     | (N, Ob)   | output of net b
-    """
-    _check_activation(activation)
-    x = _floats(x)
-    (W_a, b_a), (W_b, b_b) = layers_a[0], layers_b[0]
-    H_a = W_a.shape[1]
-    if first is None:
-        first = np.concatenate([W_a, W_b], axis=1), np.concatenate([b_a, b_b])
-    z = matmul(x, first[0])                               # (N, H_a + H_b) one GEMM for both
-    joint = len(layers_a) > 1 and len(layers_b) > 1
-    fused = joint and activation == "relu" and np.result_type(z, first[1]) == z.dtype
-    if not fused:
-        z += first[1]
-    # When both first layers are hidden, the activation runs once over the whole of z: on the
-    # contiguous (N, H_a + H_b) array it takes about half the time of two calls on its column
-    # halves (bench/bench_train.py, Nav-World-sized step). Rows n_a: of z_a are activated and
-    # never read. Dropout (net b only) then scales its half; values and draws are unchanged.
-    if fused:
-        deriv = relu_inplace(z, first[1])                 # (N, H_a + H_b), the bias added with it
-    else:
-        deriv = _ACTIVATIONS_INPLACE[activation](z) if joint else None
-    outs, caches = [], []
-    for layers, h, dropout in ((layers_a, z[:n_a, :H_a], None), (layers_b, z[:, H_a:], dropout_b)):
-        if len(layers) == 1:                              # the first layer is the output layer
-            outs.append(h)
-            caches.append(PairNetCache(None, None))
-            continue
-        hidden_cache = _hidden_inplace(h, activation, dropout, activated=joint)  # h: view of z
-        out, rest_cache = mlp_forward(layers[1:], h, activation, dropout)
-        outs.append(out)
-        caches.append(PairNetCache(hidden_cache, rest_cache))
-    return outs[0], outs[1], PairCache(x, n_a, H_a, W_b.shape[1], tuple(caches), deriv, first[0])
+    """The action net a on the rows x[:n_a] and the STOP net b on every row (its dropout
+    dropout_b); (out_a, out_b, cache). first is accepted for the fast path's signature and not
+    read: each net uses its own first layer."""
+    out_a, cache_a = mlp_forward(layers_a, np.asarray(x)[:n_a], activation)
+    out_b, cache_b = mlp_forward(layers_b, x, activation, dropout_b)
+    return out_a, out_b, (cache_a, cache_b, n_a, np.asarray(x).shape, activation)
 
 
 def mlp_pair_backward(dout_a, dout_b, cache, input_grad=False):
-    """(grads_a, grads_b) for :func:`mlp_pair_forward`, each [(dW, db), ...] matching its layers;
-    with input_grad, (grads_a, grads_b, dx) where dx (N, I) = [dz_a | dz_b] [W_a1 | W_b1]^T is
-    the gradient w.r.t. the shared inputs (features of a convolutional core), both nets' in one
-    product.
-
-    The two first layers' gradients come from one product: x^T [dz_a (0 past row n_a) | dz_b].
-    """
-    x, n_a, H_a = cache.x, cache.n_a, cache.H_a
-    dz = np.empty((x.shape[0], H_a + cache.H_b), np.result_type(x, dout_a, dout_b))  # (N, H_a + H_b)
-    dz[n_a:, :H_a] = 0.0                                  # net a never read these rows
-    rest = []
-    for dout, dz_head, net in ((dout_a, dz[:n_a, :H_a], cache.nets[0]), (dout_b, dz[:, H_a:], cache.nets[1])):
-        if net.rest is None:
-            dz_head[...] = dout
-            rest.append([])
-            continue
-        _, grads = mlp_backward(dout, net.rest, dx_out=dz_head)    # writes dh into dz
-        _hidden_backward_inplace(dz_head, net.hidden, flush=False)  # dropout; activation if not joint
-        rest.append(grads)
-    db = _times_derivative_flushed(dz, cache.deriv)      # joint activation (dz[n_a:, :H_a] is 0);
-                                                          # dz was written by products above
-    # z = x W + b for both nets at once
-    dW = matmul(x.T, dz)                                  # (I, H_a + H_b)
-    if db is None:
-        db = dz.sum(axis=0)                               # (H_a + H_b,)
-    grads = ([(dW[:, :H_a], db[:H_a])] + rest[0], [(dW[:, H_a:], db[H_a:])] + rest[1])
+    """(grads_a, grads_b), with input_grad (grads_a, grads_b, dx): dx (N, I) the sum of both
+    nets' input gradients, net a's on its first n_a rows."""
+    cache_a, cache_b, n_a, shape, activation = cache
+    dx_a, grads_a = mlp_backward(dout_a, cache_a, activation, input_grad)
+    dx_b, grads_b = mlp_backward(dout_b, cache_b, activation, input_grad)
     if not input_grad:
-        return grads
-    return grads + (matmul(dz, cache.first_W.T),)         # (N, I) d(x W)/dx = W^T, both nets
+        return grads_a, grads_b
+    dx = dx_b.copy()
+    dx[:n_a] += dx_a
+    return grads_a, grads_b, dx
