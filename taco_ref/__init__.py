@@ -11,8 +11,9 @@ and the epoch loop: `_Run.epoch`, spec/training.md) and evaluate (executing sket
 alignment accuracy, spec/evaluation.md).
 
 Skippable on a first reading (storage, safety and speed, not the method): data's frame store
-(FrameStates, FrameWriter, the chunked image files), files (atomic writes), provenance (what
-machine computed a file), model's load checks, train's checkpoint forensics
+(FrameStates, FrameWriter, the chunked image files), files (atomic writes), lengths (the
+per-row lengths' check), provenance (what machine computed a file), model's load checks, train's
+checkpoint forensics
 (_save_checkpoint, _check_progress, _load_checkpoint, config_changes), nn.workspace and the
 the nets as training runs them in nn.mlp_fast (tested equal to nn.mlp), runner (the
 step-by-step executor the ROS bridge drives), annotate (labels for other datasets) and

@@ -19,6 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from taco_ref.lengths import checked_lengths
+
 LOGP_TOL = 1e-9
 """Largest log-probability accepted where it is read (rounding slack above 0, used as given:
 nothing is clipped). Applies to log_stop, log_go, log_final_stop and log_p; log_act is a
@@ -56,21 +58,6 @@ def _as_float_array(x, name, ndim):
     if arr.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {arr.shape}")
     return arr
-
-
-def _lengths(x, name, B, bound, symbol):
-    """Validated per-row lengths (B,) int64 in [1, bound]; None means bound for every row."""
-    if x is None:
-        return np.full(B, bound, dtype=np.int64)
-    arr = np.asarray(x)
-    if arr.dtype.kind not in "iu":
-        raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
-    if arr.shape != (B,):
-        raise ValueError(f"{name} must have shape (B,) = ({B},), got {arr.shape}")
-    if B and (arr.min() < 1 or arr.max() > bound):
-        raise ValueError(f"{name} must lie in [1, {symbol}] = [1, {bound}], "
-                         f"got values in [{arr.min()}, {arr.max()}]")
-    return arr.astype(np.int64)
 
 
 def _checked(x, name, read, upper):
@@ -266,8 +253,8 @@ def _taco_lattice(log_act, log_stop, log_go, traj_len, sketch_len, log_final_sto
         if arr.shape != act.shape:
             raise ValueError(f"{name} must have the shape of log_act (B, T, L) = {act.shape}, "
                              f"got {arr.shape}")
-    traj_len = _lengths(traj_len, "traj_len", B, T, "T")
-    sketch_len = _lengths(sketch_len, "sketch_len", B, L, "L")
+    traj_len = checked_lengths(traj_len, "traj_len", B, T, "T")
+    sketch_len = checked_lengths(sketch_len, "sketch_len", B, L, "L")
     read_act, read_stop, read_go = _read_masks(traj_len, sketch_len, T, L)
     act = _checked(act, "log_act", read_act, np.inf)           # a log-density: any finite value
     stop = _checked(stop, "log_stop", read_stop, LOGP_TOL)
@@ -337,8 +324,8 @@ def _ctc_lattice(log_p, sketch, traj_len, sketch_len):
     if sketch.ndim != 2 or sketch.shape[0] != B or sketch.shape[1] < 1:
         raise ValueError(f"sketch must have shape (B, L) with B = {B} and L >= 1, got {sketch.shape}")
     L = sketch.shape[1]
-    traj_len = _lengths(traj_len, "traj_len", B, T, "T")
-    sketch_len = _lengths(sketch_len, "sketch_len", B, L, "L")
+    traj_len = checked_lengths(traj_len, "traj_len", B, T, "T")
+    sketch_len = checked_lengths(sketch_len, "sketch_len", B, L, "L")
     in_sketch = np.arange(L)[None, :] < sketch_len[:, None]                  # (B, L)
     ids = np.where(in_sketch, sketch, 0)
     if ((ids < 0) | (ids >= K)).any():

@@ -1,6 +1,7 @@
 """GRU (Cho et al., 2014), gate convention of torch.nn.GRU, and the bidirectional GRU of CTC-BC."""
 import numpy as np
 
+from taco_ref.lengths import checked_lengths
 from taco_ref.nn.layers import linear_backward, sigmoid
 
 
@@ -37,17 +38,7 @@ def _check_sequences(x, lengths):
     if x.ndim != 3:
         raise ValueError(f"x must have shape (B, T, I), got {x.shape}")
     B, T, _ = x.shape
-    if lengths is None:
-        return x, np.full(B, T, dtype=np.int64)
-    arr = np.asarray(lengths)
-    if arr.dtype.kind not in "iu":
-        raise ValueError(f"lengths must hold integers, got dtype {arr.dtype}")
-    if arr.shape != (B,):
-        raise ValueError(f"lengths must have shape (B,) = ({B},), got {arr.shape}")
-    if B and (arr.min() < 1 or arr.max() > T):
-        raise ValueError(f"lengths must lie in [1, T] = [1, {T}], "
-                         f"got values in [{arr.min()}, {arr.max()}]")
-    return x, arr.astype(np.int64)
+    return x, checked_lengths(lengths, "lengths", B, T, "T")
 
 
 def _reverse_index(lengths, T):
