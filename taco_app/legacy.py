@@ -14,13 +14,9 @@ from dataclasses import asdict, fields as dataclass_fields
 from taco_ref import config as config_mod, data as data_mod, files, train
 from taco_app import cellkeys
 
-V1_FIELDS = (
-    "algo", "act_hidden", "stop_hidden", "activation", "sigma", "sigma_init", "lr", "lr_decay",
-    "batch_size", "epoch_size", "epochs", "patience", "holdout_fraction", "ema", "select",
-    "select_tasks", "select_from", "seed", "stop_dropout", "dropout_decay", "act_l2", "stop_l2",
-    "terminal_stop", "stop_prior", "warmup_epochs", "temperature", "temperature_epochs", "restarts",
-    "dtype", "normalise_states", "ctc_hidden", "ctc_lr", "ctc_weighting", "ctc_decoder")
-"""TrainConfig's fields when version-1 keys were last written."""
+V1_FIELDS = tuple(f for f in cellkeys.FIELDS_AT_VERSION_2 if not f.startswith("compile_"))
+"""TrainConfig's fields when version-1 keys were last written: version 2's (both lists are
+frozen) less CompILE's section, which no version-1 key had."""
 V1_LEFT_OUT_AT = (("dtype", "float64"), ("act_l2", 0.0), ("stop_l2", 0.0), ("lr_decay", "none"),
                   ("select", "held_out_loss"), ("ema", 0.0))
 """Fields a version-1 key left out at the value every cell ran with before the field existed."""
