@@ -83,18 +83,20 @@ def test_sketches_holdout(n, rng):
 test_sketches.__test__ = False            # pytest: these are not tests
 test_sketches_holdout.__test__ = False
 
-DOMAIN = register(Domain(
-    name="craft", vocab=VOCAB, state_dim=STATE_DIM, action_dim=N_ACTIONS, discrete=True,
-    train_sketch_len=None, test_sketch_len=None, collect=collect_all,
-    task_env=task_env, sample_sketches=sample_sketches, test_sketches=test_sketches,
-    config=package_file("configs", "craft.yaml"), renders=True, experts=EXPERTS,
-    expert_before="planner"))
+
+def _register(name, **split):
+    """A Craft domain registered: the world, config and experts both splits share, and split's
+    own tasks (collect, sample_sketches, test_sketches, test_sketch_len)."""
+    return register(Domain(
+        name=name, vocab=VOCAB, state_dim=STATE_DIM, action_dim=N_ACTIONS, discrete=True,
+        train_sketch_len=None, task_env=task_env, config=package_file("configs", "craft.yaml"),
+        renders=True, experts=EXPERTS, expert_before="planner", **split))
+
+
+DOMAIN = _register("craft", test_sketch_len=None, collect=collect_all, sample_sketches=sample_sketches,
+                   test_sketches=test_sketches)
 """Craft on the domain contract: trained and evaluated on the 10 tasks."""
 
-HOLDOUT_DOMAIN = register(Domain(
-    name="craft-holdout", vocab=VOCAB, state_dim=STATE_DIM, action_dim=N_ACTIONS, discrete=True,
-    train_sketch_len=None, test_sketch_len=TEST_SKETCH_LEN, collect=collect_holdout,
-    task_env=task_env, sample_sketches=sample_sketches_holdout, test_sketches=test_sketches_holdout,
-    config=package_file("configs", "craft.yaml"), renders=True, experts=EXPERTS,
-    expert_before="planner"))
+HOLDOUT_DOMAIN = _register("craft-holdout", test_sketch_len=TEST_SKETCH_LEN, collect=collect_holdout,
+                           sample_sketches=sample_sketches_holdout, test_sketches=test_sketches_holdout)
 """Craft's zero-shot split: trained on 8 tasks, evaluated on bed and axe."""
