@@ -459,6 +459,17 @@ def _chunk(jobs):
     return [_demo(j) for j in jobs]
 
 
+def collection_draws(n, sketch_len, seed, dart_sigma, sketches, workers):
+    """(sketches (n, L), seeds (n,) SeedSequences): what a Dial collect (joint-space or image)
+    draws from its seed before any demonstration, after checking its arguments: the PINs (the
+    given ones, checked, or sampled) and one seed per demonstration."""
+    check_collect_args(n, sketch_len, workers)
+    check_dart_sigma(dart_sigma)
+    rng = np.random.default_rng(seed)
+    sketches = collect_sketches(n, sketch_len, rng, sketches, sample_sketches, _check_sketches)
+    return sketches, np.random.SeedSequence(rng.integers(2 ** 63)).spawn(n)
+
+
 def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=None, workers=1):
     """n expert demonstrations of the torque variant (domain "dial"); see collect_variant."""
     return collect_variant(TORQUE, n, sketch_len, seed, dart_sigma=dart_sigma, sketches=sketches,
@@ -478,11 +489,7 @@ def collect_variant(variant, n, sketch_len, seed, dart_sigma=DART_SIGMA, sketche
     workers > 1 uses a fork pool; progress(done, total) is called as chunks of CHUNK finish (in
     order).
     """
-    check_collect_args(n, sketch_len, workers)
-    check_dart_sigma(dart_sigma)
-    rng = np.random.default_rng(seed)
-    sketches = collect_sketches(n, sketch_len, rng, sketches, sample_sketches, _check_sketches)
-    seeds = np.random.SeedSequence(rng.integers(2 ** 63)).spawn(n)
+    sketches, seeds = collection_draws(n, sketch_len, seed, dart_sigma, sketches, workers)
     jobs = [(variant, sketches[i], seeds[i], float(dart_sigma)) for i in range(n)]
     chunks = [jobs[i:i + CHUNK] for i in range(0, n, CHUNK)]
     poses()                                                  # solve IK before forking

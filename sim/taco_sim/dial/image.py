@@ -36,11 +36,10 @@ import numpy as np
 
 import taco_ref.data as data_mod
 from taco_ref.data import Demos, collected_on
-from taco_sim.domain import (RenderingUnavailable, check_collect_args, check_dart_sigma,
-                             collect_sketches)
+from taco_sim.domain import RenderingUnavailable
 from taco_sim.dial.env import ACTION_DIM, PHYSICS_DT, SUBSAMPLE, TORQUE_LIMITS, VOCAB
-from taco_sim.dial.expert import (CHUNK, DART_SIGMA, MAX_ATTEMPTS, DialTask, _check_sketches, budget,
-                                  expert_torque_from_obs, poses, sample_sketches)
+from taco_sim.dial.expert import (CHUNK, DART_SIGMA, MAX_ATTEMPTS, DialTask, budget, collection_draws,
+                                  expert_torque_from_obs, poses)
 
 CAMERA = "workspace"
 """The MJCF camera whose picture is the state."""
@@ -244,11 +243,7 @@ def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=
     workers > 1 uses a pool of worker processes, each with its own OpenGL context (forked while
     this process has rendered nothing, spawned afterwards: `_pool_context`).
     """
-    check_collect_args(n, sketch_len, workers)
-    check_dart_sigma(dart_sigma)
-    rng = np.random.default_rng(seed)
-    sketches = collect_sketches(n, sketch_len, rng, sketches, sample_sketches, _check_sketches)
-    seeds = np.random.SeedSequence(rng.integers(2 ** 63)).spawn(n)
+    sketches, seeds = collection_draws(n, sketch_len, seed, dart_sigma, sketches, workers)
     writer = None if out is None else data_mod.FrameWriter(out, config.image_shape)
     directory = None if writer is None else writer.directory
     code, machine = (None, None) if writer is None else (_code_digest(), collected_on())
