@@ -15,13 +15,14 @@ time it happened; here a clock of the test's own drives it, so timing properties
     preemptions on DialEnv end done, where without the rule some end in a false error.
 """
 import math
+import re
 
 import numpy as np
 import pytest
 
 import taco_sim
 from taco_ref.model import Model, load
-from taco_ref.policy import PolicyConfig, init_params
+from taco_ref.policy import PolicyConfig, init_params, stop_probability
 from taco_sim import dial
 
 from taco_bridge import keypad
@@ -129,6 +130,42 @@ def test_a_sketch_before_any_joint_state_waits_one_timeout():
     for t in np.arange(10.0, 10.5, 0.04):
         ctl2.tick(t)
     assert ended[-1].outcome == "error" and "none received" in ended[-1].message
+
+
+WATCHDOG = re.compile(r"no fresh joint state: the next command would arrive ([0-9.]+) s after "
+                      r"(the last joint state|the start of the run), beyond joint_state_timeout "
+                      r"([0-9.]+) s \((none received|the last one received ([0-9.]+) s ago)")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_watchdog_message_agrees_with_its_figures(seed):
+    """The watchdog's message read "no fresh joint state within 0.25 s (last 0.206 s ago)": the
+    run ends when the next command would arrive after joint_state_timeout, which can be while
+    the last joint state is younger than it. Now the message gives that arrival time, which
+    exceeds the timeout and is the joint state's age plus one period plus DELIVERY_MARGIN."""
+    timeout, period, last, commands, ended, _ = frozen_trial(seed)
+    message = ended[0].message
+    match = WATCHDOG.match(message)
+    assert match, message
+    note = f"seed {seed}: {message}"
+    arrival, after, stated_timeout = float(match[1]), match[2], float(match[3])
+    assert stated_timeout == pytest.approx(timeout) and arrival > timeout, note
+    assert after == "the last joint state" and match[5] is not None, note
+    age = float(match[5])
+    assert arrival == pytest.approx(age + period + DELIVERY_MARGIN, abs=2e-3), note
+    zero_t = next(t for t, c in commands if t > last and not np.any(c))
+    assert age == pytest.approx(zero_t - last, abs=1e-3), note          # the age at the trip
+
+
+def test_the_watchdog_message_without_any_joint_state():
+    ended = []
+    ctl = controller(ended=ended)
+    ctl.start([3], 10.0)
+    for t in np.arange(10.0, 10.5, 0.04):
+        ctl.tick(t)
+    match = WATCHDOG.match(ended[-1].message)
+    assert match and match[2] == "the start of the run" and match[4] == "none received", ended[-1].message
+    assert float(match[1]) > 0.25
 
 
 def test_the_timeout_must_exceed_one_period():
@@ -380,6 +417,58 @@ def test_a_press_registered_while_lifting_belongs_to_the_run_before():
         assert not ctl.handover.lifting and ctl.runner.steps == 1
         ctl.press("8", 0.07)                        # now a press of 8 is this run's: an error
         assert not run.in_progress and run.outcome == "error" and run.presses == ["8"]
+    finally:
+        dial.observation_from_joints = real
+
+
+def test_feedback_stop_probability_is_a_probability_from_the_first_message():
+    """The first feedback messages of a goal carried stop_probability NaN: the run's P(STOP) was
+    only computed at the end of a control step that reached the sub-policies. Now it is a number
+    in [0, 1] in every feedback: P(STOP) of the active sub-task on the latest joint state from the
+    start (before the first tick), 0 while there is none (the run waits, commanding zeros, and
+    cannot stop), on the hand-over's release steps too, and 0 once no sub-task is active."""
+    ended = []
+    model = random_model(stop_bias=-2.0, act_bias=1.0)
+    ctl = controller(model=model, ended=ended)
+
+    def p_stop(k, q):
+        return float(stop_probability(model.params, model.policy, k,
+                                      dial.observation_from_joints(q, KEY_POS)))
+
+    ctl.joint_state(PLAUSIBLE_Q, 0.0)
+    ctl.start([6, 9], 0.0)
+    first = ctl.feedback(0.0)                                   # before any tick
+    assert first["active"] == 0 and first["stop_probability"] == pytest.approx(p_stop(6, PLAUSIBLE_Q))
+    assert 0.0 < first["stop_probability"] < 1.0
+    for t, _ in ticking(ctl, 0.04, 0.4):
+        f = ctl.feedback(t)
+        assert math.isfinite(f["stop_probability"]) and 0.0 <= f["stop_probability"] <= 1.0, f
+    waiting = controller(model=model)                           # no joint state yet
+    waiting.start([6], 1.0)
+    assert waiting.feedback(1.0)["stop_probability"] == 0.0
+    assert not np.any(waiting.tick(1.04)) and waiting.feedback(1.04)["stop_probability"] == 0.0
+    waiting.joint_state(PLAUSIBLE_Q, 1.05)
+    waiting.tick(1.08)
+    assert waiting.feedback(1.08)["stop_probability"] == pytest.approx(p_stop(6, PLAUSIBLE_Q))
+    ctl.halt(0.5)
+    assert ctl.feedback(0.5)["active"] == -1 and ctl.feedback(0.5)["stop_probability"] == 0.0
+
+
+def test_feedback_stop_probability_during_the_handover():
+    """While the run lifts off the key the run before pressed (release steps, no decision of its
+    own sub-policy), its P(STOP) is still reported, on the state of that step."""
+    model = random_model(stop_bias=-2.0, act_bias=1.0)
+    ctl = controller(model=model)
+    obs = finger_at(8, 0.01)
+    real = dial.observation_from_joints
+    dial.observation_from_joints = lambda q, key_pos: obs
+    try:
+        ctl.joint_state(PLAUSIBLE_Q, 0.0)
+        ctl.start([6, 9, 3], 0.0, keypad_present=True)
+        assert ctl.handover.lifting
+        assert np.any(ctl.tick(0.02)) and ctl.handover.lifting and ctl.runner.steps == 0
+        p = ctl.feedback(0.02)["stop_probability"]
+        assert p == pytest.approx(float(stop_probability(model.params, model.policy, 6, obs))), p
     finally:
         dial.observation_from_joints = real
 

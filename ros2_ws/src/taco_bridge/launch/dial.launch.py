@@ -29,7 +29,11 @@ ChangeState event makes the launch wait for the node's change_state service in a
 when a node fails at start-up (a bad parameter) the launch shuts down under that wait, which then
 ends in a stray "Caught exception in launch: cannot use Destroyable because destruction was
 requested" (2 of 4 tries with command_interface:=torque). The node's own transitions race with
-nothing.
+nothing. The policy node is therefore started as a plain launch_ros `Node` (it is a managed node
+all the same: `ros2 lifecycle set` drives it): a `LifecycleNode` action makes the launch start
+an rclpy context of its own, whose shutdown handler waits up to 1 s for that context's spinning
+thread (launch_ros's ROS adapter spins with a 1 s timeout) before the launch goes on to signal
+its nodes, so the arm kept dialling for up to 1 s after a SIGINT to the launch.
 
 Ending. When either node exits the launch shuts down: a policy node that died must not leave
 the simulated arm running on alone, nor a sim that died a policy node commanding nothing. A node
@@ -38,15 +42,27 @@ cannot load) makes the launch exit with code 1 ("Caught exception in launch: tac
 with code 1"), once: what the other node does while the launch shuts down is not reported
 again. A policy node shut down through its lifecycle (`ros2 lifecycle set /taco_policy
 shutdown`) exits 0 and the launch ends with it, exit code 0. Stop the launch with
-SIGINT (Ctrl-C; systemd: KillSignal=SIGINT): `ros2 launch` has no handler for SIGTERM and dies
-at once on it; the nodes then notice that their parent has gone and stop by themselves (zero
+SIGINT (Ctrl-C; systemd: KillSignal=SIGINT): on SIGTERM `ros2 launch` exits at once without
+stopping its nodes; they then notice that their parent has gone and stop by themselves (zero
 command, exit), see the package README.
+
+Stopping. On SIGINT, `ros2 launch` sends SIGINT to its nodes itself only when it runs
+non-interactive (its standard input is not a terminal: docker, systemd); in a terminal it
+assumes that Ctrl-C reached the whole process group, and a SIGINT sent to the launch alone
+(`kill -INT`, `docker stop` of a container started with -t) would reach the nodes only as the
+SIGTERM that follows sigterm_timeout (5 s) later. The launch's OnShutdown handler
+(`forward_sigint`) sends them the SIGINT in that case; a node that gets the signal twice (from
+the terminal and from here) stops once.
 """
+import signal
+
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction, Shutdown
+from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler, Shutdown
 from launch.conditions import IfCondition
+from launch.event_handlers import OnShutdown
+from launch.events.process import SignalProcess
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
-from launch_ros.actions import LifecycleNode, Node
+from launch_ros.actions import Node
 from launch_ros.substitutions import FindPackageShare
 
 
@@ -86,6 +102,19 @@ def on_node_exit(name):
     return handler
 
 
+def forward_sigint(processes):
+    """An OnShutdown handler: SIGINT to the processes (launch actions) when the launch shuts down
+    on a SIGINT that it does not forward itself (an interactive launch: see the module
+    docstring); nothing otherwise (launch sends it, or the shutdown has another cause)."""
+    def handler(event, context):
+        if not event.due_to_sigint or context.noninteractive:
+            return None
+        return [EmitEvent(event=SignalProcess(
+            signal_number=signal.SIGINT,
+            process_matcher=lambda action: any(action is p for p in processes)))]
+    return handler
+
+
 def nodes(context):
     params_file, model, rate, interface, namespace, autostart = (
         LaunchConfiguration(name).perform(context)
@@ -94,12 +123,14 @@ def nodes(context):
                namespace=namespace, parameters=sim_parameters(params_file, interface),
                condition=IfCondition(LaunchConfiguration('use_sim')),
                on_exit=on_node_exit('taco_sim'))
-    policy = LifecycleNode(package='taco_bridge', executable='policy_node', name='taco_policy',
-                           namespace=namespace, output='screen',
-                           parameters=policy_parameters(params_file, model, rate, interface,
-                                                        autostart.lower() in ('true', '1', 'yes')),
-                           on_exit=on_node_exit('taco_policy'))
-    return [sim, policy]
+    # a managed node, started as a plain Node: the launch drives no transitions (module docstring)
+    policy = Node(package='taco_bridge', executable='policy_node', name='taco_policy',
+                  namespace=namespace, output='screen',
+                  parameters=policy_parameters(params_file, model, rate, interface,
+                                               autostart.lower() in ('true', '1', 'yes')),
+                  on_exit=on_node_exit('taco_policy'))
+    return [sim, policy,
+            RegisterEventHandler(OnShutdown(on_shutdown=forward_sigint([sim, policy])))]
 
 
 def generate_launch_description():

@@ -109,7 +109,9 @@ class Run:
                | was pressing (keypad.Handover): that run's, not in presses
     verdict    | the keypad's verdict on a finished run: None, 'done' or the mismatch text
     done_time  | time of the last STOP
-    stop_probability | P(STOP | state) of the active sub-policy at the latest control step
+    stop_probability | P(STOP | state) of the active sub-policy on the latest joint state it
+               | was given (at the start, if a joint state was there, then at every control
+               | step); 0 before any (the run waits, commanding zeros: no STOP can come)
     outcome    | None while in progress; then one of OUTCOMES
     message    | one line: what was done, or why it ended
     ended      | time it ended
@@ -125,7 +127,7 @@ class Run:
     inherited: list = field(default_factory=list)
     verdict: str = None
     done_time: float = None
-    stop_probability: float = math.nan
+    stop_probability: float = 0.0
     outcome: str = None
     message: str = ''
     ended: float = None
@@ -240,6 +242,8 @@ class Controller:
                             else dial.observation_from_joints(self.qpos, self.key_pos))
         self.run = Run(sketch=list(sketch), started=now, goal=goal, time_limit=float(time_limit),
                        keypad=keypad_present)
+        if self.qpos is not None:          # the first feedback, before any tick, has a real P(STOP)
+            self.update_stop_probability(dial.observation_from_joints(self.qpos, self.key_pos))
         self.counters.runs += 1
         return self.run
 
@@ -346,17 +350,38 @@ class Controller:
             self.runner.fail(f'time limit of {run.time_limit:g} s reached after {self.summary()}')
             return None
         if not self.usable(now):
-            since = now - max(self.runner.started, self.qpos_time or self.runner.started)
+            fresh = self.qpos is not None and self.qpos_time >= self.runner.started
+            since = now - (self.qpos_time if fresh else self.runner.started)
             if since + self.period + DELIVERY_MARGIN > self.timeout:
-                age = ('none received' if self.qpos is None
-                       else f'last {now - self.qpos_time:.3f} s ago')
-                last = f'; {self.js_rejected}' if self.js_rejected else ''
                 self.counters.watchdog_trips += 1
-                self.runner.fail(f'no fresh joint state within {self.timeout:g} s ({age}{last})')
+                self.runner.fail(self.watchdog_message(now, since, fresh))
             return None                           # waits for the first joint state: zeros
         obs = dial.observation_from_joints(self.qpos, self.key_pos)              # (D,)
         if self.handover.update(obs):                  # lift off the key the run before pressed
-            return self.release_action(obs, self.handover.digit)
+            action = self.release_action(obs, self.handover.digit)
+        else:
+            action = self.decide(obs, now)
+        self.update_stop_probability(obs)
+        return action
+
+    def watchdog_message(self, now, since, fresh):
+        """Why the watchdog ends the run at now: the next command would arrive period +
+        DELIVERY_MARGIN from now, which is since + period + DELIVERY_MARGIN after the last joint
+        state (fresh) or, with none since the run started, after its start; beyond timeout."""
+        arrival = since + self.period + DELIVERY_MARGIN
+        after = 'the last joint state' if fresh else 'the start of the run'
+        if self.qpos is None:
+            detail = 'none received'
+        else:
+            detail = (f'the last one received {now - self.qpos_time:.3f} s ago'
+                      + ('' if fresh else ', before the run started'))
+        last = f'; {self.js_rejected}' if self.js_rejected else ''
+        return (f'no fresh joint state: the next command would arrive {arrival:.3f} s after {after}, '
+                f'beyond joint_state_timeout {self.timeout:g} s ({detail}{last})')
+
+    def decide(self, obs, now):
+        """The (A,) action of the sketch's sub-policies on obs (D,) at now, or None (zeros),
+        under the keypad's press rule (keypad.PressRule)."""
         active = self.runner.active
         if self.press_rule.digit is None:
             self.press_rule.begin(obs, self.runner.sketch[active])
@@ -370,10 +395,14 @@ class Controller:
                 if self.press_rule.begin(obs, self.runner.sketch[self.runner.active]):
                     # the same key again: lift off it first
                     action = self.release_action(obs, self.press_rule.digit)
+        return action
+
+    def update_stop_probability(self, obs):
+        """The run's stop_probability: the active sub-policy's P(STOP | obs), obs (D,)."""
         if self.runner.state == 'running':
             k = self.runner.sketch[self.runner.active]
-            run.stop_probability = policy.stop_probability(self.model.params, self.model.policy, k, obs)
-        return action
+            self.run.stop_probability = float(policy.stop_probability(self.model.params,
+                                                                      self.model.policy, k, obs))
 
     def release_action(self, obs, key):
         """(A,) action of the release step off key: the sub-policy of keypad.release_digit,
@@ -477,7 +506,7 @@ class Controller:
         active = r.active if r.state == 'running' else -1
         return {'active': active,
                 'subtask': self.model.vocab[r.sketch[active]] if active >= 0 else '',
-                'stop_probability': run.stop_probability if active >= 0 else math.nan,
+                'stop_probability': run.stop_probability if active >= 0 else 0.0,
                 'elapsed': now - run.started,
                 'completed': self.names(r.sketch[:len(r.stop_times)]),
                 'pressed': list(run.presses)}

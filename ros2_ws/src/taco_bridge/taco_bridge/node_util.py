@@ -80,6 +80,10 @@ def value(node, name):
         return None
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""The signals that stop a node (stop_on_signals)."""
+
+
 def stop_on_signals():
     """Install SIGINT, SIGTERM and SIGHUP handlers that only record the signal; returns the
     record (a list).
@@ -91,21 +95,39 @@ def stop_on_signals():
     can still publish on its way out (zero torque). SIGHUP: the terminal it ran in was closed.
     """
     received = []
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, lambda signum, frame: received.append(signum))
     return received
 
 
-def spin_until(node, received, period=0.1):
+PARENT_CHECK_PERIOD = 0.02
+"""s: spin_until checks at least this often whether the parent has exited (`ros2 launch`
+killed by SIGTERM: the zero command must follow within 100 ms)."""
+
+
+def ignore_stop_signals():
+    """Ignore SIGINT, SIGTERM and SIGHUP from now on: the node is stopping already.
+
+    A stop often comes as two signals: Ctrl-C reaches the whole process group and the launch
+    forwards a SIGINT of its own. rclpy.try_shutdown uninstalls signal handlers and the
+    interpreter restores the default action of every signal it handled when it finalizes; a
+    second SIGINT landing then killed a node that was exiting cleanly ("process has died [exit
+    code -2]", 1 in 3 Ctrl-Cs of the velocity launch). An ignored signal stays ignored to the
+    end; the way out is bounded (the zero command's acknowledgement, 0.5 s at most)."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def spin_until(node, received, period=PARENT_CHECK_PERIOD):
     """Spin node until stop_on_signals' record is non-empty, the node says it has finished (its
     attribute `finished` true: the policy node after its lifecycle shutdown) or the process that
     started this one has exited (checked at least every period s).
 
-    The parent's exit counts as a stop signal: `ros2 launch` has no handler for SIGTERM (what
-    systemd and `docker stop` send), so SIGTERM kills it at once and leaves its children running
-    (launch's own log says "using SIGTERM can result in orphaned processes"); a node that drives
-    an arm must not run on unsupervised. The test is a change of os.getppid(): a node whose
-    parent exits is re-parented (to init or a subreaper).
+    The parent's exit counts as a stop signal: on SIGTERM (what systemd and `docker stop` send)
+    `ros2 launch` exits at once without stopping its children (its own log says "using SIGTERM
+    can result in orphaned processes"); a node that drives an arm must not run on unsupervised.
+    The test is a change of os.getppid(): a node whose parent exits is re-parented (to init or a
+    subreaper).
     """
     parent = os.getppid()
     while not received and rclpy.ok() and not getattr(node, 'finished', False):
@@ -153,7 +175,10 @@ def shared_memory_forced(rmw, env=None):
 def run(make_node, label, args=None, start=None, on_exit=None):
     """A node's main(): rclpy up (without rclpy's signal handlers), make_node(), start(node),
     spin until SIGINT / SIGTERM / SIGHUP or the parent's exit, then on_exit(node) (e.g. a last
-    zero-torque command) while the context is still valid, and shut down. Returns the exit code:
+    zero-torque command) while the context is still valid, and shut down. The node's attribute
+    stop_signals is the record of the signals received: a signal that comes while the executor
+    waits is handled before the callback that ends the wait runs, so a control tick can see it
+    and leave the command to on_exit (no fresh command after the signal). Returns the exit code:
     1 when the node cannot be made or started (the error is printed on one line after label: a
     bad parameter value, type or name, or a model that cannot be loaded), else 0."""
     received = stop_on_signals()
@@ -165,6 +190,7 @@ def run(make_node, label, args=None, start=None, on_exit=None):
     node = None
     try:
         node = make_node()
+        node.stop_signals = received      # a node may look: the policy node's control tick does
         if start is not None:
             start(node)
     except (ValueError, OSError, ParameterException, NameValidationException) as err:
@@ -176,6 +202,7 @@ def run(make_node, label, args=None, start=None, on_exit=None):
     try:
         spin_until(node, received)
     finally:
+        ignore_stop_signals()
         if on_exit is not None:
             on_exit(node)
         node.destroy_node()
