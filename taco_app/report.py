@@ -26,6 +26,16 @@ def _mean_std(values):
     return f"{v.mean():.1f} ± {v.std():.1f}" if len(v) > 1 else f"{v.mean():.1f}"
 
 
+def _groups(rows):
+    """(algo, size, its rows) for each (algorithm, dataset size) that has rows, in the order of the
+    tables' lines: algorithms as ALGOS lists them, sizes ascending."""
+    for algo in ALGOS:
+        for size in sorted({r["size"] for r in rows}):
+            mine = [r for r in rows if r["algo"] == algo and r["size"] == size]
+            if mine:
+                yield algo, size, mine
+
+
 def alignment_columns(results):
     """The alignment figures of the rows: one per decoder (align.DECODER_NAMES), then each
     algorithm's own (Algorithm.extra_alignments) where a row has it."""
@@ -41,13 +51,9 @@ def table(results):
     columns = [("task_accuracy", "task acc."), ("subtask_accuracy", "sub-task acc.")] + alignment_columns(results)
     lines = ["| algorithm | demos | seeds | " + " | ".join(h for _, h in columns) + " |",
              "|---|---:|---:|" + "---:|" * len(columns)]
-    for algo in ALGOS:
-        for size in sorted({r["size"] for r in results}):
-            rows = [r for r in results if r["algo"] == algo and r["size"] == size]
-            if rows:
-                cells = [_mean_std([r[k] for r in rows]) if all(k in r for r in rows) else "-"
-                         for k, _ in columns]
-                lines.append(f"| {LABELS[algo]} | {size} | {len(rows)} | " + " | ".join(cells) + " |")
+    for algo, size, rows in _groups(results):
+        cells = [_mean_std([r[k] for r in rows]) if all(k in r for r in rows) else "-" for k, _ in columns]
+        lines.append(f"| {LABELS[algo]} | {size} | {len(rows)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -88,14 +94,11 @@ def seed_table(results, key="task_accuracy", title="task acc."):
     seeds = sorted({r["seed"] for r in results})
     lines = [f"| {title} | demos | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± std |",
              "|---|---:|" + "---:|" * (len(seeds) + 1)]
-    for algo in ALGOS:
-        for size in sorted({r["size"] for r in results}):
-            by_seed = {r["seed"]: 100 * r[key] for r in results if r["algo"] == algo and r["size"] == size}
-            if not by_seed:
-                continue
-            v = np.array(list(by_seed.values()))
-            shown = [f"{by_seed[s]:.1f}" if s in by_seed else "-" for s in seeds]
-            lines.append(f"| {LABELS[algo]} | {size} | " + " | ".join(shown) + f" | {v.mean():.1f} ± {v.std():.1f} |")
+    for algo, size, rows in _groups(results):
+        by_seed = {r["seed"]: 100 * r[key] for r in rows}
+        v = np.array(list(by_seed.values()))
+        shown = [f"{by_seed[s]:.1f}" if s in by_seed else "-" for s in seeds]
+        lines.append(f"| {LABELS[algo]} | {size} | " + " | ".join(shown) + f" | {v.mean():.1f} ± {v.std():.1f} |")
     return "\n".join(lines)
 
 
@@ -115,13 +118,11 @@ def interval_table(results):
     seeds = sorted({r["seed"] for r in results})
     lines = ["| task acc. [95 % interval] | demos | tasks | " + " | ".join(f"seed {s}" for s in seeds) + " |",
              "|---|---:|---:|" + "---:|" * len(seeds)]
-    for algo in ALGOS:
-        for size in sorted({r["size"] for r in results}):
-            by_seed = {r["seed"]: r for r in results if r["algo"] == algo and r["size"] == size}
-            if by_seed:
-                tasks = sorted({r["n_tasks"] for r in by_seed.values()})
-                lines.append(f"| {LABELS[algo]} | {size} | {'/'.join(map(str, tasks))} | "
-                             + " | ".join(_ci(by_seed[s]) if s in by_seed else "-" for s in seeds) + " |")
+    for algo, size, rows in _groups(results):
+        by_seed = {r["seed"]: r for r in rows}
+        tasks = sorted({r["n_tasks"] for r in by_seed.values()})
+        lines.append(f"| {LABELS[algo]} | {size} | {'/'.join(map(str, tasks))} | "
+                     + " | ".join(_ci(by_seed[s]) if s in by_seed else "-" for s in seeds) + " |")
     return "\n".join(lines)
 
 
@@ -178,14 +179,11 @@ def tests_table(results, first="taco", second="gtbc"):
         return ""
     lines = ["| task acc. (%) | demos | seeds | standard | " + " | ".join(names) + " |",
              "|---|---:|---:|---:|" + "---:|" * len(names)]
-    for algo in ALGOS:
-        for size in sorted({r["size"] for r in results}):
-            rows = [r for r in results if r["algo"] == algo and r["size"] == size and r.get("tests")]
-            if rows:
-                cells = [_mean_std([r["task_accuracy"] for r in rows])]
-                cells += [_mean_std([r["tests"][n]["task_accuracy"] for r in rows if n in r["tests"]])
-                          if all(n in r["tests"] for r in rows) else "-" for n in names]
-                lines.append(f"| {LABELS[algo]} | {size} | {len(rows)} | " + " | ".join(cells) + " |")
+    for algo, size, rows in _groups([r for r in results if r.get("tests")]):
+        cells = [_mean_std([r["task_accuracy"] for r in rows])]
+        cells += [_mean_std([r["tests"][n]["task_accuracy"] for r in rows if n in r["tests"]])
+                  if all(n in r["tests"] for r in rows) else "-" for n in names]
+        lines.append(f"| {LABELS[algo]} | {size} | {len(rows)} | " + " | ".join(cells) + " |")
     parts = ["\n".join(lines)]
     for name in names:
         flat = [dict(r, **{k: v for k, v in r["tests"][name].items() if k in ("outcomes", "task_lengths")},
@@ -207,16 +205,13 @@ def _length_split(rows, name):
         return ""
     lines = [f"| task acc. on {name} by PIN length (%) | demos | seeds | " + " | ".join(f"L = {L}" for L in lengths) + " |",
              "|---|---:|---:|" + "---:|" * len(lengths)]
-    for algo in ALGOS:
-        for size in sorted({r["size"] for r in rows}):
-            mine = [r for r in rows if r["algo"] == algo and r["size"] == size and r.get("task_lengths")]
-            if mine:
-                shown = []
-                for L in lengths:
-                    per_seed = [np.mean([o == "1" for o, n in zip(r["outcomes"], r["task_lengths"]) if n == L])
-                                for r in mine if L in r["task_lengths"]]
-                    shown.append(f"{100 * np.mean(per_seed):.1f}" if per_seed else "-")
-                lines.append(f"| {LABELS[algo]} | {size} | {len(mine)} | " + " | ".join(shown) + " |")
+    for algo, size, mine in _groups([r for r in rows if r.get("task_lengths")]):
+        shown = []
+        for L in lengths:
+            per_seed = [np.mean([o == "1" for o, n in zip(r["outcomes"], r["task_lengths"]) if n == L])
+                        for r in mine if L in r["task_lengths"]]
+            shown.append(f"{100 * np.mean(per_seed):.1f}" if per_seed else "-")
+        lines.append(f"| {LABELS[algo]} | {size} | {len(mine)} | " + " | ".join(shown) + " |")
     return "\n".join(lines)
 
 
@@ -229,15 +224,11 @@ def failure_kinds_table(results):
     kinds = [k for k in evaluate.FAILURE_KINDS if any(r["failures"].get(k) for r in rows)]
     lines = ["| " + " | ".join(["why tasks failed", "demos", "failed / tasks"] + kinds) + " |",
              "|---|---:|---:|" + "---:|" * len(kinds)]
-    for algo in ALGOS:
-        for size in sorted({r["size"] for r in rows}):
-            mine = [r for r in rows if r["algo"] == algo and r["size"] == size]
-            if not mine:
-                continue
-            counts = {k: sum(r["failures"].get(k, 0) for r in mine) for k in kinds}
-            failed, tasks = sum(counts.values()), sum(r["n_tasks"] for r in mine)
-            shares = [f"{100 * counts[k] / max(failed, 1):.0f} %" for k in kinds]
-            lines.append("| " + " | ".join([LABELS[algo], str(size), f"{failed} / {tasks}"] + shares) + " |")
+    for algo, size, mine in _groups(rows):
+        counts = {k: sum(r["failures"].get(k, 0) for r in mine) for k in kinds}
+        failed, tasks = sum(counts.values()), sum(r["n_tasks"] for r in mine)
+        shares = [f"{100 * counts[k] / max(failed, 1):.0f} %" for k in kinds]
+        lines.append("| " + " | ".join([LABELS[algo], str(size), f"{failed} / {tasks}"] + shares) + " |")
     details = {}
     for r in rows:
         for key, n in r.get("failure_details", {}).items():
@@ -324,16 +315,12 @@ def prefix_table(results, first=25):
     lines = [f"| algorithm | demos | seeds | task acc., first {first} | sub-task acc., first {first} | "
              f"task acc., all {all_label} | sub-task acc., all {all_label} |",
              "|---|---:|---:|---:|---:|---:|---:|"]
-    for algo in ALGOS:
-        for size in sorted({r["size"] for r in rows}):
-            mine = [r for r in rows if r["algo"] == algo and r["size"] == size]
-            if not mine:
-                continue
-            head = [[r["outcomes"][:first].count("1") / first for r in mine],
-                    [sum(r["task_progress"][:first]) / sum(r["task_lengths"][:first]) for r in mine]]
-            whole = [[r["task_accuracy"] for r in mine], [r["subtask_accuracy"] for r in mine]]
-            lines.append(f"| {LABELS[algo]} | {size} | {len(mine)} | "
-                         + " | ".join(_mean_std(v) for v in head + whole) + " |")
+    for algo, size, mine in _groups(rows):
+        head = [[r["outcomes"][:first].count("1") / first for r in mine],
+                [sum(r["task_progress"][:first]) / sum(r["task_lengths"][:first]) for r in mine]]
+        whole = [[r["task_accuracy"] for r in mine], [r["subtask_accuracy"] for r in mine]]
+        lines.append(f"| {LABELS[algo]} | {size} | {len(mine)} | "
+                     + " | ".join(_mean_std(v) for v in head + whole) + " |")
     return "\n".join(lines)
 
 
@@ -348,13 +335,11 @@ def length_table(results, rule=None):
     title = "task acc. by L_test" + (f", {rule} rule" if rule else "")
     lines = [f"| {title} | demos | seeds | " + " | ".join(f"L = {L}" for L in lengths) + " |",
              "|---|---:|---:|" + "---:|" * len(lengths)]
-    for algo in ALGOS:
-        for size in sorted({r["size"] for r in rows}):
-            mine = [plots.lengths_of(r, rule) for r in rows if r["algo"] == algo and r["size"] == size]
-            if mine:
-                shown = [_mean_std([m[L] for m in mine if L in m]) if any(L in m for m in mine) else "-"
-                         for L in lengths]
-                lines.append(f"| {LABELS[algo]} | {size} | {len(mine)} | " + " | ".join(shown) + " |")
+    for algo, size, group in _groups(rows):
+        mine = [plots.lengths_of(r, rule) for r in group]
+        shown = [_mean_std([m[L] for m in mine if L in m]) if any(L in m for m in mine) else "-"
+                 for L in lengths]
+        lines.append(f"| {LABELS[algo]} | {size} | {len(mine)} | " + " | ".join(shown) + " |")
     return "\n".join(lines)
 
 
@@ -369,14 +354,10 @@ def rules_table(results):
     heads = ["task: keypad"] + [f"task: {k}" for k in rules] + ["sub-task: keypad"] + [f"sub-task: {k}" for k in rules]
     lines = ["| success rule (%) | demos | seeds | " + " | ".join(heads) + " |",
              "|---|---:|---:|" + "---:|" * len(heads)]
-    for algo in ALGOS:
-        for size in sorted({r["size"] for r in rows}):
-            mine = [r for r in rows if r["algo"] == algo and r["size"] == size]
-            if not mine:
-                continue
-            cols = [[r["task_accuracy"] for r in mine]] + [[r["rules"][k]["task_accuracy"] for r in mine] for k in rules] \
-                + [[r["subtask_accuracy"] for r in mine]] + [[r["rules"][k]["subtask_accuracy"] for r in mine] for k in rules]
-            lines.append(f"| {LABELS[algo]} | {size} | {len(mine)} | " + " | ".join(_mean_std(c) for c in cols) + " |")
+    for algo, size, mine in _groups(rows):
+        cols = [[r["task_accuracy"] for r in mine]] + [[r["rules"][k]["task_accuracy"] for r in mine] for k in rules] \
+            + [[r["subtask_accuracy"] for r in mine]] + [[r["rules"][k]["subtask_accuracy"] for r in mine] for k in rules]
+        lines.append(f"| {LABELS[algo]} | {size} | {len(mine)} | " + " | ".join(_mean_std(c) for c in cols) + " |")
     return "\n".join(lines)
 
 
