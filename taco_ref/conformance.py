@@ -142,11 +142,29 @@ def _field(res, name):
     return res[name] if isinstance(res, dict) else getattr(res, name)
 
 
-def _call_taco(impl, inp, fields):
-    """{quantity: array or exception} for a TACO case."""
-    args = (inp["log_act"], inp["log_stop"], inp["log_go"])
+class _Family(NamedTuple):
+    """What a case of one family ("taco" or "ctc") calls on the implementation: {family}_forward_backward
+    and {family}_loglik on the inputs, then the decoders its expected fields name."""
+
+    inputs: tuple       # the positional inputs, by name
+    optional: tuple     # keyword inputs passed to forward_backward and loglik (None when absent)
+    grads: tuple        # the fields of forward_backward's result
+    decoders: str       # the decoders' prefix: {decoders}forward_argmax, ...posterior_argmax, ...viterbi
+
+
+_FAMILIES = {
+    "taco": _Family(("log_act", "log_stop", "log_go"), ("log_final_stop",),
+                    ("loglik", "d_act", "d_stop", "d_go", "posterior", "d_final_stop"), "align_"),
+    "ctc": _Family(("log_p", "sketch"), (), ("loglik", "d_log_p", "posterior"), "ctc_align_"),
+}
+
+
+def _call(impl, family, inp, fields):
+    """{quantity: array or exception} for a case of family."""
+    spec = _FAMILIES[family]
+    args = tuple(inp[k] for k in spec.inputs)
     lens = {"traj_len": inp["traj_len"], "sketch_len": inp["sketch_len"]}
-    final = inp.get("log_final_stop")
+    extra = {k: inp.get(k) for k in spec.optional}
     got = {}
 
     def attempt(keys, fn):
@@ -156,42 +174,16 @@ def _call_taco(impl, inp, fields):
             values = {k: err for k in keys}
         got.update(values)
 
-    grads = ("loglik", "d_act", "d_stop", "d_go", "posterior", "d_final_stop")
-    attempt(grads, lambda: {k: _field(impl.taco_forward_backward(*args, **lens, log_final_stop=final), k)
-                            for k in grads})
-    attempt(["loglik (taco_loglik)"],
-            lambda: {"loglik (taco_loglik)": impl.taco_loglik(*args, **lens, log_final_stop=final)})
-    for key, name in (("forward_argmax", "align_forward_argmax"),
-                      ("posterior_argmax", "align_posterior_argmax")):
+    fb, loglik = f"{family}_forward_backward", f"{family}_loglik"
+    attempt(spec.grads, lambda: {k: _field(getattr(impl, fb)(*args, **lens, **extra), k) for k in spec.grads})
+    attempt([f"loglik ({loglik})"], lambda: {f"loglik ({loglik})": getattr(impl, loglik)(*args, **lens, **extra)})
+    for key in ("forward_argmax", "posterior_argmax"):
         if key in fields:
-            attempt([key], lambda name=name, key=key: {key: getattr(impl, name)(*args, **lens)})
+            attempt([key], lambda key=key: {key: getattr(impl, spec.decoders + key)(*args, **lens)})
     if "viterbi" in fields:
+        viterbi = spec.decoders + "viterbi"
         attempt(["viterbi", "viterbi_score"], lambda: dict(zip(
-            ("viterbi", "viterbi_score"), impl.align_viterbi(*args, **lens, return_score=True))))
-    return got
-
-
-def _call_ctc(impl, inp, fields):
-    args = (inp["log_p"], inp["sketch"])
-    lens = {"traj_len": inp["traj_len"], "sketch_len": inp["sketch_len"]}
-    got = {}
-
-    def attempt(keys, fn):
-        try:
-            got.update(fn())
-        except Exception as err:
-            got.update({k: err for k in keys})
-
-    grads = ("loglik", "d_log_p", "posterior")
-    attempt(grads, lambda: {k: _field(impl.ctc_forward_backward(*args, **lens), k) for k in grads})
-    attempt(["loglik (ctc_loglik)"], lambda: {"loglik (ctc_loglik)": impl.ctc_loglik(*args, **lens)})
-    for key, name in (("forward_argmax", "ctc_align_forward_argmax"),
-                      ("posterior_argmax", "ctc_align_posterior_argmax")):
-        if key in fields:
-            attempt([key], lambda name=name, key=key: {key: getattr(impl, name)(*args, **lens)})
-    if "viterbi" in fields:
-        attempt(["viterbi", "viterbi_score"], lambda: dict(zip(
-            ("viterbi", "viterbi_score"), impl.ctc_align_viterbi(*args, **lens, return_score=True))))
+            ("viterbi", "viterbi_score"), getattr(impl, viterbi)(*args, **lens, return_score=True))))
     return got
 
 
@@ -356,9 +348,9 @@ def _element_rule(case, key, idx, eq, zero):
 def run_case(impl, case, quantities):
     """[Result] for one case."""
     inp, exp = case["inputs"], dict(case["expected"])
-    family = case["family"]
-    got = (_call_taco if family == "taco" else _call_ctc)(impl, inp, exp)
-    exp["loglik (taco_loglik)" if family == "taco" else "loglik (ctc_loglik)"] = exp["loglik"]
+    family = "taco" if case["family"] == "taco" else "ctc"
+    got = _call(impl, family, inp, exp)
+    exp[f"loglik ({family}_loglik)"] = exp["loglik"]
     tol = case.get("tolerance", {})
     rtol, atol = tol.get("rtol", RTOL), tol.get("atol", ATOL)
     sample_t = case.get("sample_t")
