@@ -1,40 +1,54 @@
-"""What a grid will cost before it runs: CPU seconds per training demonstration of one cell, by
-domain and algorithm, measured on committed grids (the median over their cells of
-cpu_seconds / size, or wall seconds where a grid's cells predate cpu_seconds), at the epochs of
-the config those cells ran. `taco experiment` multiplies by each cell's size and its epochs over
-the measured ones, and says the total before it starts. An estimate, not a promise: cells with
+"""What a grid will cost before it runs: CPU seconds per demonstration pass of one cell, by domain
+and algorithm, measured on committed grids (the median over their cells of cpu_seconds, or wall
+seconds where a grid's cells predate cpu_seconds, over demonstration_passes). A cell's passes are
+what its training reads: epochs x the whole passes an epoch makes over the training set
+(spec/training.md eq. (11): a Nav-World set of 45 demonstrations is read 8 times an epoch, one of
+900 once) x the training demonstrations. `taco experiment` and `taco demo` multiply, and say the
+total before they start. An estimate, not a promise: cells with
 early stopping end sooner, a loaded machine takes longer, another CPU differs
 (tests/test_costs.py holds each figure to its grid's cells).
 """
 
 COSTS = {
-    # domain, algo: (CPU seconds per demonstration, epochs of the measured config, the grid)
-    ("navworld", "taco"): (0.077, 300, "navworld-demo-float32"),
-    ("navworld", "gtbc"): (0.033, 300, "navworld-demo-float32"),
-    ("navworld", "ctcbc-mlp"): (0.060, 300, "navworld-demo-float32"),
-    ("navworld", "ctcbc-gru"): (0.63, 300, "archive/navworld-constant"),
-    ("navworld", "compile"): (44.0, 300, "navworld"),
-    ("dial", "taco"): (1.7, 60, "dial"),
-    ("dial", "gtbc"): (0.99, 60, "dial"),
-    ("dial", "ctcbc-mlp"): (0.41, 60, "archive/dial-stop-once"),
-    ("dial", "ctcbc-gru"): (1.49, 60, "archive/dial-stop-once"),
-    ("dial-image-small", "taco"): (8.0, 60, "dial-image-small-trained-core"),
-    ("dial-image-small", "gtbc"): (5.8, 60, "dial-image-small-trained-core"),
-    ("dial-image-small", "ctcbc-mlp"): (23.5, 60, "dial-image-small-trained-core"),
-    ("dial-image-small", "ctcbc-gru"): (28.9, 60, "dial-image-small-trained-core"),
-    ("dial-image", "taco"): (7.1, 60, "dial-image"),
-    ("dial-image", "gtbc"): (5.3, 60, "dial-image"),
-    ("craft", "taco"): (0.55, 150, "archive/craft-planner"),
-    ("craft", "gtbc"): (0.35, 150, "archive/craft-planner"),
-    ("craft", "ctcbc-mlp"): (0.20, 150, "archive/craft-planner"),
-    ("craft", "ctcbc-gru"): (0.35, 150, "archive/craft-planner"),
-    ("craft-holdout", "taco"): (1.1, 150, "archive/craft-holdout-planner"),
-    ("craft-holdout", "gtbc"): (0.88, 150, "archive/craft-holdout-planner"),
-    ("craft-holdout", "ctcbc-mlp"): (0.21, 150, "archive/craft-holdout-planner"),
-    ("craft-holdout", "ctcbc-gru"): (0.64, 150, "archive/craft-holdout-planner"),
+    # domain, algo: (CPU seconds per demonstration pass, the grid measured)
+    ("navworld", "taco"): (7.01e-4, "navworld-recipe"),
+    ("navworld", "gtbc"): (3.73e-4, "navworld-recipe"),
+    ("navworld", "ctcbc-mlp"): (6.9e-4, "navworld-recipe"),
+    ("navworld", "ctcbc-gru"): (4.34e-3, "navworld-recipe"),
+    ("navworld", "compile"): (0.0203, "navworld"),
+    ("dial", "taco"): (0.0343, "dial"),
+    ("dial", "gtbc"): (0.0212, "dial"),
+    ("dial", "ctcbc-mlp"): (7.65e-3, "archive/dial-stop-once"),
+    ("dial", "ctcbc-gru"): (0.0275, "archive/dial-stop-once"),
+    ("dial-image-small", "taco"): (0.148, "dial-image-small-trained-core"),
+    ("dial-image-small", "gtbc"): (0.107, "dial-image-small-trained-core"),
+    ("dial-image-small", "ctcbc-mlp"): (0.435, "dial-image-small-trained-core"),
+    ("dial-image-small", "ctcbc-gru"): (0.535, "dial-image-small-trained-core"),
+    ("dial-image", "taco"): (0.132, "dial-image"),
+    ("dial-image", "gtbc"): (0.0975, "dial-image"),
+    ("craft", "taco"): (4.06e-3, "archive/craft-planner"),
+    ("craft", "gtbc"): (2.59e-3, "archive/craft-planner"),
+    ("craft", "ctcbc-mlp"): (1.48e-3, "archive/craft-planner"),
+    ("craft", "ctcbc-gru"): (2.58e-3, "archive/craft-planner"),
+    ("craft-holdout", "taco"): (8.27e-3, "archive/craft-holdout-planner"),
+    ("craft-holdout", "gtbc"): (6.52e-3, "archive/craft-holdout-planner"),
+    ("craft-holdout", "ctcbc-mlp"): (1.52e-3, "archive/craft-holdout-planner"),
+    ("craft-holdout", "ctcbc-gru"): (4.77e-3, "archive/craft-holdout-planner"),
 }
 SAME_COST = {"dial-velocity": "dial"}
 """Domains whose cells cost what another's do (the same arm, nets and data sizes)."""
+
+
+def demonstration_passes(cell):
+    """Demonstrations a cell's training reads: epochs x passes_per_epoch(epoch_size, n_train) x
+    n_train, n_train its size less the held-out share (its config's, TrainConfig's defaults
+    where it gives none)."""
+    from taco_ref import data, train
+    from taco_ref.config import TrainConfig
+    cfg, default = cell["config"], TrainConfig
+    n_train = cell["size"] - data.holdout_count(cell["size"], cfg.get("holdout_fraction", default.holdout_fraction))
+    per_epoch = train.passes_per_epoch(cfg.get("epoch_size", default.epoch_size), n_train)
+    return cfg.get("epochs", default.epochs) * per_epoch * n_train
 
 
 def cell_seconds(cell):
@@ -44,9 +58,7 @@ def cell_seconds(cell):
     found = COSTS.get((domain, cell["algo"]))
     if found is None:
         return None
-    per_demo, epochs, _ = found
-    ran = cell["config"].get("epochs", epochs)
-    return per_demo * cell["size"] * ran / epochs
+    return found[0] * demonstration_passes(cell)
 
 
 def wall_seconds(cells, workers):

@@ -33,8 +33,10 @@ import concurrent.futures
 import contextlib
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -92,8 +94,15 @@ class Local:
         self._pool = None
         self._env = None
         self._queue = []                           # in this process: (future, fn, args) not run yet
+        self._epochs = None                        # the folder where running cells note their epoch
+        self._saved_epochs_env = None
 
     def __enter__(self):
+        # each running cell notes its last epoch in a file here (experiment._epoch_file), for the
+        # progress line; the workers, spawned later, find it in their environment
+        self._epochs = tempfile.mkdtemp(prefix="taco-epochs-")
+        self._saved_epochs_env = os.environ.get(experiment.EPOCHS_DIR_ENV)
+        os.environ[experiment.EPOCHS_DIR_ENV] = self._epochs
         if self.workers > 1:
             # the pool spawns its processes as tasks arrive: keep one BLAS thread in force meanwhile
             self._env = _single_threaded()
@@ -102,6 +111,13 @@ class Local:
         return self
 
     def __exit__(self, *exc):
+        if self._epochs is not None:
+            if self._saved_epochs_env is None:
+                os.environ.pop(experiment.EPOCHS_DIR_ENV, None)
+            else:
+                os.environ[experiment.EPOCHS_DIR_ENV] = self._saved_epochs_env
+            shutil.rmtree(self._epochs, ignore_errors=True)
+            self._epochs = None
         if self._pool is None:
             return
         if exc[0] is None:
@@ -167,6 +183,17 @@ class Local:
 
     def running(self, futures):
         return min(max(self.workers, 1), sum(not f.done() for f in futures))
+
+    def epochs(self, names):
+        """{cell name: its last epoch's note} of the named cells that wrote one."""
+        notes = {}
+        for name in names:
+            try:
+                with open(os.path.join(self._epochs or "", name)) as f:
+                    notes[name] = f.read().strip()
+            except OSError:
+                continue
+        return notes
 
     @staticmethod
     def error(fut):
@@ -390,8 +417,11 @@ def run_grid(cells, ex, out_dir=None, retries=2, force=False, progress=None, ref
         elapsed = time.time() - start
         left = len(todo) - done - len(failed)
         eta = elapsed / done * left if done else (max(expected - elapsed, 0.0) if expected else None)
+        running = [experiment.cell_name(cells[what]) for kind, what in pending.values() if kind == "cell"]
+        epochs = ex.epochs(running) if hasattr(ex, "epochs") else {}
         return {"done": grid.reused + done, "total": len(cells), "running": ex.running(list(pending)),
-                "failed": len(failed), "elapsed": elapsed, "eta": eta, "engine": ex.name}
+                "failed": len(failed), "elapsed": elapsed, "eta": eta, "engine": ex.name,
+                "epochs": [epochs[name] for name in running if name in epochs]}
 
     for spec in data:
         submit("data", spec)
@@ -442,10 +472,12 @@ def _clock(seconds):
 
 
 def progress_line(s):
-    """cells done/total, running, failed, elapsed, ETA."""
+    """cells done/total, running, failed, elapsed, ETA, and each running cell's last epoch (the
+    local engine's)."""
     eta = _clock(s["eta"]) if s["eta"] is not None else "?"
-    return (f"cells {s['done']}/{s['total']} done, {s['running']} running, {s['failed']} failed "
+    line = (f"cells {s['done']}/{s['total']} done, {s['running']} running, {s['failed']} failed "
             f"({s['engine']}); elapsed {_clock(s['elapsed'])}, ETA {eta}")
+    return line + "".join(f" | {note}" for note in s.get("epochs") or ())
 
 
 class Progress:
@@ -459,7 +491,8 @@ class Progress:
     def __call__(self, s):
         line = progress_line(s)
         counts = line.split(";")[0]
-        if self.stream.isatty():
+        if self.stream.isatty():          # one terminal line, cut to its width, so \r rewrites it
+            line = line[:max(shutil.get_terminal_size().columns - 1, 20)]
             print(f"\r{line}\033[K", end="", file=self.stream, flush=True)
         elif counts != self.last:
             print(line, file=self.stream, flush=True)

@@ -86,6 +86,39 @@ def cell_name(cell):
     return f"{cell['domain']}-{cell['algo']}-n{cell['size']}-seed{cell['seed']}"
 
 
+EPOCHS_DIR_ENV = "TACO_EPOCHS_DIR"
+"""A folder where each running cell keeps its last epoch (one small file a cell, written by
+_epoch_file), for the local engine's progress line to read: set by engine.Local."""
+
+
+def _epoch_file(cell, folder):
+    """train's progress for a cell the local engine runs: after every epoch, "<algo> n<size>
+    s<seed>: [<algo> <stage>] epoch <e>" replaces the cell's file in folder (written whole,
+    then renamed, so a reader never sees half a line)."""
+    path = os.path.join(folder, cell_name(cell))
+    label = f"{cell['algo']} n{cell['size']} s{cell['seed']}"
+
+    def write(line):
+        text = f"{label}: {line.split('  train')[0].strip()}"
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except OSError:                # the folder went with the grid: progress is best effort
+            pass
+    return write
+
+
+def _training_progress(cell, run_dir):
+    """What train reports its epochs to: lines on stderr for a cell of hours (run_dir), the
+    local engine's epochs folder when it set one, else nothing."""
+    if run_dir is not None:
+        return _epoch_lines(cell)
+    folder = os.environ.get(EPOCHS_DIR_ENV)
+    return _epoch_file(cell, folder) if folder and os.path.isdir(folder) else False
+
+
 def _epoch_lines(cell):
     """train's progress for a cell of hours (one with a run directory): a line on stderr after
     every epoch, named by the cell, so a log shows how far each running cell has got."""
@@ -115,7 +148,7 @@ def run(cell, demos=None, test_demos=None, run_dir=None):
     validate = (evaluate.validation_rollouts(dom, cfg.select_tasks, cell["seed"], cell["train_sketch_len"])
                 if cfg.select == "rollouts" else None)
     resume = run_dir is not None and os.path.exists(os.path.join(run_dir, train.CHECKPOINT_META))
-    model = train.train(demos, cfg, progress=False if run_dir is None else _epoch_lines(cell),
+    model = train.train(demos, cfg, progress=_training_progress(cell, run_dir),
                         validate=validate, out_dir=run_dir, resume=resume, augment=dom.augment)
     acc = evaluate.protocol(model, dom, cell["n_tasks"], cell["seed"], lengths=cell.get("test_lengths") or (),
                             views=cfg.views, stop_hold=cfg.stop_hold, split=split_of(cell))

@@ -14,26 +14,35 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize("domain,algo", sorted(costs.COSTS))
-def test_each_cost_is_its_grids_median_of_seconds_per_demonstration(domain, algo):
-    per_demo, epochs, grid = costs.COSTS[(domain, algo)]
+def test_each_cost_is_its_grids_median_of_seconds_per_demonstration_pass(domain, algo):
+    per_pass, grid = costs.COSTS[(domain, algo)]
     rates = []
     for path in glob.glob(os.path.join(ROOT, "results", grid, "cells", domain, algo, "*", "*.json")):
         record = json.load(open(path))
         seconds = record.get("cpu_seconds") or record.get("seconds")
-        assert record["config"]["epochs"] == epochs, path
-        rates.append(seconds / record["cell"]["size"])
+        rates.append(seconds / costs.demonstration_passes(dict(record["cell"], config=record["config"])))
     assert rates, f"results/{grid} has no {domain} {algo} cell"
-    assert np.median(rates) == pytest.approx(per_demo, rel=0.25)
+    assert np.median(rates) == pytest.approx(per_pass, rel=0.25)
 
 
-def test_the_announcement_counts_cells_and_scales_the_cost_by_size_and_epochs():
+def test_a_cells_cost_follows_what_its_training_reads():
+    """Nav-World's epoch_size makes every size up to 400 read the same 108 000 demonstrations in
+    300 epochs (the taco demo at 400 was announced at 1 min of CPU by a per-demonstration rate,
+    and took 3): the cost is per demonstration read."""
+    base = dict(domain="navworld", algo="taco", seed=0, config={"epochs": 300, "epoch_size": 360})
+    passes = {n: costs.demonstration_passes(dict(base, size=n)) for n in (50, 200, 400, 1000)}
+    assert passes == {50: 300 * 8 * 45, 200: 300 * 2 * 180, 400: 300 * 360, 1000: 300 * 900}
+    assert costs.cell_seconds(dict(base, size=400)) == pytest.approx(7.01e-4 * 108_000)
+
+
+def test_the_announcement_counts_cells_and_scales_the_cost_by_what_training_reads():
     cell = dict(domain="dial-velocity", algo="taco", size=1200, config={"epochs": 30})
-    assert costs.cell_seconds(cell) == pytest.approx(1.7 * 1200 / 2)
+    assert costs.cell_seconds(cell) == pytest.approx(0.0343 * 30 * 1080)       # 120 held out
     assert costs.cell_seconds(dict(cell, domain="nowhere")) is None
     line = costs.announce([cell] * 3, [cell] * 2, workers=2)
-    assert line.startswith("3 cells: 1 already finished in --out, 2 to compute: about 34 min of CPU, 17 min on 2 workers")
+    assert line.startswith("3 cells: 1 already finished in --out, 2 to compute: about 37 min of CPU, 19 min on 2 workers")
     assert costs.announce([cell], [], 2) == "1 cell: 1 already finished in --out, 0 to compute"
-    tiny = dict(cell, size=1)
+    tiny = dict(cell, size=2)
     assert "about under a minute" not in costs.announce([tiny], [tiny], 1)
     assert costs.announce([tiny], [tiny], 1).endswith("to compute: under a minute of CPU, under a minute on 1 worker "
                                                       "(measured on committed grids; early stopping ends some sooner)")

@@ -7,6 +7,7 @@ Every grid here is real and tiny: Nav-World, TACO and GT-BC, a few demonstration
 import json
 import multiprocessing
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -296,6 +297,50 @@ def test_in_this_process_each_cell_file_is_written_before_the_next_cell_starts(t
         grid = engine.run_grid(grid_cells, ex, out_dir=tmp_path, progress=progress)
     assert grid.computed == 3
     assert [files_on_disk for done, files_on_disk in seen if done] == [1, 2, 3], seen
+
+
+def test_a_cells_epoch_note_is_written_whole_and_read_back_by_name(tmp_path):
+    """experiment._epoch_file keeps one line per cell (the progress line's part, not the
+    losses), replaced whole; Local.epochs reads the named cells' notes, skipping the silent."""
+    from taco_app import experiment
+    cell = cells()[0]
+    note = experiment._epoch_file(cell, str(tmp_path))
+    note("[taco policy] epoch  12  train  -3.1000  held-out  -2.9000  best  -2.9000     4.1s")
+    note("[taco policy] epoch  13  train  -3.2000  held-out  -3.0000  best  -3.0000     4.4s")
+    ex = engine.Local(1)
+    ex._epochs = str(tmp_path)
+    name = experiment.cell_name(cell)
+    assert ex.epochs([name, "navworld-gtbc-n40-seed9"]) == {name: "taco n40 s0: [taco policy] epoch  13"}
+    assert os.listdir(tmp_path) == [name]                    # no temporary left beside it
+    status = {"done": 0, "total": 2, "running": 1, "failed": 0, "elapsed": 3.0, "eta": None,
+              "engine": "local", "epochs": ["taco n40 s0: [taco policy] epoch  13"]}
+    assert engine.progress_line(status).endswith("ETA ? | taco n40 s0: [taco policy] epoch  13")
+
+
+@pytest.mark.slow
+def test_the_progress_line_shows_each_running_cells_epoch(tmp_path):
+    """`taco demo` sat at "cells 0/3 done" for minutes: the local engine's workers note each
+    cell's last epoch in a folder of its own, the progress line appends them, and the folder
+    and its environment variable are gone once the grid ends."""
+    from taco_app import experiment
+    grid_cells = cells(epochs=25, patience=25)[:2]
+    lines, folders = [], []
+
+    def progress(status):
+        lines.append(engine.progress_line(status))
+        folders.append(os.environ.get(experiment.EPOCHS_DIR_ENV))
+
+    before = os.environ.get(experiment.EPOCHS_DIR_ENV)
+    with engine.Local(2) as ex:
+        grid = engine.run_grid(grid_cells, ex, progress=progress, refresh=0.1)
+    assert grid.computed == 2
+    notes = [note for line in lines for note in line.split(" | ")[1:]]
+    assert notes, lines
+    for note in notes:
+        assert re.fullmatch(r"(taco|gtbc) n40 s0: \[(taco|gtbc) (warmup|policy)\] epoch +\d+", note), note
+    assert len({n for n in notes}) > 2                   # the epochs move on between refreshes
+    assert folders[0] and not os.path.exists(folders[0])
+    assert os.environ.get(experiment.EPOCHS_DIR_ENV) == before
 
 
 def test_a_raising_cell_is_reported_with_its_error_and_the_others_finish(tmp_path):
