@@ -273,7 +273,7 @@ def demo_out(requested):
 
 def cmd_demo(args):
     dom = taco_sim.get(args.domain)
-    config = config_mod.settings(args.domain, None, args.set)
+    config = config_mod.settings(args.domain, None, args.set, protocol=args.protocol)
     out = demo_out(args.out)
     longest_first = sorted(set(args.algos), key=lambda a: DEMO_ORDER.index(a) if a in DEMO_ORDER else len(DEMO_ORDER))
     cells = [dict(domain=args.domain, algo=a, size=args.n, seed=args.seed,
@@ -770,12 +770,15 @@ def _add_demo(sub):
     """`taco demo`'s arguments."""
     p = sub.add_parser("demo", help="collect, train TACO and the baselines, print the results table")
     p.add_argument("--domain", default="navworld", choices=taco_sim.names(), help="the domain to run")
-    # 1000 demonstrations and 1000 test tasks: at 400 (200 tasks) TACO's task accuracy stayed
-    # up to 8 points below GT-BC's on single seeds; at 1000 it is within 3 points or above it on
-    # seeds 0-4, and 1000 tasks make one figure's standard error about 1 point. A demo cell is
-    # the same computation as a `taco experiment navworld --n-tasks 1000` cell of that size and
-    # seed (results/navworld)
-    p.add_argument("--n", type=demos_count, default=1000, help="training demonstrations")
+    # 400 demonstrations, 1000 test tasks, the recipe protocol: a demo cell is the computation of
+    # a results/navworld-recipe cell of that size and seed (`taco experiment navworld --protocol
+    # recipe --n-tasks 1000`), where TACO and GT-BC both complete about 80 % of the unseen
+    # sketches and CTC-BC none (README's Nav-World table); 1000 tasks make one figure's standard
+    # error about 1 point. 1000 demonstrations cost twice the CPU for a few points more.
+    p.add_argument("--n", type=demos_count, default=400, help="training demonstrations")
+    p.add_argument("--protocol", choices=("recipe", "paper"), default="recipe",
+                   help="recipe (default): every method gets the same 5-epoch pre-stage on its own "
+                        "segmentation; paper: no pre-stage for any (spec/evaluation.md §7)")
     p.add_argument("--n-tasks", type=tasks_count, default=1000, help="unseen test sketches each model executes")
     p.add_argument("--seed", type=non_negative, default=0, help="seed of the data, the weights and the test tasks")
     p.add_argument("--workers", type=workers_count, default=2, help="local processes training models at once")
