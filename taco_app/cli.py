@@ -68,8 +68,8 @@ def cmd_collect(args):
         kwargs["expert"] = args.expert
     # a domain that streams writes a frame directory as it collects, unless an .npz is asked for
     stream = dom.streams and not args.out.endswith(".npz")
-    if not stream and os.path.lexists(args.out):            # a frame directory resumes instead
-        raise ValueError(f"--out: {args.out} exists; choose a new file (a collection never replaces one)")
+    if not stream:                                          # a frame directory resumes instead
+        check_new("--out", args.out, args.overwrite)
     if stream:
         kwargs["out"] = args.out
     t0 = time.time()
@@ -112,6 +112,16 @@ def cmd_train(args):
     print(f"trained {cfg.algo} on {model.info['train_size']} demonstrations; best held-out loss "
           f"{best:.4f} per step; model in {os.path.join(args.out, 'model')}")
     return 0
+
+
+def check_new(option, path, overwrite, what="file"):
+    """Refuse to write over an existing path unless --overwrite: ValueError naming the option
+    (every writer of the command line: nothing is replaced by accident)."""
+    if path and os.path.lexists(path) and not overwrite:
+        raise ValueError(f"{option}: {path} exists; choose a new {what}, or give --overwrite to replace it")
+
+
+OVERWRITE_HELP = "replace an existing output file instead of refusing"
 
 
 def model_path(text):
@@ -169,8 +179,7 @@ def expert_model(args):
 def cmd_evaluate(args):
     if args.expert is None and args.model is None:
         raise ValueError("--model: give a model directory, or --expert to evaluate the domain's expert")
-    if args.json and os.path.lexists(args.json):
-        raise ValueError(f"--json: {args.json} exists; choose a new file (an evaluation never replaces one)")
+    check_new("--json", args.json, args.overwrite)
     if args.expert is not None:
         if args.domain is None:
             raise ValueError("--expert: give --domain, the domain whose expert is executed "
@@ -236,6 +245,7 @@ def evaluation_summary(result, dom):
 
 
 def cmd_align(args):
+    check_new("--plot", args.plot, args.overwrite)
     model = model_mod.load(model_path(args.model))
     demos = data.load(args.data)
     both = evaluate.alignment_accuracies(model, demos)
@@ -481,6 +491,8 @@ def cmd_report(args):
 
 
 def cmd_rollout(args):
+    check_new("--out", args.out, args.overwrite)
+    check_new("--gif", args.gif, args.overwrite)
     model = model_mod.load(model_path(args.model))
     args.domain = model_domain(model, args.domain)
     dom = taco_sim.get(args.domain)
@@ -690,6 +702,7 @@ def _add_collect(sub):
                         "or planner)")
     p.add_argument("--out", required=True, help="output .npz; for image domains a directory (frame chunks "
                    "written as they are collected, read lazily by training) unless it ends in .npz")
+    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p.set_defaults(func=cmd_collect)
 
 
@@ -752,6 +765,7 @@ def _add_evaluate(sub):
     p.add_argument("--stop-hold", type=positive, default=None, metavar="H",
                    help="a sub-policy stops when P(STOP) exceeds the threshold in H consecutive "
                         "decisions (default: the model's config, else 1)")
+    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p.set_defaults(func=cmd_evaluate)
 
 
@@ -763,6 +777,7 @@ def _add_align(sub):
     p.add_argument("--data", required=True, help="demonstrations to align (held out from training)")
     p.add_argument("--plot", default=None, help="write a PNG of demonstration --index")
     p.add_argument("--index", type=non_negative, default=0, help="which demonstration --plot draws")
+    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p.set_defaults(func=cmd_align)
 
 
@@ -896,6 +911,7 @@ def _add_rollout(sub):
     p.add_argument("--every", type=positive, default=10, help="one picture every N control steps")
     p.add_argument("--out", required=True, help="contact sheet PNG")
     p.add_argument("--gif", default=None, help="also an animated GIF of every step")
+    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p.set_defaults(func=cmd_rollout)
 
 

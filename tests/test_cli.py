@@ -433,6 +433,20 @@ def test_evaluate_and_rollout_take_the_domain_from_the_model(trained, capsys):
         assert needle in one_line_error(capsys, "evaluate")
 
 
+def test_rollout_and_align_pictures_never_replace_an_existing_file(trained, files, tmp_path, capsys):
+    """`taco rollout --out` and `taco align --plot` wrote over an existing picture: they refuse,
+    before any work, unless --overwrite."""
+    picture = tmp_path / "old.png"
+    picture.write_bytes(b"not yours to replace")
+    for argv in (["rollout", "--model", str(trained / "model"), "--sketch", "red", "--out", str(picture)],
+                 ["rollout", "--model", str(trained / "model"), "--sketch", "red", "--out", str(tmp_path / "new.png"),
+                  "--gif", str(picture)],
+                 ["align", "--model", str(trained / "model"), "--data", str(files / "test.npz"), "--plot", str(picture)]):
+        assert cli.main(argv) == 2, argv
+        assert "exists; choose a new file, or give --overwrite to replace it" in one_line_error(capsys, argv[0])
+    assert picture.read_bytes() == b"not yours to replace"
+
+
 def test_evaluate_runs_a_domains_expert_through_the_protocol(capsys):
     """taco evaluate --expert [NAME]: the same JSON a model's evaluation prints; the planner
     by name; a model's settings or a domain without a choice of expert refused by name."""
@@ -464,3 +478,11 @@ def test_collect_and_evaluate_never_replace_an_existing_file(tmp_path, capsys):
     assert report.read_text() == "{}"
     err = capsys.readouterr().err
     assert f"--out: {data_file} exists" in err and f"--json: {report} exists" in err
+    assert "give --overwrite to replace it" in err
+    # told --overwrite, each replaces its file
+    assert cli.main(["collect", "navworld", "--n", "3", "--sketch-len", "3", "--out", str(data_file),
+                     "--overwrite"]) == 0
+    assert data.load(data_file).n == 3
+    assert cli.main(["evaluate", "--expert", "--domain", "craft", "--n-tasks", "2", "--json", str(report),
+                     "--overwrite"]) == 0
+    assert json.loads(report.read_text())["n_tasks"] == 2
