@@ -1,4 +1,4 @@
-"""Benchmark of the experiment grid's engine: what it adds to each cell (taco_app/engine.py).
+"""Benchmark of the experiment grid's engine: what it adds to each cell (taco_app/grid/engine.py).
 
 Problem: N = 8 tiny Nav-World cells (TACO and GT-BC, 20 demonstrations, seeds 0-3, 5 epochs, 4
 test sketches, 5 held-out demonstrations): cells far shorter than real ones, so that the
@@ -35,7 +35,7 @@ _timing.preamble(1)      # before numpy loads: the same BLAS threads as the engi
 
 from _timing import numpy_blas_parts  # noqa: E402
 
-from taco_app import cells, engine, experiment  # noqa: E402
+from taco_app.grid import store as cells, engine, cell as experiment  # noqa: E402
 
 TARGET = 1.0
 CELLS = [dict(domain="navworld", algo=a, size=20, seed=s, train_sketch_len=3, n_tasks=4, n_align=5,

@@ -1,10 +1,10 @@
 """The application layer, on top of the NumPy core (taco_ref) and the domains (taco_sim):
 
 - the `taco` command line: cli; config, the one reader of training settings;
-- the experiment grid: grids (its manifest, OUT/grid.yaml), cellkeys (what a cell is and its
-  key), cells (the one reader and writer of a grid's results), engine (where cells run),
-  experiment (a cell's computation), costs (what a grid will cost), legacy (what earlier
-  versions wrote);
+- the experiment grid, the package grid: manifest (OUT/grid.yaml), plan (a run's cells), keys
+  (a cell's key), costs, engine (where cells run), cell (a cell's computation), store (the one
+  reader and writer of a grid's results), legacy (what earlier versions wrote), with the typed
+  records that pass between them (grid.Run, grid.Cell, grid.Record);
 - what is read from the cells: report (results.md), stats (intervals), claims (docs/claims.md),
   figures (the paper's figures), selection (spec/selection.md), plots (pictures; needs
   matplotlib), analysis (analyses behind committed tables, each with a command line);

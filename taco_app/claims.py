@@ -50,8 +50,8 @@ from typing import Optional
 import numpy as np
 
 from taco_ref import algorithms, evaluate
-from taco_app.cells import load_cells, load_results
-from taco_app import grids as grids_mod
+from taco_app.grid.store import load_cells, load_results
+from taco_app.grid import manifest as grids_mod
 from taco_app import paper, stats
 
 MARGIN = 5.0
@@ -238,7 +238,7 @@ ablations (grids that are not equal budgets, or not today's recipe)."""
 
 def protocol(records):
     """The protocol the cells ran under (spec/evaluation.md §7), from the configs their cell
-    files record (taco_app.cells.load_cells: a table row carries no config)."""
+    files record (taco_app.grid.store.load_cells: a table row carries no config)."""
     names = set()
     for r in records:
         cfg = r.get("config") or {}

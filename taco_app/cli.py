@@ -39,7 +39,8 @@ from taco_sim.domain import (MAX_COLLECT, MAX_DART_SIGMA, MAX_SKETCH_LEN, MAX_WO
 from taco_ref import algorithms, data, evaluate, model as model_mod, runner, train  # noqa: E402
 from taco_ref.config import PROTOCOLS  # noqa: E402
 from taco_ref import files as files_mod  # noqa: E402
-from taco_app import cells as cells_mod, cellkeys, config as config_mod, costs, engine, grids, paper, report, stats  # noqa: E402
+from taco_app import config as config_mod, paper, report, stats  # noqa: E402
+from taco_app.grid import costs, engine, manifest as grids, plan, store as cells_mod  # noqa: E402
 
 
 def _progress(label):
@@ -61,7 +62,7 @@ def cmd_collect(args):
         raise ValueError(f"--dart-sigma: {args.domain}'s expert noise is not a Gaussian on "
                          f"continuous actions (its DART noise is its own setting); leave it out")
     if args.expert is not None:
-        chosen_expert(dom, args.expert)
+        plan.chosen_expert(dom, args.expert)
     sketch_len = dom.train_sketch_len if args.sketch_len is None else args.sketch_len
     kwargs = {"dart_sigma": args.dart_sigma} if args.dart_sigma is not None else {}
     if args.expert is not None:
@@ -341,43 +342,9 @@ def grid_error(grid):
     return ValueError(f"{f['cell']['algo']} cell failed: {f['error']}")
 
 
-def tracked_files(path):
-    """How many files under path git tracks (0 outside a git work tree or without git)."""
-    import subprocess
-    where = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    try:
-        out = subprocess.run(["git", "-C", where, "ls-files", "--", os.path.abspath(path)],
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return len(out.stdout.split()) if out.returncode == 0 else 0
-
-
-def check_not_committed(out, todo, extend):
-    """ValueError unless the grid may compute todo in out: a folder holding committed files (a
-    grid of results/) takes new cells only with --extend-committed."""
-    if todo and not extend and os.path.isdir(out) and tracked_files(out):
-        raise ValueError(f"--out: {out} holds files committed to git (a published grid); computing "
-                         f"{len(todo)} cells there would change it. Give another --out, or "
-                         f"--extend-committed to add them on purpose")
-
-
-def chosen_expert(dom, name):
-    """The expert a grid's cells collect with: name, checked against the domain's experts, or
-    the domain's default (None for a domain with one expert); ValueError naming --expert."""
-    if name is None:
-        return dom.default_expert
-    if not dom.experts:
-        raise ValueError(f"--expert: {dom.name} has one expert, which is not chosen; leave it out")
-    if name not in dom.experts:
-        raise ValueError(f"--expert: {dom.name}'s experts are {', '.join(dom.experts)}, "
-                         f"got {_one_line(name)[:40]!r}")
-    return name
-
-
 def experiment_runs(args):
     """The runs `taco experiment` computes and where: (runs, out), each run a grid definition
-    (taco_app.grids) from the arguments, or from GRID/grid.yaml with --rerun GRID."""
+    (taco_app.grid.manifest) from the arguments, or from GRID/grid.yaml with --rerun GRID."""
     if args.rerun is not None:
         given = [f"--{name.replace('_', '-')}" for name in EXPERIMENT_DEFAULTS if getattr(args, name) is not None]
         if args.domain is not None or given:
@@ -398,28 +365,10 @@ def experiment_runs(args):
     return [grids.run_of(args)], args.out
 
 
-def grid_cells(run):
-    """The cells of a grid definition (taco_app.grids run): every size x seed x algorithm."""
-    dom = taco_sim.get(run["domain"])
-    base = config_mod.settings(run["domain"], run["config"], run["set"], protocol=run["protocol"])
-    expert = chosen_expert(dom, run["expert"])
-    return [dict(domain=run["domain"], algo=a, size=n, seed=s, train_sketch_len=dom.train_sketch_len,
-                 n_tasks=run["n_tasks"], n_align=run["n_align"], config=base,
-                 test_lengths=run["test_lengths"], expert=expert, split=run.get("split") or "test",
-                 tests=list(run.get("tests") or []))
-            for n in run["sizes"] for s in run["seeds"] for a in run["algos"]]
-
-
 def cmd_experiment(args):
     runs, out = experiment_runs(args)
     args.out = out
-    cells, seen = [], set()
-    for run in runs:
-        for cell in grid_cells(run):
-            key = cellkeys.cell_key(cell)
-            if key not in seen:
-                seen.add(key)
-                cells.append(cell)
+    cells = plan.cells_of_runs(runs)
     if args.workers is not None and (args.scheduler or os.environ.get(engine.SCHEDULER_ENV)):
         raise ValueError(f"--workers: the cells run on the Dask scheduler's workers, so --workers "
                          f"{args.workers} (local processes) would do nothing; leave it out")
@@ -432,7 +381,7 @@ def cmd_experiment(args):
         return EXIT_OK
     store = cells_mod.Store(args.out)
     todo = cells if args.force else [c for c in cells if store.finished(c) is None]
-    check_not_committed(args.out, todo, args.extend_committed)
+    plan.check_not_committed(args.out, todo, args.extend_committed)
     grids.record(args.out, runs)
     workers = 2 if args.workers is None else args.workers
     print(f"taco experiment: {costs.announce(cells, todo, workers)}", file=sys.stderr, flush=True)

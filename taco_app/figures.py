@@ -16,7 +16,7 @@ import numpy as np
 
 from taco_ref import algorithms, files
 from taco_app import claims, stats
-from taco_app.cells import load_results
+from taco_app.grid.store import load_results
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import numpy as np
 import taco_sim
 from taco_ref import algorithms, align, evaluate, files
 from taco_app import paper as paper_mod, plots, stats
-from taco_app.cells import load_failures, load_results
+from taco_app.grid.store import load_failures, load_results
 
 ALGOS = algorithms.names()
 LABELS = {name: algorithms.label(name) for name in ALGOS}
@@ -473,7 +473,7 @@ CLAIMS_BLOCK = re.compile(r"(<!-- claims -->\n)(.*?)(<!-- end of claims -->)", r
 
 def fill_tables(text, root="."):
     """text with every marked table replaced by compact_table(load_results(root/GRID)), every
-    marked command block by the commands of root/GRID/grid.yaml (taco_app.grids.fill_commands),
+    marked command block by the commands of root/GRID/grid.yaml (taco_app.grid.manifest.fill_commands),
     and the claims block by taco_app.claims.summary(root)."""
     def fill(match):
         rows = load_results(os.path.join(root, match.group(2)))
@@ -482,7 +482,7 @@ def fill_tables(text, root="."):
     def verdicts(match):
         from taco_app import claims
         return match.group(1) + claims.summary(root) + "\n" + match.group(3)
-    from taco_app import grids
+    from taco_app.grid import manifest as grids
     return grids.fill_commands(CLAIMS_BLOCK.sub(verdicts, GENERATED.sub(fill, text)), root)
 
 

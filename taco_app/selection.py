@@ -34,7 +34,8 @@ import numpy as np
 import yaml
 
 from taco_ref import algorithms
-from taco_app import cells as cells_mod, grids, stats
+from taco_app import stats
+from taco_app.grid import store as cells_mod, manifest as grids
 
 SELECTION = os.path.join("results", "selection")
 STUDY = "study.yaml"
@@ -258,7 +259,7 @@ def check_config(folder, root="."):
     StudyError saying which value the config holds and which the study chose. None for a study
     planned or still in progress (its choice is not made yet)."""
     from taco_app import config as config_mod
-    from taco_app.cellkeys import full_config
+    from taco_app.grid.keys import full_config
     if not computed(folder):
         return None                                   # planned: no run computed for every candidate
     _, study, choice, grids_of = study_section(folder, os.path.basename(folder))

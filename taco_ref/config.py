@@ -273,7 +273,7 @@ def section_fields(section):
 def before_values(cfg):
     """{name: value} for the fields added to the config after runs existed without them: the
     value (their metadata "before") at which a run is the run from before the field. Cell keys
-    leave such a field out at that value (taco_app.cellkeys) and resuming a checkpoint that
+    leave such a field out at that value (taco_app.grid.keys) and resuming a checkpoint that
     lacks it accepts it there (train.config_changes)."""
     return {f.name: f.metadata["before"] for f in fields(cfg) if "before" in f.metadata}
 

@@ -1,7 +1,7 @@
 """Files written atomically, and arrays stored with their SHA-256: the one module for both.
 
 Data files (taco_ref.data), models (taco_ref.model), checkpoints (taco_ref.train) and results
-(taco_app.experiment) are all written through :func:`atomic_write`: a crash at any moment
+(taco_app.grid.cell) are all written through :func:`atomic_write`: a crash at any moment
 leaves the old file or the new one, never a truncated mix. Models and checkpoints keep their
 arrays as an ``.npz`` blob whose SHA-256 is recorded in a JSON file beside it
 (:func:`npz_blob`, :func:`read_npz`), so a replaced, truncated or edited array file is refused.

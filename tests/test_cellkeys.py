@@ -1,4 +1,4 @@
-"""Cell keys (taco_app.cellkeys, taco_app.legacy; spec/evaluation.md §6, "The key"): a key
+"""Cell keys (taco_app.grid.keys, taco_app.grid.legacy; spec/evaluation.md §6, "The key"): a key
 names the run that made a cell, so a committed cell is found again, never recomputed, and a
 changed config is never taken for it.
 
@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from taco_app import cells, cellkeys, legacy
+from taco_app.grid import store as cells, keys as cellkeys, legacy
 from taco_ref import config as config_mod, train
 
 DIAL_RECIPE = dict(act_hidden=[300, 200, 100], stop_hidden=[300, 200, 100], lr=2e-3, batch_size=6,
@@ -173,7 +173,7 @@ def test_the_validation_split_enters_a_key_and_the_test_split_keeps_every_key():
     """A cell evaluated on the validation tasks (taco_ref.evaluate.SPLITS) is another cell than
     the test cell of the same run; "test", given or not, is every cell from before splits
     existed (its key unchanged). A validation cell aligns demonstrations of its own seed."""
-    from taco_app import experiment
+    from taco_app.grid import cell as experiment
     assert cellkeys.cell_key(dict(dial_cell("taco"), split="test")) == V2_KEYS["taco"]
     assert cellkeys.cell_key(dict(dial_cell("taco"), split=None)) == V2_KEYS["taco"]
     validation = dict(dial_cell("taco"), split="validation")

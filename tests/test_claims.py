@@ -165,7 +165,7 @@ def test_the_protocol_is_read_from_the_cells_recorded_configs():
 def test_a_grid_without_cells_names_the_protocol_its_manifest_will_run(tmp_path):
     """An equal-budget grid defined but not yet run says its manifest's protocol, marked as
     having no cells; a folder without a manifest says "-"."""
-    from taco_app import grids as grids_mod
+    from taco_app.grid import manifest as grids_mod
     run = dict(domain="dial", algos=["taco", "gtbc"], sizes=[1200], seeds=[0], n_tasks=500, n_align=100,
                expert=None, test_lengths=None, config=None, set=[], protocol="recipe")
     grids_mod.record(str(tmp_path / "results" / "planned"), [run])

@@ -7,7 +7,9 @@ import shutil
 import numpy as np
 import pytest
 
-from taco_app import cells as cells_mod, report
+from taco_app import report
+
+from taco_app.grid import store as cells_mod
 from taco_ref import evaluate
 from taco_app.analysis import compare_grids
 

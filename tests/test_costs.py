@@ -1,4 +1,4 @@
-"""taco_app.costs: the cost `taco experiment` announces, held to the committed cells it was
+"""taco_app.grid.costs: the cost `taco experiment` announces, held to the committed cells it was
 measured on; and the guard that keeps a grid out of a committed folder."""
 import glob
 import json
@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from taco_app import cli, costs
+from taco_app.grid import costs, plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -58,11 +58,11 @@ def test_a_grid_computes_in_a_committed_folder_only_when_asked(tmp_path):
     subprocess.run(git + ["add", "results"], check=True)
     committed, scratch = str(repo / "results" / "grid"), str(repo / "scratch")
     with pytest.raises(ValueError, match="--out: .* holds files committed to git.*--extend-committed"):
-        cli.check_not_committed(committed, ["a cell"], extend=False)
-    cli.check_not_committed(committed, ["a cell"], extend=True)
-    cli.check_not_committed(committed, [], extend=False)                 # nothing to compute
-    cli.check_not_committed(scratch, ["a cell"], extend=False)
-    cli.check_not_committed(str(tmp_path / "new"), ["a cell"], extend=False)
+        plan.check_not_committed(committed, ["a cell"], extend=False)
+    plan.check_not_committed(committed, ["a cell"], extend=True)
+    plan.check_not_committed(committed, [], extend=False)                 # nothing to compute
+    plan.check_not_committed(scratch, ["a cell"], extend=False)
+    plan.check_not_committed(str(tmp_path / "new"), ["a cell"], extend=False)
 
 
 def test_a_grids_wall_time_packs_the_longest_cells_first_on_the_workers(monkeypatch):
@@ -77,7 +77,8 @@ def test_a_grids_wall_time_packs_the_longest_cells_first_on_the_workers(monkeypa
 def test_the_eta_before_the_first_cell_is_the_expected_wall_time():
     """The demo sat at "ETA ?" until its first cell finished (12 min): with expected wall seconds
     the first progress line counts down from them."""
-    from taco_app import config as config_mod, engine
+    from taco_app import config as config_mod
+    from taco_app.grid import engine
     cell = dict(domain="navworld", algo="gtbc", size=12, seed=0, train_sketch_len=3, n_tasks=2, n_align=3,
                 config=config_mod.settings("navworld", None, ["epochs=1", "epoch_size=0"]), expert=None)
     seen = []

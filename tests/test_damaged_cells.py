@@ -1,5 +1,5 @@
 """A damaged cell never changes what a report or the claims page says without a word
-(taco_app.cells.load_results, check_reportable): `taco report` and `taco report --claims` stop
+(taco_app.grid.store.load_results, check_reportable): `taco report` and `taco report --claims` stop
 with exit code 2 and one line naming the file, for every kind of damage tried on a copy of a
 committed grid."""
 import json
@@ -8,7 +8,9 @@ import shutil
 
 import pytest
 
-from taco_app import cells, cli
+from taco_app import cli
+
+from taco_app.grid import store as cells
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CELL = os.path.join("cells", "navworld", "taco", "n1000", "seed0.json")

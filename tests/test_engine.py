@@ -1,4 +1,4 @@
-"""taco_app.engine: the experiment grid on real processes, locally and on a real Dask cluster
+"""taco_app.grid.engine: the experiment grid on real processes, locally and on a real Dask cluster
 (a `dask scheduler` and two `dask worker` processes on 127.0.0.1): resume, forced and changed
 cells, a raising cell, a worker killed mid-grid, an interrupted grid, local against Dask figures.
 
@@ -18,7 +18,8 @@ import time
 import pytest
 
 from taco_ref import files
-from taco_app import cells as cells_mod, engine, report
+from taco_app import report
+from taco_app.grid import store as cells_mod, engine
 
 pytestmark = pytest.mark.slow
 
@@ -302,7 +303,7 @@ def test_in_this_process_each_cell_file_is_written_before_the_next_cell_starts(t
 def test_a_cells_epoch_note_is_written_whole_and_read_back_by_name(tmp_path):
     """experiment._epoch_file keeps one line per cell (the progress line's part, not the
     losses), replaced whole; Local.epochs reads the named cells' notes, skipping the silent."""
-    from taco_app import experiment
+    from taco_app.grid import cell as experiment
     cell = cells()[0]
     note = experiment._epoch_file(cell, str(tmp_path))
     note("[taco policy] epoch  12  train  -3.1000  held-out  -2.9000  best  -2.9000     4.1s")
@@ -322,7 +323,7 @@ def test_the_progress_line_shows_each_running_cells_epoch(tmp_path):
     """`taco demo` sat at "cells 0/3 done" for minutes: the local engine's workers note each
     cell's last epoch in a folder of its own, the progress line appends them, and the folder
     and its environment variable are gone once the grid ends."""
-    from taco_app import experiment
+    from taco_app.grid import cell as experiment
     grid_cells = cells(epochs=25, patience=25)[:2]
     lines, folders = [], []
 

@@ -1,4 +1,4 @@
-"""taco_app.experiment: one real (tiny) cell end to end, cell records and files, the
+"""taco_app.grid.cell: one real (tiny) cell end to end, cell records and files, the
 migration of results.json, and the report's tables (the engine: tests/test_engine.py)."""
 import importlib.metadata
 import json
@@ -10,7 +10,8 @@ import pytest
 
 import taco_sim
 from taco_ref import evaluate, provenance
-from taco_app import cellkeys, cells, experiment, legacy, report
+from taco_app import report
+from taco_app.grid import keys as cellkeys, store as cells, cell as experiment, legacy
 
 TINY = dict(act_hidden=[16], stop_hidden=[16], ctc_hidden=[8], epochs=2, patience=2)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -208,7 +209,7 @@ def test_epoch_size_enters_a_cell_key_only_where_it_adds_passes():
 
 
 def test_version_1_cell_keys_of_committed_results_survive_the_dtype_field():
-    """The frozen version-1 key (taco_app.legacy): dtype float64 (the default before float32 became it, and the precision of every
+    """The frozen version-1 key (taco_app.grid.legacy): dtype float64 (the default before float32 became it, and the precision of every
     committed cell) leaves a cell's key as it was before the field existed, so committed cells
     are found again with `--set dtype=float64`; float32 (the default) is a different cell."""
     from pathlib import Path

@@ -30,7 +30,7 @@ def test_a_band_is_the_t_interval_over_seeds_clipped_to_a_share():
 def test_every_line_takes_its_grids_cells(tmp_path):
     """Craft's figure draws the recipe grid's TACO at 500 demonstrations from exactly its seeds'
     task accuracies, and CTC-BC from the grid before equal budgets."""
-    from taco_app.cells import load_results
+    from taco_app.grid.store import load_results
     rows = [r for r in load_results(os.path.join(ROOT, "results", "craft-recipe"))
             if r["algo"] == "taco" and r["size"] == 500]
     lines = figures.points(figures.FIGURES[1], ROOT)

@@ -1,4 +1,4 @@
-"""taco_app.grids: a grid's definition (OUT/grid.yaml), what `taco experiment` records there and
+"""taco_app.grid.manifest: a grid's definition (OUT/grid.yaml), what `taco experiment` records there and
 what `--rerun` runs again; the generated command blocks."""
 import itertools
 import json
@@ -8,7 +8,9 @@ import re
 import pytest
 from hypothesis import given, strategies as st
 
-from taco_app import cli, grids, report
+from taco_app import cli, report
+
+from taco_app.grid import manifest as grids
 
 BASE = dict(domain="navworld", algos=["taco"], sizes=[50], seeds=[0], n_tasks=100, n_align=100, expert=None,
             test_lengths=None, config=None, set=[], protocol=None, split=None, tests=None)

@@ -6,7 +6,9 @@ import os
 
 import pytest
 
-from taco_app import cells, cli, experiment
+from taco_app import cli
+
+from taco_app.grid import store as cells, cell as experiment
 
 
 def tiny(out, algos):

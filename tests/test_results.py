@@ -1,10 +1,10 @@
 """The committed results: every grid's definition finds its cells, and the READMEs' tables and
 command blocks are the generated ones.
 
-Each results/<grid> holds its definition in grid.yaml (taco_app.grids), the command block
+Each results/<grid> holds its definition in grid.yaml (taco_app.grid.manifest), the command block
 under its README's "## Command" generated from it, and what the grid cost under "## Cost".
 Rerun on a copy of the grid (`taco experiment --rerun COPY`), the definition must find every
-cell of the grid (their keys, taco_app.cellkeys, version 1 for the older files) and compute
+cell of the grid (their keys, taco_app.grid.keys, version 1 for the older files) and compute
 none: a key that changes under committed cells would make them run again. The tables and
 command blocks between markers in README.md and the grids' READMEs must equal what
 `python -m taco_app.report FILE` writes. Figures a page computes from other committed outputs
@@ -18,7 +18,9 @@ import shutil
 
 import pytest
 
-from taco_app import cells as cells_mod, cli, engine, experiment, grids, report
+from taco_app import cli, report
+
+from taco_app.grid import store as cells_mod, engine, cell as experiment, manifest as grids
 from taco_app.analysis import craft_realisability, dial_stop_timing
 from taco_ref import evaluate
 
@@ -371,7 +373,7 @@ def test_craft_realisability_figures_are_the_committed_outputs():
 
 
 def test_results_readme_is_the_generated_index_of_every_folder():
-    """results/README.md is `python -m taco_app.grids results`'s page: every folder of results/
+    """results/README.md is `python -m taco_app.grid.manifest results`'s page: every folder of results/
     and results/archive listed once in results/index.yaml, each archived one naming its
     replacement, every link resolving."""
     results = os.path.join(ROOT, "results")

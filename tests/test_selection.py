@@ -5,7 +5,9 @@ import os
 
 import pytest
 
-from taco_app import cells, grids, selection
+from taco_app import selection
+
+from taco_app.grid import store as cells, manifest as grids
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -92,7 +92,7 @@ class Domain:
                        | takes expert=NAME (`taco collect --expert NAME`) and uses the first by
                        | default; empty: the domain has none (its expert reads the simulator)
     expert_before      | the expert of every cell computed before the domain offered a choice:
-                       | a cell of that expert keeps the key it had (taco_app.cellkeys), a cell
+                       | a cell of that expert keeps the key it had (taco_app.grid.keys), a cell
                        | of another enters the key with its expert's name; None: no choice
     tests              | {name: condition}: named test conditions beside the standard test, each
                        | with make_env() -> a task environment and sketches(n, rng) -> (n, L)

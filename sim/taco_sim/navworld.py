@@ -271,7 +271,7 @@ class NavWorld(SketchProgress):
 
 
 def task_env():
-    """A fresh NavWorld: the task environment taco_app.experiment evaluates policies in."""
+    """A fresh NavWorld: the task environment taco_app.grid.cell evaluates policies in."""
     return NavWorld()
 
 

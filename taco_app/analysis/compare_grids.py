@@ -15,7 +15,9 @@ fingerprints the cell files record and says where they differ. It reads cell fil
 import argparse
 import os
 
-from taco_app import cells as cells_mod, report, stats
+from taco_app import report, stats
+
+from taco_app.grid import store as cells_mod
 from taco_ref import evaluate
 
 IDENT = ("algo", "size", "seed")

@@ -42,7 +42,8 @@ import numpy as np  # noqa: E402
 
 import taco_sim  # noqa: E402
 from taco_ref import config as config_ref, evaluate, files, model as model_mod, train  # noqa: E402
-from taco_app import config as config_mod, experiment  # noqa: E402
+from taco_app import config as config_mod  # noqa: E402
+from taco_app.grid import cell as experiment
 
 
 def trained(out, name, demos, cfg, validate, order=None):

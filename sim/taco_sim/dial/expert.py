@@ -117,7 +117,7 @@ TEST_SKETCH_LEN = 5
 
 
 def task_env():
-    """A DialTask on the standard layout: the task environment taco_app.experiment evaluates in."""
+    """A DialTask on the standard layout: the task environment taco_app.grid.cell evaluates in."""
     return DialTask(layout="standard")
 
 

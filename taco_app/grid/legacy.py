@@ -2,7 +2,7 @@
 
 Frozen: nothing here changes when the config gains a field. Version-1 keys hashed the whole
 TrainConfig of their day (V1_FIELDS) with the fields introduced along the way left out at the
-value every older cell ran with; taco_app.cellkeys computes today's keys and calls
+value every older cell ran with; taco_app.grid.keys computes today's keys and calls
 cell_key_v1 only for a cell file without key_version. results.json (the record of the version
 before cell files) is converted into cell files by `migrate`.
 """
@@ -12,7 +12,7 @@ import os
 from dataclasses import asdict, fields as dataclass_fields
 
 from taco_ref import config as config_mod, data as data_mod, files, train
-from taco_app import cellkeys
+from taco_app.grid import keys as cellkeys
 
 V1_FIELDS = tuple(f for f in cellkeys.FIELDS_AT_VERSION_2 if not f.startswith("compile_"))
 """TrainConfig's fields when version-1 keys were last written: version 2's (both lists are

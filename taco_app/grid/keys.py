@@ -25,7 +25,7 @@ and its training config. Its key is the SHA-256 of ``canonical(cell)``:
   keys of every finished cell stay valid (undeclared_fields; tests/test_cellkeys.py).
 
 Cell files written before this canonical form carry a key of version 1 (no ``key_version``
-field); taco_app.legacy computes those and taco_app.cells.matches compares a file's key of
+field); taco_app.grid.legacy computes those and taco_app.grid.store.matches compares a file's key of
 either version, so committed cells are found, never recomputed.
 """
 import hashlib
@@ -34,6 +34,7 @@ from dataclasses import asdict, fields
 
 import taco_sim
 from taco_ref import config as config_mod, data as data_mod, train
+from taco_app.grid import Cell
 
 KEY_VERSION = 2
 CELL_FIELDS = ("domain", "algo", "size", "seed", "train_sketch_len", "n_tasks", "n_align", "test_lengths")
@@ -79,7 +80,7 @@ def tests_of(cell):
     return list(cell.get("tests") or [])
 
 
-def cell_fields(cell):
+def cell_fields(cell: Cell) -> dict:
     """What a cell file records of the cell besides its config: the CELL_FIELDS, its expert
     when it has one (cell["expert"]), its split when it is not "test" and its test conditions
     when it has any."""
@@ -98,7 +99,7 @@ def training_config(cell):
     return train.TrainConfig.from_dict(dict(cell["config"], algo=cell["algo"], seed=cell["seed"]))
 
 
-def full_config(cell):
+def full_config(cell: Cell) -> dict:
     """The cell's whole TrainConfig as a dict (every field, defaults included): what a cell
     file records."""
     return asdict(training_config(cell))
@@ -123,6 +124,6 @@ def canonical(cell):
     return out
 
 
-def cell_key(cell):
+def cell_key(cell: Cell) -> str:
     """SHA-256 of canonical(cell)."""
     return hashlib.sha256(json.dumps(canonical(cell), sort_keys=True).encode()).hexdigest()

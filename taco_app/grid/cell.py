@@ -4,9 +4,9 @@ A *cell* of a results table is (domain, algorithm, dataset size, seed): collect 
 one algorithm, and measure zero-shot task accuracy, sub-task accuracy and alignment accuracy on
 held-out demonstrations (and, when asked, task accuracy against the test sketch length, paper
 figure 8). `run` computes one cell's figures; `collect` and `run_cell` are the two kinds of
-task the engine (taco_app/engine.py) runs, locally or on a Dask cluster.
+task the engine (taco_app/grid/engine.py) runs, locally or on a Dask cluster.
 
-What a cell is and its key: taco_app.cellkeys; its file: taco_app.cells (the one place
+What a cell is and its key: taco_app.grid.keys; its file: taco_app.grid.store (the one place
 that persists cells); results.md and the figures: taco_app.report (`taco report`).
 Protocol: spec/evaluation.md §4-6.
 
@@ -24,7 +24,8 @@ import numpy as np
 import taco_ref
 import taco_sim
 from taco_ref import data as data_mod, evaluate, provenance, train
-from taco_app.cellkeys import CELL_FIELDS, KEY_VERSION, cell_fields, cell_key, full_config, split_of, tests_of
+from taco_app.grid import Cell, Record
+from taco_app.grid.keys import CELL_FIELDS, KEY_VERSION, cell_fields, cell_key, full_config, split_of, tests_of
 
 TRAIN_DATA_SEED, TEST_DATA_SEED, VALIDATION_DATA_SEED = 10_000, 20_000, 25_000
 """A cell of seed s trains on collect(size, L, 10_000 + s) and aligns collect(n_align, L, 20_000 + s);
@@ -126,7 +127,7 @@ def _epoch_lines(cell):
     return lambda line: print(f"{name}: {line}", file=sys.stderr, flush=True)
 
 
-def run(cell, demos=None, test_demos=None, run_dir=None):
+def run(cell: Cell, demos=None, test_demos=None, run_dir=None) -> dict:
     """One cell's figures (a dict): task_accuracy, subtask_accuracy, n_tasks, align_<decoder>
     for every decoder, task_accuracy_by_length (with test_lengths), tests {name: the protocol's
     figures on that named condition} (with tests), epochs, policy_epochs,
@@ -216,7 +217,7 @@ def check_paired(cell, demos, test_demos):
                 f"recompute the partner")
 
 
-def run_cell(cell, demos, test_demos, run_dir=None):
+def run_cell(cell: Cell, demos, test_demos, run_dir=None) -> Record:
     """The cell task: `run` plus what makes its result a record (the contents of its cell file):
     key, cell, config (full), data (seeds, sizes, fingerprints), figures, seconds (wall time of
     the cell where it ran), cpu_seconds (its CPU time: the cost on one core, whatever else

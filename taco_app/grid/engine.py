@@ -1,6 +1,6 @@
 """The experiment grid's engine: where its tasks run, what happens when one fails, progress.
 
-A grid has two kinds of task (taco_app/experiment.py): `collect(spec)` -> Demos, once for
+A grid has two kinds of task (taco_app/grid/cell.py): `collect(spec)` -> Demos, once for
 each distinct data set the grid's unfinished cells need, and `run_cell(cell, demos, test_demos)`
 -> the cell's record, once per cell, submitted as soon as both its data sets exist. The data
 travel through the engine (spec/evaluation.md §6): no task reads or writes a shared file, and
@@ -44,7 +44,7 @@ import uuid
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
-from taco_app import cellkeys, cells as cells_mod, experiment
+from taco_app.grid import keys as cellkeys, store as cells_mod, cell as experiment
 
 SCHEDULER_ENV = "TACO_SCHEDULER"
 """Environment variable holding the Dask scheduler's address when --scheduler is not given."""
@@ -356,7 +356,7 @@ def run_grid(cells, ex, out_dir=None, retries=2, force=False, progress=None, ref
     With out_dir, every finished cell is written at once to its cell file, and cells already
     finished there are reused unless force; failures go to out_dir/failures.json (removed when
     a run has none). Without it nothing is written (taco demo). expected: the wall seconds the
-    grid is expected to take (taco_app.costs), the ETA until the first cell finishes."""
+    grid is expected to take (taco_app.grid.costs), the ETA until the first cell finishes."""
     start = time.time()
     keys = [experiment.cell_key(c) for c in cells]         # validates every config before anything runs
     if len(set(keys)) != len(keys):

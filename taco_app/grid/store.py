@@ -2,26 +2,26 @@
 
 Every finished cell is one JSON file, OUT/cells/<domain>/<algo>/n<size>/seed<seed>.json, written
 atomically; a cell is finished when its file's key matches (`matches`: a key of version 2,
-taco_app.cellkeys, or of version 1, taco_app.legacy); entries of an earlier version's
+taco_app.grid.keys, or of version 1, taco_app.grid.legacy); entries of an earlier version's
 results.json become cell files when their key matches (`Store.finished`); OUT/failures.json
 lists the cells that failed in the last run.
 """
 import glob
 import json
 import os
+from typing import Optional
 
 from taco_ref import files
-from taco_app import legacy
-from taco_app import cellkeys
-from taco_app.cellkeys import CELL_FIELDS, KEY_VERSION, cell_key, full_config
-from taco_app.experiment import data_specs
+from taco_app.grid import Cell, Record, keys as cellkeys, legacy
+from taco_app.grid.keys import CELL_FIELDS, KEY_VERSION, cell_key, full_config
+from taco_app.grid.cell import data_specs
 
 
 # --- cell files -----------------------------------------------------------------------------
 
 def matches(record, cell):
     """Whether a cell file's record was computed for cell: its key equals the cell's key of the
-    record's key_version (1 when absent: taco_app.legacy.cell_key_v1)."""
+    record's key_version (1 when absent: taco_app.grid.legacy.cell_key_v1)."""
     version = record.get("key_version", 1)
     if version == KEY_VERSION:
         return record["key"] == cell_key(cell)
@@ -34,7 +34,7 @@ def cell_path(out_dir, cell):
                         f"seed{cell['seed']}.json")
 
 
-def write_cell(out_dir, record):
+def write_cell(out_dir, record: Record):
     """Write a cell's record to its cell file, atomically; returns the path."""
     path = cell_path(out_dir, record["cell"])
     files.write_bytes(path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
@@ -134,7 +134,7 @@ def partner_data(records, cell):
     seed, expert) of that set. A paired comparison of two methods needs one set of
     demonstrations; experiment.run_cell refuses other data (spec/evaluation.md §6, "Paired
     cells"). Partners recorded before fingerprints were (migrated) say nothing."""
-    from taco_app.experiment import data_specs
+    from taco_app.grid.cell import data_specs
     specs = dict(zip(("train", "test"), data_specs(cell)))
     out = {}
     for record in records:
@@ -206,7 +206,7 @@ class Store:
     def path(self, cell):
         return cell_path(self.out_dir, cell)
 
-    def finished(self, cell):
+    def finished(self, cell: Cell) -> Optional[Record]:
         record = read_cell(self.path(cell))
         if record is not None and matches(record, cell):
             return record
@@ -224,7 +224,7 @@ class Store:
         """Whether cell has a file of another config (it will be recomputed)."""
         return os.path.exists(self.path(cell)) and self.finished(cell) is None
 
-    def write(self, record):
+    def write(self, record: Record):
         """The record's cell file, written atomically; returns its path."""
         return write_cell(self.out_dir, record)
 
