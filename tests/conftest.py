@@ -60,3 +60,10 @@ def pytest_terminal_summary(terminalreporter):
         f"fault injection: {len(results)} cases tried, {sum(ok for *_, ok in results)} answered as "
         f"documented; crashes {failed['crash']}, silently wrong {failed['silent']}, "
         f"work lost {failed['lost']}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Note how many collected tests the quick tier (not marked slow) holds, before -m, -k or
+    --deselect leave any out: tests/test_readme_block.py holds README's figure to it."""
+    config.taco_quick_tests = sum(1 for item in items if item.get_closest_marker("slow") is None)
