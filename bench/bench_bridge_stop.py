@@ -223,9 +223,10 @@ def summary(rows):
 
 def markdown(rows):
     """The README's table: per case, trials, zero within 100 ms, median / p99 / max delay (ms),
-    non-zero commands received after the signal (trials with any), after the zero."""
+    non-zero commands received after the signal (trials with any), after the zero, and the
+    launch's return codes (subprocess's: -15 for a process ended by SIGTERM)."""
     out = ["| signal, sent to | trials | zero within 100 ms | median / p99 / max (ms) | non-zero "
-           "commands after the signal (trials) | non-zero after the zero | launch exit code |",
+           "commands after the signal (trials) | non-zero after the zero | launch's return code |",
            "|---|---:|---:|---|---:|---:|---|"]
     names = {"sigint-launch": "SIGINT, the launch process", "sigterm-launch": "SIGTERM, the launch process",
              "sigint-group": "SIGINT, the process group", "sigterm-group": "SIGTERM, the process group"}
