@@ -802,10 +802,11 @@ def main(argv=None):
         print("torch: eager autograd; 'grouped' = K nn.Sequential nets on gathered entries per "
               "sub-task, 'bmm' = stacked weights gathered per (b, l) + baddbmm over all T; "
               "Adam(fused=True)")
-    # as the trainer does (train.keep_freed_memory; absent in older trees): freed arrays are
+    # as the trainer does (nn.workspace.keep_freed_memory; absent in older trees): freed arrays are
     # reused, not zero-filled again; process-wide, so the torch sides get it too
-    kept = getattr(train, "keep_freed_memory", lambda: False)()
-    print(f"allocator: freed memory kept for reuse (train.keep_freed_memory): {kept}")
+    kept = (getattr(getattr(nn, "workspace", None), "keep_freed_memory", None)
+            or getattr(train, "keep_freed_memory", lambda: False))()
+    print(f"allocator: freed memory kept for reuse (nn.workspace.keep_freed_memory): {kept}")
     limits = {d: gemm_limit(d, cfg_run["phase_repeats"] + 3) for d in ("float32", "float64")}
     print(f"GEMM limit at the start ({THREADS} thread(s), np.matmul ({GEMM_N}, {GEMM_N}) @ ({GEMM_N}, {GEMM_N}), "
           f"best of {cfg_run['phase_repeats'] + 3}): float32 {limits['float32'][0]:.1f} GFLOP/s, float64 {limits['float64'][0]:.1f} "

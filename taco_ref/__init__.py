@@ -12,12 +12,11 @@ alignment accuracy, spec/evaluation.md).
 
 Skippable on a first reading (storage, safety and speed, not the method): data's frame store
 (FrameStates, FrameWriter, the chunked image files), files (atomic writes), lengths (the
-per-row lengths' check), provenance (what machine computed a file), model's load checks, train's
-checkpoint forensics
-(_save_checkpoint, _check_progress, _load_checkpoint, config_changes), nn.workspace and the
-the nets as training runs them in nn.mlp_fast (tested equal to nn.mlp), runner (the
-step-by-step executor the ROS bridge drives), annotate (labels for other datasets) and
-conformance (the kit that checks other implementations against spec/vectors).
+per-row lengths' check), provenance (what machine computed a file), model's load checks,
+checkpoints (a run's checkpoint and folder), nn.workspace (memory kept between steps), the
+nets as training runs them in nn.mlp_fast (tested equal to nn.mlp), runner (the step-by-step
+executor the ROS bridge drives), annotate (labels for other datasets) and conformance (the
+kit that checks other implementations against spec/vectors).
 
 Quick start: collect demonstrations, train TACO on them, align held-out ones, execute unseen
 sketches, and run a shipped model (docs/python.md says more; tests/test_quickstart.py runs

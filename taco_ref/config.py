@@ -274,13 +274,13 @@ def before_values(cfg):
     """{name: value} for the fields added to the config after runs existed without them: the
     value (their metadata "before") at which a run is the run from before the field. Cell keys
     leave such a field out at that value (taco_app.grid.keys) and resuming a checkpoint that
-    lacks it accepts it there (train.config_changes)."""
+    lacks it accepts it there (checkpoints.config_changes)."""
     return {f.name: f.metadata["before"] for f in fields(cfg) if "before" in f.metadata}
 
 
 def inert_fields(cfg):
     """The fields of cfg that cannot change its run (a run's identity leaves them out;
-    resuming does not compare them, train.config_changes): sigma_init unless sigma is learned,
+    resuming does not compare them, checkpoints.config_changes): sigma_init unless sigma is learned,
     select_tasks and select_from unless epochs are chosen by rollouts, train_core and
     ctc_core_dtype without a convolutional core, prestage for TACO (it warms up either way) and
     CompILE (it never does), warmup_epochs where no pre-stage runs, ema where ema_epochs sets

@@ -335,7 +335,7 @@ def test_a_cell_interrupted_mid_training_continues_from_its_checkpoint(tmp_path,
     epoch, and run again after an interruption it continues there and gives the figures of an
     uninterrupted cell, with a line on stderr, named by the cell, for each epoch it runs. Only
     streaming domains get one, named by the cell's key."""
-    from taco_ref import train
+    from taco_ref import checkpoints, train
     c = cell("taco", size=12)
     demos, test_demos = (experiment.collect(s) for s in experiment.data_specs(c))
     whole = experiment.run(c, demos, test_demos)
@@ -343,7 +343,7 @@ def test_a_cell_interrupted_mid_training_continues_from_its_checkpoint(tmp_path,
     cfg = train.TrainConfig.from_dict(dict(c["config"], algo="taco", seed=0))
     assert train.train(demos, cfg, out_dir=run_dir, stop_after=1, progress=False) is None   # "killed"
     capsys.readouterr()
-    first = json.loads((run_dir / train.CHECKPOINT_META).read_text())["spent"]
+    first = json.loads((run_dir / checkpoints.CHECKPOINT_META).read_text())["spent"]
     assert first["processes"] == 1 and first["cpu_seconds"] > 0 and first["seconds"] > 0
     record = experiment.run_cell(c, demos, test_demos, run_dir=str(run_dir))
     resumed = record["figures"]

@@ -26,7 +26,7 @@ import sys
 import numpy as np
 import pytest
 
-from taco_ref import data, evaluate, files, model as model_mod, nn, objectives, optim, policy, train
+from taco_ref import checkpoints, data, evaluate, files, model as model_mod, nn, objectives, optim, policy, train
 from taco_app import config as config_mod
 from taco_ref.train import TrainConfig
 from taco_ref.algorithms import taco as taco_algo
@@ -216,7 +216,7 @@ def test_resume_ends_exactly_like_an_uninterrupted_run(tmp_path, nav_small, algo
     assert train.train(nav_small, cfg, out_dir=out, stop_after=stops[0], progress=False) is None
     for k in stops[1:]:
         assert train.train(nav_small, cfg, out_dir=out, resume=True, stop_after=k, progress=False) is None
-    meta = json.loads((out / train.CHECKPOINT_META).read_text())
+    meta = json.loads((out / checkpoints.CHECKPOINT_META).read_text())
     if algo == "ctcbc-mlp":
         assert meta["stage"] == 1 and meta["epoch"] == 1      # resumed across the stage boundary
     resumed = train.train(nav_small, cfg, out_dir=out, resume=True, progress=False)
@@ -224,7 +224,7 @@ def test_resume_ends_exactly_like_an_uninterrupted_run(tmp_path, nav_small, algo
     assert resumed.info["history"] == full.info["history"]
     on_disk = model_mod.load(out / "model")
     assert_same_params(on_disk.params, full.params)
-    assert "model" in os.listdir(out) and train.CHECKPOINT_META in os.listdir(out)
+    assert "model" in os.listdir(out) and checkpoints.CHECKPOINT_META in os.listdir(out)
     assert not [f for f in os.listdir(out) if f.startswith(".tmp-")]      # no temporary files left
     # resuming a finished run changes nothing
     again = train.train(nav_small, cfg, out_dir=out, resume=True, progress=False)
@@ -268,18 +268,18 @@ def test_resume_compares_the_config_where_the_run_reads_it(tmp_path, nav_small):
     train.train(nav_small, cfg, out_dir=tmp_path / "full", progress=False)
     out = tmp_path / "run"
     train.train(nav_small, cfg, out_dir=out, stop_after=1, progress=False)
-    meta_path = out / train.CHECKPOINT_META
+    meta_path = out / checkpoints.CHECKPOINT_META
     meta = json.loads(meta_path.read_text())
     del meta["config"]["prestage"]                         # written before the field existed
     meta["config"]["warmup_epochs"] += 1                   # no pre-stage runs: ctcbc-mlp never reads it
     meta["config"]["temperature"] = 2.0                    # TACO's section: ctcbc-mlp never reads it
     meta["config"]["ctc_core_dtype"] = "float32"           # no conv core: it cannot change the run
     meta_path.write_text(json.dumps(meta))
-    assert train.config_changes(meta["config"], cfg) == []
-    assert train.config_changes(meta["config"], config(seed=1, algo="ctcbc-mlp", prestage="all")) \
+    assert checkpoints.config_changes(meta["config"], cfg) == []
+    assert checkpoints.config_changes(meta["config"], config(seed=1, algo="ctcbc-mlp", prestage="all")) \
         == ["prestage", "warmup_epochs"]
-    assert train.config_changes(dict(meta["config"], retired=1), cfg) == ["retired"]
-    assert train.config_changes(dict(meta["config"], lr=1.0), cfg) == ["lr"]
+    assert checkpoints.config_changes(dict(meta["config"], retired=1), cfg) == ["retired"]
+    assert checkpoints.config_changes(dict(meta["config"], lr=1.0), cfg) == ["lr"]
     with pytest.raises(ValueError, match=r"differs in \['prestage', 'warmup_epochs'\]"):
         train.train(nav_small, config(seed=1, algo="ctcbc-mlp", prestage="all"), out_dir=out,
                     resume=True, progress=False)
@@ -695,7 +695,7 @@ def test_warmup_hands_on_its_last_parameters_not_its_best(tmp_path, nav_small, m
     monkeypatch.setattr(train, "mean_loss", lambda *a, **k: float(next(worse)))
     cfg = config(warmup_epochs=3, epochs=2, seed=3)
     train.train(nav_small, cfg, out_dir=tmp_path, stop_after=3, progress=False)
-    meta = json.loads((tmp_path / train.CHECKPOINT_META).read_text())
+    meta = json.loads((tmp_path / checkpoints.CHECKPOINT_META).read_text())
     assert meta["stage"] == 0 and meta["epoch"] == 3
     with np.load(tmp_path / meta["arrays_file"]) as z:
         params = {k[len("param."):]: z[k] for k in z.files if k.startswith("param.")}
@@ -796,7 +796,7 @@ def test_restarts_resume_exactly(tmp_path, nav_small, three_restarts):
     cfg, full = three_restarts
     out = tmp_path / "run"
     assert train.train(nav_small, cfg, out_dir=out, stop_after=4, progress=False) is None
-    assert (out / "restart-1" / train.CHECKPOINT_META).exists()      # 1 warm-up + 2 TACO epochs each
+    assert (out / "restart-1" / checkpoints.CHECKPOINT_META).exists()      # 1 warm-up + 2 TACO epochs each
     assert not (out / "restart-2").exists()
     resumed = train.train(nav_small, cfg, out_dir=out, resume=True, progress=False)
     assert_same_params(resumed.params, full.params)
@@ -906,12 +906,12 @@ def test_resume_refuses_a_checkpoint_of_another_dtype(tmp_path, nav_small):
     """A float32 run's checkpoint whose arrays were swapped for float64 ones (and the hash
     updated) is refused by name, not silently trained on in float64."""
     train.train(nav_small, config(dtype="float32", seed=1), out_dir=tmp_path, stop_after=1, progress=False)
-    meta = json.loads((tmp_path / train.CHECKPOINT_META).read_text())
+    meta = json.loads((tmp_path / checkpoints.CHECKPOINT_META).read_text())
     arrays = files.read_npz(tmp_path / meta["arrays_file"], meta["arrays_sha256"])
     arrays = {k: v.astype(np.float64) if k.startswith("param.act.") else v for k, v in arrays.items()}
     blob, meta["arrays_sha256"] = files.npz_blob(arrays)
     (tmp_path / meta["arrays_file"]).write_bytes(blob)
-    (tmp_path / train.CHECKPOINT_META).write_text(json.dumps(meta))
+    (tmp_path / checkpoints.CHECKPOINT_META).write_text(json.dumps(meta))
     with pytest.raises(ValueError, match=r"cannot resume: .*param\.act\.W0 is float64 .* needs float32"):
         train.train(nav_small, config(dtype="float32", seed=1), out_dir=tmp_path, resume=True,
                     progress=False)
@@ -941,9 +941,9 @@ def test_adam_buffered_update_equals_the_formula(dtype, block, monkeypatch):
 _ALLOCATE_LIKE_A_STEP = """
 import resource, sys
 import numpy as np
-from taco_ref import train
+from taco_ref import nn
 if sys.argv[1] == "keep":
-    assert train.keep_freed_memory()
+    assert nn.workspace.keep_freed_memory()
 def step():  # arrays of 8-24 MiB alive together, then freed, as in a Dial-sized step
     live = [np.ones(n) for n in (3 << 20, 1 << 20, 2 << 20, 3 << 19, 1 << 21, 1 << 20, 3 << 20)]
     del live
@@ -960,7 +960,7 @@ def test_keep_freed_memory_lets_the_next_step_reuse_freed_arrays():
     """spec/training.md §4: with keep_freed_memory, five more steps' worth of 8-24 MiB arrays
     touch no fresh pages; without it glibc maps and zero-fills them anew (measured: ~18000
     page faults). Each case in a fresh process, since the setting is process-wide."""
-    if not train.keep_freed_memory():
+    if not nn.workspace.keep_freed_memory():
         pytest.skip("no glibc mallopt on this platform")
     faults = {mode: int(subprocess.run([sys.executable, "-c", _ALLOCATE_LIKE_A_STEP, mode], check=True,
                                        capture_output=True, text=True).stdout)
@@ -1307,7 +1307,7 @@ def test_image_training_resumes_exactly_and_saves_its_core(tmp_path, image_dir, 
     out = tmp_path / "interrupted"
     assert train.train(demos, cfg, out_dir=out, stop_after=2, progress=False) is None
     if algo.startswith("ctcbc"):                  # the classifier's core trains in its own dtype
-        arrays = np.load(out / json.loads((out / train.CHECKPOINT_META).read_text())["arrays_file"])
+        arrays = np.load(out / json.loads((out / checkpoints.CHECKPOINT_META).read_text())["arrays_file"])
         assert arrays["param.ctc.core.W0"].dtype == arrays["adam.m.ctc.core.W0"].dtype == core_dtype
     full = train.train(demos, cfg, out_dir=tmp_path / "full", progress=False)
     resumed = train.train(demos, cfg, out_dir=out, resume=True, progress=False)

@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-from taco_ref import data, files, model as model_mod, train
+from taco_ref import checkpoints, data, files, model as model_mod, train
 
 OTHER = {"checkpoint-0.npz": "checkpoint-1.npz", "checkpoint-1.npz": "checkpoint-0.npz"}
 
@@ -29,7 +29,7 @@ OTHER = {"checkpoint-0.npz": "checkpoint-1.npz", "checkpoint-1.npz": "checkpoint
 def last_epoch(run_dir):
     """(checkpoint metadata, {"param": theta, "ema": theta-bar}) of a finished run's last epoch;
     ValueError naming the run when it has no such checkpoint."""
-    meta = files.read_json(os.path.join(run_dir, train.CHECKPOINT_META))
+    meta = files.read_json(os.path.join(run_dir, checkpoints.CHECKPOINT_META))
     name = OTHER.get(os.path.basename(str(meta.get("arrays_file"))))
     path = None if name is None else os.path.join(run_dir, name)
     if path is None or not os.path.isfile(path):

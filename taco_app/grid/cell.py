@@ -23,7 +23,7 @@ import numpy as np
 
 import taco_ref
 import taco_sim
-from taco_ref import data as data_mod, evaluate, provenance, train
+from taco_ref import checkpoints, data as data_mod, evaluate, provenance, train
 from taco_app.grid import Cell, Record
 from taco_app.grid.keys import CELL_FIELDS, KEY_VERSION, cell_fields, cell_key, full_config, split_of, tests_of
 
@@ -132,7 +132,7 @@ def run(cell: Cell, demos=None, test_demos=None, run_dir=None) -> dict:
     for every decoder, task_accuracy_by_length (with test_lengths), tests {name: the protocol's
     figures on that named condition} (with tests), epochs, policy_epochs,
     best_held_out_loss, train_loglik, train_seconds (every process's), train_earlier (what the
-    processes before this one spent: train.NO_TIME's fields).
+    processes before this one spent: checkpoints.NO_TIME's fields).
 
     cell: the CELL_FIELDS and config (TrainConfig settings; algo and seed are the cell's).
     demos, test_demos: the cell's training and held-out data (`collect(data_specs(cell)[i])`);
@@ -148,7 +148,7 @@ def run(cell: Cell, demos=None, test_demos=None, run_dir=None) -> dict:
     cfg = train.TrainConfig.from_dict(dict(cell["config"], algo=cell["algo"], seed=cell["seed"]))
     validate = (evaluate.validation_rollouts(dom, cfg.select_tasks, cell["seed"], cell["train_sketch_len"])
                 if cfg.select == "rollouts" else None)
-    resume = run_dir is not None and os.path.exists(os.path.join(run_dir, train.CHECKPOINT_META))
+    resume = run_dir is not None and os.path.exists(os.path.join(run_dir, checkpoints.CHECKPOINT_META))
     model = train.train(demos, cfg, progress=_training_progress(cell, run_dir),
                         validate=validate, out_dir=run_dir, resume=resume, augment=dom.augment)
     acc = evaluate.protocol(model, dom, cell["n_tasks"], cell["seed"], lengths=cell.get("test_lengths") or (),

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from taco_ref import algorithms, annotate as annotate_mod, data, evaluate, model as model_mod, train
+from taco_ref import algorithms, annotate as annotate_mod, checkpoints, data, evaluate, model as model_mod, train
 from taco_ref.objectives import even_split_labels
 from taco_app.interop.labels import EpisodeLabels, InteropError, read_sketches, write_sketches
 
@@ -396,7 +396,7 @@ def annotate_dataset(path, out=None, sketches=None, model=None, decoder=annotate
                                    "with sub-policies; annotate with taco (or gtbc, which needs true labels)")
             run_dir = save_model or default_model_dir(out or path)
             try:
-                train.prepare_out_dir(run_dir)
+                checkpoints.prepare_out_dir(run_dir)
             except ValueError as err:
                 raise InteropError(f"--save-model: {str(err).removeprefix('--out: ')}; annotate with "
                                    f"--model {os.path.join(run_dir, 'model')} to reuse it") from None
