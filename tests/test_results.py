@@ -333,6 +333,29 @@ def test_shipped_model_readme_gives_the_committed_evaluation(name):
     assert f"dials {bridge['dialled']} of {bridge['n_tasks']}" in text
 
 
+@pytest.mark.parametrize("name", ["dial", "dial-velocity"])
+def test_shipped_model_readme_gives_its_committed_harder_test_figures(name):
+    """A shipped Dial model's README gives, for every committed `taco evaluate --test NAME`
+    output of it (results/dial/shipped/<model>-test-NAME.json), the PINs completed with their
+    Wilson interval and the sub-task accuracy, beside the condition's own description."""
+    import glob
+    from taco_sim.dial import disturb
+    shipped = os.path.join(ROOT, "results", "dial", "shipped")
+    text = open(os.path.join(ROOT, "sim", "taco_sim", "dial", "models", name, "README.md"), encoding="utf-8").read()
+    outputs = sorted(glob.glob(os.path.join(shipped, f"{name}-test-*.json")))
+    assert outputs, f"no harder-test evaluation of {name} in {shipped}"
+    for path in outputs:
+        test = os.path.basename(path)[len(f"{name}-test-"):-len(".json")]
+        with open(path, encoding="utf-8") as f:
+            out = json.load(f)
+        assert out["test"] == test and out["n_tasks"] == 500, path
+        done, n = out["outcomes"].count("1"), out["n_tasks"]
+        lo, hi = evaluate.wilson_interval(done, n)
+        row = (f"| `{test}` | {disturb.TESTS[test].about} | {done} of {n}, {100 * done / n:.1f} % "
+               f"[{100 * lo:.1f}, {100 * hi:.1f}] | {100 * out['subtask_accuracy']:.1f} % |")
+        assert row in text, row
+
+
 def test_image_stop_hold_figures_are_the_committed_outputs():
     """results/dial-image-small-trained-core, "A STOP held for two steps": every row of its
     table, and the paired difference, recomputed from the committed evaluation outputs."""
