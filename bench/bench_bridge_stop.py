@@ -13,8 +13,9 @@ command) stops the launch with one of four signals:
 
 This process subscribes to the command topic and measures, per trial: the time from the signal
 to the first zero command it receives, the non-zero commands received after the signal (before
-that zero, and after it), the launch's exit code, and any node the launch reports as "process has
-died" or any "not acknowledged" warning in its output. A trial ends when no process of the
+that zero, and after it), the launch's exit code and the time from the signal to its exit (after
+a SIGTERM to the launch alone the nodes learn of the stop only from that exit), and any node the
+launch reports as "process has died" or any "not acknowledged" warning in its output. A trial ends when no process of the
 launch's process group is left.
 
 `ros2 launch` runs non-interactive when its standard input is not a terminal (the default here,
@@ -154,7 +155,7 @@ def trial(lis, case, interface, stdin_mode, rng, logdir, index):
         if first is None:
             return dict(out, error="no command of the run")
         time.sleep(rng.uniform(0.2, 1.5))
-        t_sig = time.monotonic()
+        t_sig, wall_sig = time.monotonic(), time.time()
         if group:
             os.killpg(proc.pid, sig)
         else:
@@ -163,6 +164,7 @@ def trial(lis, case, interface, stdin_mode, rng, logdir, index):
             code = proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             code = None
+        t_exit = time.monotonic()
         lis.wait_for(lambda: not group_members(proc.pid), 30)
         t_gone = time.monotonic()
         time.sleep(0.3)                                     # late deliveries
@@ -177,6 +179,8 @@ def trial(lis, case, interface, stdin_mode, rng, logdir, index):
             "nonzero_after_zero": 0 if zero is None else sum(1 for t, c in after if t > zero and any(c)),
             "running_before": running_before,
             "launch_exit": code,
+            "signal_time": wall_sig,
+            "launch_exit_ms": None if code is None else 1e3 * (t_exit - t_sig),
             "all_gone_ms": 1e3 * (t_gone - t_sig),
             "died": [line.strip() for line in text.splitlines() if "process has died" in line],
             "not_acknowledged": sum("not acknowledged" in line for line in text.splitlines()),
@@ -211,6 +215,9 @@ def summary(rows):
         if len(d):
             line += (f"  delay median {np.median(d):.1f} ms, p99 {np.percentile(d, 99):.1f} ms, "
                      f"max {d.max():.1f} ms")
+        exits = [x["launch_exit_ms"] for x in ok if x.get("launch_exit_ms") is not None]
+        if exits:
+            line += f"  launch exit median {np.median(exits):.1f} ms, max {max(exits):.1f} ms"
         line += (f"  non-zero commands after the signal: {sum(x['nonzero_after_signal'] for x in ok)} "
                  f"(in {sum(1 for x in ok if x['nonzero_after_signal'])} trials), after the zero: "
                  f"{sum(x['nonzero_after_zero'] for x in ok)}  launch exit codes "

@@ -1246,6 +1246,48 @@ def test_a_node_stops_when_its_parent_dies(install, listener, tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
+def test_a_control_tick_after_the_parents_exit_sends_nothing():
+    """The control tick asks for a pending stop before it computes a command: once the parent
+    has exited (`ros2 launch` ended by SIGTERM) the tick publishes nothing, records the stop
+    (one warning) and leaves the zero command to the way out, whether or not spin_until has
+    looked since; with the parent still there it commands as before."""
+    from taco_bridge import node_util, policy_node
+
+    class Fake:
+        def __init__(self, parent_pid):
+            self.stop_signals, self.parent_pid, self.warnings, self.ticks = [], parent_pid, [], []
+            self.clock = time.monotonic
+            self.ctl = self
+            self.tick_duration = None
+            self.run = None
+
+        def get_logger(self):
+            return self
+
+        def warning(self, text):
+            self.warnings.append(text)
+
+        def tick(self, now, duration):
+            self.ticks.append(now)
+
+        def publish_status(self):
+            pass
+
+    here = Fake(os.getppid())
+    policy_node.PolicyNode.on_tick(here)
+    assert len(here.ticks) == 1 and not here.stop_signals and not here.warnings
+    gone_parent = Fake(os.getppid() + 1)                   # the parent at start was another process
+    policy_node.PolicyNode.on_tick(gone_parent)
+    policy_node.PolicyNode.on_tick(gone_parent)
+    assert gone_parent.ticks == [] and gone_parent.stop_signals == ["parent exited"]
+    assert len(gone_parent.warnings) == 1 and "exited: shutting down" in gone_parent.warnings[0]
+    assert node_util.stop_pending(gone_parent)
+    signalled = Fake(os.getppid())
+    signalled.stop_signals.append(signal.SIGTERM)
+    policy_node.PolicyNode.on_tick(signalled)
+    assert signalled.ticks == [] and not signalled.warnings
+
+
 @pytest.mark.slow
 def test_frozen_simulator_over_dds(nodes, listener):
     """The sim node frozen (SIGSTOP) while the shipped model dials: a zero command follows the

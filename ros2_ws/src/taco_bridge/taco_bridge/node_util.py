@@ -118,24 +118,33 @@ def ignore_stop_signals():
         signal.signal(sig, signal.SIG_IGN)
 
 
-def spin_until(node, received, period=PARENT_CHECK_PERIOD):
-    """Spin node until stop_on_signals' record is non-empty, the node says it has finished (its
-    attribute `finished` true: the policy node after its lifecycle shutdown) or the process that
-    started this one has exited (checked at least every period s).
+def stop_pending(node):
+    """True once a stop has come: a stop signal, or the exit of the process that started this one
+    (node.parent_pid, set by run; recorded in node.stop_signals as 'parent exited', with one
+    warning, the first time it is seen).
 
     The parent's exit counts as a stop signal: on SIGTERM (what systemd and `docker stop` send)
     `ros2 launch` exits at once without stopping its children (its own log says "using SIGTERM
     can result in orphaned processes"); a node that drives an arm must not run on unsupervised.
     The test is a change of os.getppid(): a node whose parent exits is re-parented (to init or a
-    subreaper).
+    subreaper). It costs one system call, so the policy node's control tick asks it before it
+    computes a command: a tick that the executor runs after the parent's exit sends nothing.
     """
-    parent = os.getppid()
-    while not received and rclpy.ok() and not getattr(node, 'finished', False):
+    received = node.stop_signals
+    parent = getattr(node, 'parent_pid', None)
+    if not received and parent is not None and os.getppid() != parent:
+        node.get_logger().warning(f'the process that started this node (pid {parent}) exited: '
+                                  'shutting down')
+        received.append('parent exited')
+    return bool(received)
+
+
+def spin_until(node, period=PARENT_CHECK_PERIOD):
+    """Spin node until a stop is pending (stop_pending: a signal, or the parent's exit, checked
+    at least every period s) or the node says it has finished (its attribute `finished` true: the
+    policy node after its lifecycle shutdown)."""
+    while not stop_pending(node) and rclpy.ok() and not getattr(node, 'finished', False):
         rclpy.spin_once(node, timeout_sec=period)
-        if os.getppid() != parent:
-            node.get_logger().warning(f'the process that started this node (pid {parent}) exited: '
-                                      'shutting down')
-            received.append('parent exited')
 
 
 FASTDDS_TRANSPORTS = 'FASTDDS_BUILTIN_TRANSPORTS'
@@ -175,13 +184,16 @@ def shared_memory_forced(rmw, env=None):
 def run(make_node, label, args=None, start=None, on_exit=None):
     """A node's main(): rclpy up (without rclpy's signal handlers), make_node(), start(node),
     spin until SIGINT / SIGTERM / SIGHUP or the parent's exit, then on_exit(node) (e.g. a last
-    zero-torque command) while the context is still valid, and shut down. The node's attribute
-    stop_signals is the record of the signals received: a signal that comes while the executor
-    waits is handled before the callback that ends the wait runs, so a control tick can see it
-    and leave the command to on_exit (no fresh command after the signal). Returns the exit code:
+    zero-torque command) while the context is still valid, and shut down. The node's attributes
+    stop_signals (the record of the signals received) and parent_pid (the parent at start) let a
+    callback ask stop_pending(node): a signal that comes while the executor waits is handled
+    before the callback that ends the wait runs, and the parent's exit is seen by the callback
+    itself, so a control tick can leave the command to on_exit (no fresh command after a stop
+    it can know of). Returns the exit code:
     1 when the node cannot be made or started (the error is printed on one line after label: a
     bad parameter value, type or name, or a model that cannot be loaded), else 0."""
     received = stop_on_signals()
+    parent = os.getppid()                      # before anything slow: an early exit counts too
     try:
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     except RCLError as err:                    # e.g. a --ros-args argument rcl cannot parse
@@ -191,6 +203,7 @@ def run(make_node, label, args=None, start=None, on_exit=None):
     try:
         node = make_node()
         node.stop_signals = received      # a node may look: the policy node's control tick does
+        node.parent_pid = parent          # (through stop_pending)
         if start is not None:
             start(node)
     except (ValueError, OSError, ParameterException, NameValidationException) as err:
@@ -200,7 +213,7 @@ def run(make_node, label, args=None, start=None, on_exit=None):
         rclpy.try_shutdown()
         return 1
     try:
-        spin_until(node, received)
+        spin_until(node)
     finally:
         ignore_stop_signals()
         if on_exit is not None:

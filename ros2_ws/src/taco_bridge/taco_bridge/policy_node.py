@@ -114,7 +114,7 @@ from taco_sim import dial
 
 from taco_bridge.control import DELIVERY_MARGIN, Controller, joint_bounds, joint_positions
 from taco_bridge.node_util import (declare, no_shared_memory_transport, number, run,
-                                   shared_memory_forced, topic, value)
+                                   shared_memory_forced, stop_pending, topic, value)
 
 try:
     from taco_bridge_msgs.action import ExecuteSketch
@@ -354,6 +354,7 @@ class PolicyNode(LifecycleNode):
         self.command_subscribers = deque()   # (time, subscribers matched) at each command publish
         self.finished = False             # after the shutdown transition: the process exits
         self.stop_signals = []            # node_util.run's record of stop signals (SIGINT ...)
+        self.parent_pid = None            # node_util.run's: the parent at start (stop_pending)
         self.tick_duration = None
         self.last_status = None
         self.last_counters = None
@@ -610,8 +611,9 @@ class PolicyNode(LifecycleNode):
 
     def on_tick(self):
         """One control step: the controller decides, this publishes (at most one command).
-        None once a stop signal has come: the way out sends the zero command next."""
-        if self.stop_signals:
+        Nothing once a stop is pending (a stop signal, or the parent's exit, checked here first):
+        the way out sends the zero command next."""
+        if stop_pending(self):
             return
         now = self.clock()
         command = self.ctl.tick(now, self.tick_duration)
