@@ -33,8 +33,8 @@ and a third keeps one run's press from being credited to the next:
    key registered before then belongs to the run before (`Handover`). The finger descends
    5-7 mm a control step towards a key and is 39-43 mm above it (median) 7 steps before the
    pressing step; a finger that comes within reach takes at least 6 steps to press (expert
-   demonstrations and the shipped models: bench/dial_approach_heights.py), and the new run's
-   own sub-policy decides each of them.
+   demonstrations and the shipped models: `python -m taco_app.analysis.dial_approach_heights`),
+   and the new run's own sub-policy decides each of them.
 
 The geometry. With obs = concat(q (9,), (key_pos - fingertip) (K, 3)) (taco_sim.dial.observe),
 key k's offset gives the fingertip's height above the key's rest top and its horizontal distance
