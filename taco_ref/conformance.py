@@ -564,6 +564,7 @@ class _Child:
 
     def __init__(self, module, vectors):
         self.module, self.vectors, self.proc, self.conn = module, str(vectors), None, None
+        self.timed_out = False                                       # the last receive stopped a hung child
         ctx = multiprocessing.get_context("spawn")
         self.current = ctx.Array("c", NAME_BYTES, lock=False)        # the function the child is in
 
@@ -579,6 +580,8 @@ class _Child:
         answer = self.receive(timeout)
         if answer is None:
             self.stop()
+            if self.timed_out:          # stopped by the kit, not crashed: say so
+                return f"did not finish being imported within {timeout:g} s"
             return f"{_ended(self.proc)} while being imported"
         if "not_found" in answer:
             self.stop()
@@ -589,13 +592,18 @@ class _Child:
         return None
 
     def receive(self, timeout):
-        """The child's next answer (a dict), or None when it ended or did not answer in time."""
+        """The child's next answer (a dict), or None when it ended or did not answer in time
+        (then timed_out is set: the kit stopped it)."""
+        self.timed_out = False
+        closed = False
         try:
             if self.conn.poll(timeout):
                 return json.loads(self.conn.recv_bytes())
-        except (EOFError, OSError):
-            pass
+        except (EOFError, OSError):       # the pipe closed: the child is ending; let it end
+            closed = True                 # before judging how (its exit code, not our kill)
+            self.proc.join(5)
         if self.proc.is_alive():          # hung: stop it, so that _ended says so
+            self.timed_out = not closed
             self.stop()
             return None
         self.proc.join()
@@ -635,7 +643,14 @@ def run_isolated(module, vectors, loaded, indices, timeout=CASE_TIMEOUT, budget=
                                       f"not run: the kit's time budget of {budget:g} s ran out"))
                 continue
             if child.proc is None or not child.proc.is_alive():
-                why = child.start(min(IMPORT_TIMEOUT, left))
+                limit = min(IMPORT_TIMEOUT, left)
+                why = child.start(limit)
+                if why is not None and child.timed_out and limit < IMPORT_TIMEOUT:
+                    # the budget ran out while the module was still importing: this case and the
+                    # rest fail unrun, as when it runs out between cases
+                    results.append(Result(case["name"], "(the case)", False, float("inf"), "", (), None, None,
+                                          f"not run: the kit's time budget of {budget:g} s ran out"))
+                    continue
                 if why is not None:
                     return results, why
             child.conn.send_bytes(json.dumps({"index": index, "hung": hung}).encode())

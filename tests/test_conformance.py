@@ -445,6 +445,13 @@ def test_a_function_that_never_returns_costs_one_timeout_and_the_budget_bounds_t
     assert "taco_loglik did not return in an earlier case" in out and time.monotonic() - start < 60, out
     proc = _kit(tmp_path, "cf_forever", "--case", "taco", "--timeout", "3", "--budget", "2")
     assert proc.returncode == 1 and "not run: the kit's time budget of 2 s ran out" in proc.stdout + proc.stderr
+    # a budget that runs out while the module is still being imported (a slow import, or a busy
+    # machine) fails the cases unrun: the kit stopped the child, it did not crash
+    (tmp_path / "cf_slow_import.py").write_text("import time\ntime.sleep(30)\nfrom taco_ref.align import *\n")
+    proc = _kit(tmp_path, "cf_slow_import", "--case", "taco", "--budget", "2")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "not run: the kit's time budget of 2 s ran out" in out, out
+    assert "crashed" not in out, out
 
 
 @pytest.mark.slow
