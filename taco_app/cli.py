@@ -149,7 +149,7 @@ def model_domain(model, given):
     recorded = (model.info.get("data") or {}).get("domain")
     if recorded in taco_sim.names():
         return recorded
-    fits = [name for name in taco_sim.names() if list(taco_sim.get(name).vocab) == list(model.vocab)]
+    fits = [name for name in taco_sim.available_names() if list(taco_sim.get(name).vocab) == list(model.vocab)]
     if len(fits) == 1:
         return fits[0]
     raise ValueError(f"--domain: the model does not record the domain it was trained in, and its vocabulary "
