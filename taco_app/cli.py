@@ -65,6 +65,11 @@ def cmd_collect(args):
         plan.chosen_expert(dom, args.expert)
     sketch_len = dom.train_sketch_len if args.sketch_len is None else args.sketch_len
     kwargs = {"dart_sigma": args.dart_sigma} if args.dart_sigma is not None else {}
+    if args.motor_noise is not None:
+        if "motor_noise" not in inspect.signature(dom.collect).parameters:
+            raise ValueError(f"--motor-noise: {args.domain}'s arm has no motors to disturb in collection "
+                             f"(the joint-state Dial domains have); leave it out")
+        kwargs["motor_noise"] = args.motor_noise
     if args.expert is not None:
         kwargs["expert"] = args.expert
     # a domain that streams writes a frame directory as it collects, unless an .npz is asked for
@@ -612,6 +617,18 @@ workers_count = _integer(1, f"an integer in [1, {MAX_WORKERS}]", MAX_WORKERS)
 retries_count = _integer(0, f"an integer in [0, {MAX_RETRIES}]", MAX_RETRIES)
 
 
+def motor_level(text):
+    """--motor-noise: a share of the peak torques in [0, MAX_MOTOR_NOISE]."""
+    from taco_sim.dial.expert import MAX_MOTOR_NOISE
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0.0 <= value <= MAX_MOTOR_NOISE:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, {MAX_MOTOR_NOISE:g}], got {text!r}")
+    return value
+
+
 def dart_level(text):
     """--dart-sigma: a number in [0, MAX_DART_SIGMA] (taco_sim.domain.check_dart_sigma)."""
     try:
@@ -646,6 +663,10 @@ def _add_collect(sub):
     p.add_argument("--dart-sigma", type=dart_level, default=None,
                    help=f"DART noise level in [0, {MAX_DART_SIGMA:g}], a share of the action range "
                         "(continuous domains; default: the domain's)")
+    p.add_argument("--motor-noise", type=motor_level, default=None, metavar="SHARE",
+                   help="the joint-state Dial's: each demonstration's arm also meets Gaussian noise on "
+                        "its motors' torques at a level drawn from U(0, SHARE) of the peak torques "
+                        "(the harder test's noise; default none)")
     p.add_argument("--expert", default=None, metavar="NAME",
                    help="which of the domain's experts demonstrates (Craft: features, the default, "
                         "or planner)")
@@ -790,6 +811,10 @@ def _add_experiment(sub):
     p.add_argument("--n-tasks", type=tasks_count, default=None, help=f"test sketches each cell executes (default: {_shown('n_tasks')})")
     p.add_argument("--n-align", type=demos_count, default=None,
                    help=f"held-out demonstrations for alignment (default: {_shown('n_align')})")
+    p.add_argument("--motor-noise", type=motor_level, default=None, metavar="SHARE",
+                   help="the joint-state Dial's: each demonstration's arm also meets Gaussian noise on "
+                        "its motors' torques at a level drawn from U(0, SHARE) of the peak torques "
+                        "(the harder test's noise; default none)")
     p.add_argument("--expert", default=None, metavar="NAME",
                    help="which of the domain's experts demonstrates (Craft: features, the default, "
                         "or planner, whose cells are results/archive/craft*)")

@@ -400,6 +400,29 @@ def test_velocity_collect_records_the_clean_expert():
     assert velocity.collect(4, 3, seed=7, workers=2).fingerprint() == d.fingerprint()
 
 
+def test_motor_noise_in_collection_widens_the_states_and_keeps_the_clean_expert():
+    """motor_noise: each demonstration's motors meet torque noise (the harder test's), so the
+    velocity expert's fingers, which its velocity loop holds still, move as the motors' noise
+    moves them (their spread grows tenfold); the PINs are the same, the actions still the clean
+    expert's, meta says the level; 0 draws nothing more (the default data, bit for bit)."""
+    plain = velocity.collect(4, 3, seed=7)
+    noisy = velocity.collect(4, 3, seed=7, motor_noise=0.1)
+    assert noisy.meta["motor_noise"] == 0.1 and "motor_noise" not in plain.meta
+    assert np.array_equal(noisy.sketch, plain.sketch)
+    for n in range(noisy.n):
+        for t in range(0, noisy.traj_len[n], 17):
+            np.testing.assert_allclose(noisy.actions[n, t], velocity.expert_velocity_from_obs(
+                noisy.states[n, t], noisy.sketch[n, noisy.labels[n, t]]))
+
+    def finger_spread(d):
+        return np.concatenate([d.states[n, :d.traj_len[n], 6:9] for n in range(d.n)]).std(0)
+    assert (finger_spread(noisy) > 10 * finger_spread(plain)).all()
+    assert velocity.collect(4, 3, seed=7, motor_noise=0.0).fingerprint() == plain.fingerprint()
+    for bad in (-0.1, 0.5, True, "0.1"):
+        with pytest.raises(ValueError, match="motor_noise: expected"):
+            expert.collect(2, 2, seed=0, motor_noise=bad)
+
+
 # ----------------------------------------------------------------------------------------------
 # Rendering
 # ----------------------------------------------------------------------------------------------

@@ -25,28 +25,61 @@ def test_a_disturbance_out_of_range_is_named(field, value):
 def test_a_delay_executes_the_decision_of_delay_steps_ago_after_holding():
     """delay 2: the first two control steps execute a zero action (hold), then each decision two
     steps late; noise 0 adds nothing."""
-    episode = disturb.Episode(D(delay=2), seed=7, sketch_len=5, action_dim=9, limits=TORQUE_LIMITS)
+    episode = disturb.Episode(D(delay=2), seed=7, sketch_len=5, action_dim=9)
     decided = [np.full(9, float(t)) for t in range(1, 6)]
-    executed = [episode.command(a) for a in decided]
+    executed, noise = zip(*[episode.command(a) for a in decided])
+    assert all(n is None for n in noise)
     assert all(np.array_equal(e, np.zeros(9)) for e in executed[:2])
     assert all(np.array_equal(e, a) for e, a in zip(executed[2:], decided))
 
 
 def test_noise_is_a_share_of_each_limit_and_a_function_of_the_seed():
-    """noise 0.05: the executed minus the decided torque over many steps has std 5 % of each
-    joint's limit; the same seed draws the same noise, another seed other noise."""
-    def noise(seed, steps=4000):
-        episode = disturb.Episode(D(noise=0.05), seed, 5, 9, TORQUE_LIMITS)
-        return np.array([episode.command(np.zeros(9)) for _ in range(steps)])           # (steps, A)
+    """noise 0.05: the motors' torque noise over many steps has std 5 % of each motor's peak
+    torque, whatever the action (6 velocities too); the decided action passes unchanged; the
+    same seed draws the same noise, another seed other noise."""
+    def noise(seed, steps=4000, A=9):
+        episode = disturb.Episode(D(noise=0.05), seed, 5, A)
+        out = []
+        for _ in range(steps):
+            executed, torque_noise = episode.command(np.ones(A))
+            assert np.array_equal(executed, np.ones(A))
+            out.append(torque_noise)
+        return np.array(out)                                                            # (steps, 9)
     a = noise(3)
     np.testing.assert_allclose(a.std(0) / TORQUE_LIMITS, 0.05, rtol=0.05)
     assert np.array_equal(a, noise(3)) and not np.array_equal(a, noise(4))
+    assert np.array_equal(noise(3, 50, A=6), a[:50])
+
+
+def test_velocity_torque_noise_is_added_to_the_loop_torque_at_every_physics_step(monkeypatch):
+    """dial-velocity under noise: the motors receive the velocity loop's torque (eq. (1)-(2),
+    re-evaluated each physics step) plus the step's noise, the same in every physics step of
+    the control step; without noise, the loop's torque alone."""
+    from taco_sim.dial.env import SUBSAMPLE
+    seen = []
+    for d in (None, D(noise=0.05)):
+        task = velocity.DialVelocityTask("standard", d)
+        task.reset([3, 1], seed=5)
+        env = task.env
+        applied, loop = [], []
+        physics_step = env.physics_step
+        monkeypatch.setattr(env, "physics_step", lambda torque, n=1: (applied.append(np.array(torque)),
+                                                                       loop.append(env.velocity_torque(target)),
+                                                                       physics_step(torque, n)))
+        target = np.array([0.2, -0.1, 0.3, -0.4, 0.2, 0.1])
+        task.step(target)
+        seen.append(np.array(applied) - np.array(loop))                                  # (SUBSAMPLE, 9)
+    assert seen[0].shape == (SUBSAMPLE, 9) and np.array_equal(seen[0], np.zeros_like(seen[0]))
+    noise = seen[1]
+    assert np.abs(noise).max() > 0 and np.allclose(noise, noise[0], atol=1e-12)
+    expected = disturb.Episode(D(noise=0.05), 5, 2, 6).command(target)[1]
+    np.testing.assert_allclose(noise[0], expected, atol=1e-12)
 
 
 def test_the_push_starts_after_the_middle_digit_and_lasts_its_steps():
     """A PIN of 5: the push waits for 3 digits (ceil(5 / 2)), starts within PUSH_JITTER steps of
     that and acts for push_steps control steps, horizontally, with push newtons."""
-    episode = disturb.Episode(D(push=40.0, push_steps=3), seed=11, sketch_len=5, action_dim=9, limits=TORQUE_LIMITS)
+    episode = disturb.Episode(D(push=40.0, push_steps=3), seed=11, sketch_len=5, action_dim=9)
     forces = [episode.force(t, progress=0 if t < 20 else 3) for t in range(60)]
     on = [t for t, f in enumerate(forces) if f is not None]
     assert len(on) == 3 and on == list(range(on[0], on[0] + 3)) and 20 <= on[0] < 20 + disturb.PUSH_JITTER

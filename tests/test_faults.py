@@ -846,6 +846,15 @@ def test_dart_noise_is_bounded_before_collecting(tmp_path, capsys, sigma):
     assert not (tmp_path / "d.npz").exists()
 
 
+@pytest.mark.parametrize("domain, value, phrases", [("dial", "nan", ("--motor-noise", "[0, 0.2]")),
+                                                    ("dial-velocity", "0.5", ("--motor-noise", "[0, 0.2]")),
+                                                    ("navworld", "0.1", ("--motor-noise", "navworld"))])
+def test_motor_noise_is_bounded_and_only_for_the_arm(tmp_path, capsys, domain, value, phrases):
+    expect(capsys, ["collect", domain, "--n", "2", "--motor-noise", value, "--out", tmp_path / "d.npz"],
+           2, *phrases)
+    assert not (tmp_path / "d.npz").exists()
+
+
 @case("crash")
 def dart_noise_of_infinity(base, tmp, capsys):
     """A RuntimeError traceback after 100 redraws before."""

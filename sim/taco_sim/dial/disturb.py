@@ -2,8 +2,8 @@
 named test conditions made of them (spec/dial.md §11, spec/evaluation.md §9).
 
 A `Disturbance` changes the task environment, never the policy: a wider start pose, Gaussian
-noise on every commanded action (the torque, or for `dial-velocity` the velocity target, as a
-share of its limit), a delay of whole control steps between a decision and its execution, and
+noise on the torque every motor receives (the commanded torque, or for `dial-velocity` the
+velocity loop's, as a share of each motor's peak torque), a delay of whole control steps between a decision and its execution, and
 a horizontal push on the forearm for a few control steps in the middle of the PIN. Everything
 an episode draws comes from its seed: the start pose from the layout's stream
 (`DialEnv.reset(seed, home_noise=start)`: one draw of the same uniforms at any spread), the
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from taco_sim.dial.env import HOME_NOISE
+from taco_sim.dial.env import HOME_NOISE, TORQUE_LIMITS
 
 DISTURB_STREAM = 3
 """An episode of seed s draws its action noise and its push from default_rng([s, DISTURB_STREAM])."""
@@ -40,8 +40,9 @@ class Disturbance:
 
     Field      | Meaning
     start      | half-width (rad) of the uniform start pose around HOME, per joint (0.03 standard)
-    noise      | std of Gaussian noise added to each commanded action component, as a share of
-               | that component's limit (torque or velocity), drawn anew every control step
+    noise      | std of Gaussian noise added to each motor's torque, as a share of its peak torque
+               | (TORQUE_LIMITS), drawn anew every control step and held through it (for
+               | dial-velocity: added to the velocity loop's torque at every physics step)
     delay      | control steps between a decision and its execution; the arm executes a zero
                | action (hold, on top of gravity compensation) until the first decision arrives
     push       | newtons of a horizontal force on the forearm, in a direction drawn per episode
@@ -74,25 +75,24 @@ class Episode:
     """One episode's draws and state under a disturbance: the commands waiting to execute, the
     noise stream and the push's schedule and direction."""
 
-    def __init__(self, disturbance, seed, sketch_len, action_dim, limits):
+    def __init__(self, disturbance, seed, sketch_len, action_dim):
         self.d = disturbance
         self.rng = np.random.default_rng([0 if seed is None else int(seed), DISTURB_STREAM])
         angle = self.rng.uniform(0.0, 2 * np.pi)                       # drawn first: the same push
         self.direction = np.array([np.cos(angle), np.sin(angle), 0.0])  # for any noise level
         self.jitter = int(self.rng.integers(PUSH_JITTER))
         self.mid = (int(sketch_len) + 1) // 2                            # digits registered before it
-        self.limits = np.asarray(limits, dtype=np.float64)              # (A,)
         self.waiting = [np.zeros(action_dim) for _ in range(disturbance.delay)]
         self.push_from = None                                            # the control step it starts
 
     def command(self, action):
-        """The action executed at this control step (A,): the one decided delay steps ago, plus
-        noise."""
+        """(the action executed at this control step (A,): the one decided delay steps ago, the
+        motors' torque noise for the step (9,) or None)."""
         self.waiting.append(np.asarray(action, dtype=np.float64))
         executed = self.waiting.pop(0)
         if self.d.noise > 0:
-            executed = executed + self.rng.normal(0.0, 1.0, executed.shape) * self.d.noise * self.limits
-        return executed
+            return executed, self.rng.normal(0.0, 1.0, TORQUE_LIMITS.shape) * self.d.noise * TORQUE_LIMITS
+        return executed, None
 
     def force(self, t, progress):
         """(3,) the force on the forearm at control step t with progress digits registered."""
@@ -167,8 +167,8 @@ def named_tests(task_of):
 
 HARDER = Disturbance(start=0.1, noise=0.03, delay=1, push=40.0, push_steps=3)
 """The harder test's arm: each disturbance at a magnitude a real arm meets (spec/dial.md §11): a
-start pose ±0.1 rad per joint (±0.03 in the standard test), torque noise of 3 % of each limit
-every control step, commands one control step (40 ms) late, and a 40 N push on the forearm for
+start pose ±0.1 rad per joint (±0.03 in the standard test), noise of 3 % of each motor's peak
+torque every control step, commands one control step (40 ms) late, and a 40 N push on the forearm for
 three control steps after the middle digit."""
 LONG = tuple(range(5, 11))
 """The harder test's PIN lengths: 5 (the standard test's) to 10, each PIN's drawn uniformly."""
@@ -189,5 +189,5 @@ TESTS = {
 """The Dial's named test conditions beside the standard test (spec/dial.md §11, spec/evaluation.md
 §9): the harder test, its ablation with a one-step STOP, and each disturbance alone (the noise at
 the levels a robot user asks about). Fixed on validation PINs with the expert before any model
-was scored on them; for dial-velocity the noise is on the velocity targets, as a share of each
-joint's velocity limit."""
+was scored on them. The noise is on the motors' torques for every variant: for dial-velocity it
+is added to the velocity loop's torque, which the loop then fights (spec/dial.md §11)."""

@@ -437,16 +437,20 @@ class DialEnv:
         torque[6:] = FINGER_HOLD_KP * (FINGERS_CLOSED - self.data.qpos[self.names.qpos[6:]])
         return np.clip(torque, -TORQUE_LIMITS, TORQUE_LIMITS)
 
-    def velocity_physics_step(self, velocity, n=1):
+    def velocity_physics_step(self, velocity, n=1, torque_noise=None):
         """n physics steps of the velocity loop (velocity_torque re-evaluated every step, like
-        an arm's firmware loop) towards arm joint velocity targets (6,) (rad/s)."""
+        an arm's firmware loop) towards arm joint velocity targets (6,) (rad/s). torque_noise
+        (A,), if given, is added to every step's loop torque before the motors' limits clip it
+        (the harder test's motor noise, taco_sim.dial.disturb)."""
         for _ in range(n):
-            self.physics_step(self.velocity_torque(velocity), 1)
+            torque = self.velocity_torque(velocity)
+            self.physics_step(torque if torque_noise is None else torque + torque_noise, 1)
 
-    def velocity_step(self, velocity):
+    def velocity_step(self, velocity, torque_noise=None):
         """One control step of the velocity interface: targets (6,) (rad/s) held for SUBSAMPLE
-        physics steps of the velocity loop. Returns the new observation (D,)."""
-        self.velocity_physics_step(velocity, SUBSAMPLE)
+        physics steps of the velocity loop (torque_noise: velocity_physics_step's). Returns the
+        new observation (D,)."""
+        self.velocity_physics_step(velocity, SUBSAMPLE, torque_noise)
         self.t += 1
         return self.obs
 

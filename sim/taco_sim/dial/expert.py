@@ -44,7 +44,7 @@ import numpy as np
 from taco_ref.data import assemble, collected_on
 from taco_sim import sketch_array
 from taco_sim.domain import SketchProgress, check_collect_args, check_dart_sigma, collect_sketches
-from taco_sim.dial.disturb import PUSH_BODY, Episode
+from taco_sim.dial.disturb import PUSH_BODY, Disturbance, Episode
 from taco_sim.dial.env import (ACTION_DIM, FINGERS_CLOSED, HOME, K, PHYSICS_DT, PRESS_DEPTH, SLOT_LABELS,
                                SLOTS, STATE_DIM, SUBSAMPLE, TORQUE_LIMITS, VOCAB, DialEnv, check_layout,
                                kinematics, sample_layout)
@@ -242,7 +242,7 @@ class DialTask(SketchProgress):
             obs = self.env.reset(seed=seed, layout=self.layout)
         else:
             obs = self.env.reset(seed=seed, layout=self.layout, home_noise=self.disturbance.start)
-            self._episode = Episode(self.disturbance, seed, len(self.sketch), self.action_dim, self.action_limits)
+            self._episode = Episode(self.disturbance, seed, len(self.sketch), self.action_dim)
         self._record = {"tip": [self.env.fingertip], "saturated": [], "at_limit": [], "presses": [],
                         "stops": []}
         return obs
@@ -302,15 +302,16 @@ class DialTask(SketchProgress):
             body = self.env.model.body(PUSH_BODY).id
             if push is not None:
                 self.env.data.xfrc_applied[body, :3] = push
-            obs = self._act(self._episode.command(action))
+            obs = self._act(*self._episode.command(action))
             self.env.data.xfrc_applied[body, :3] = 0.0
         self._count()
         self._note(action)
         return obs
 
-    def _act(self, action):
-        """Apply action for one control step (torques, held for SUBSAMPLE physics steps)."""
-        return self.env.step(action)
+    def _act(self, action, torque_noise=None):
+        """Apply action for one control step (torques, held for SUBSAMPLE physics steps), with the
+        motors' torque noise (A,) added where given."""
+        return self.env.step(action if torque_noise is None else action + torque_noise)
 
     def _note(self, action):
         """Record what failure_detail reads: the fingertip after the step, whether the action
@@ -428,16 +429,27 @@ class Variant:
     noise: np.ndarray
 
 
+MAX_MOTOR_NOISE = 0.2
+"""The most motor torque noise a collection draws from (share of the peak torques): beyond it
+the expert itself fails (the harder test's levels stop at 5 %)."""
+
+
 def _demo(args):
-    """One DART demonstration: (states (T, D), actions (T, A), labels (T,), final (D,), discarded)."""
-    variant, sketch, seed, dart_sigma = args
+    """One DART demonstration: (states (T, D), actions (T, A), labels (T,), final (D,), discarded).
+    With motor_noise > 0 an attempt also draws a motor level ~ U(0, motor_noise) and its arm
+    meets the harder test's motor torque noise at that level (Disturbance(noise=level)), drawn
+    from the attempt's episode seed; at 0 nothing more is drawn (the default data, bit for bit)."""
+    variant, sketch, seed, dart_sigma, motor_noise = args
     rng = np.random.default_rng(seed)
     task = variant.task(layout="standard")
     L = len(sketch)
     for attempt in range(MAX_ATTEMPTS):
         task.layout = sample_layout(rng)
-        obs = task.reset(sketch, seed=int(rng.integers(2 ** 31)))
+        episode_seed = int(rng.integers(2 ** 31))
         scale = rng.uniform(0.0, dart_sigma) * variant.noise                           # (A,)
+        if motor_noise > 0:
+            task.disturbance = Disturbance(noise=float(rng.uniform(0.0, motor_noise)))
+        obs = task.reset(sketch, seed=episode_seed)
         states, actions, labels = [], [], []
         while not task.done and not task.failed and task.t < budget(L):
             clean = variant.expert(obs, task.target)
@@ -459,6 +471,14 @@ def _chunk(jobs):
     return [_demo(j) for j in jobs]
 
 
+def check_motor_noise(motor_noise):
+    """motor_noise: a number in [0, MAX_MOTOR_NOISE] (ValueError naming it otherwise)."""
+    if (isinstance(motor_noise, bool) or not isinstance(motor_noise, (int, float, np.floating))
+            or not 0.0 <= motor_noise <= MAX_MOTOR_NOISE):
+        raise ValueError(f"motor_noise: expected a share of the peak torques in [0, {MAX_MOTOR_NOISE:g}], "
+                         f"got {motor_noise!r}")
+
+
 def collection_draws(n, sketch_len, seed, dart_sigma, sketches, workers):
     """(sketches (n, L), seeds (n,) SeedSequences): what a Dial collect (joint-space or image)
     draws from its seed before any demonstration, after checking its arguments: the PINs (the
@@ -470,14 +490,15 @@ def collection_draws(n, sketch_len, seed, dart_sigma, sketches, workers):
     return sketches, np.random.SeedSequence(rng.integers(2 ** 63)).spawn(n)
 
 
-def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=None, workers=1):
+def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=None, workers=1,
+            motor_noise=0.0):
     """n expert demonstrations of the torque variant (domain "dial"); see collect_variant."""
     return collect_variant(TORQUE, n, sketch_len, seed, dart_sigma=dart_sigma, sketches=sketches,
-                           progress=progress, workers=workers)
+                           progress=progress, workers=workers, motor_noise=motor_noise)
 
 
 def collect_variant(variant, n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=None,
-                    workers=1):
+                    workers=1, motor_noise=0.0):
     """n demonstrations of variant's expert with DART noise on random (never standard) layouts,
     as a validated Demos (meta["domain"] = variant.name).
 
@@ -487,10 +508,13 @@ def collect_variant(variant, n, sketch_len, seed, dart_sigma=DART_SIGMA, sketche
     (derived from seed and i), so the result does not depend on workers; a failed attempt (wrong
     press or over budget) is redrawn with a new layout and counted in meta["discarded"].
     workers > 1 uses a fork pool; progress(done, total) is called as chunks of CHUNK finish (in
-    order).
+    order). motor_noise > 0: each demonstration's arm also meets motor torque noise at a level
+    ~ U(0, motor_noise) of the peak torques (the harder test's noise; spec/dial.md §12), the
+    recorded action still the clean expert's; meta["motor_noise"] says so.
     """
+    check_motor_noise(motor_noise)
     sketches, seeds = collection_draws(n, sketch_len, seed, dart_sigma, sketches, workers)
-    jobs = [(variant, sketches[i], seeds[i], float(dart_sigma)) for i in range(n)]
+    jobs = [(variant, sketches[i], seeds[i], float(dart_sigma), float(motor_noise)) for i in range(n)]
     chunks = [jobs[i:i + CHUNK] for i in range(0, n, CHUNK)]
     poses()                                                  # solve IK before forking
     results = []
@@ -510,5 +534,7 @@ def collect_variant(variant, n, sketch_len, seed, dart_sigma=DART_SIGMA, sketche
             "seed": int(seed) if isinstance(seed, (int, np.integer)) else None,
             "discarded": int(sum(r[4] for r in results)), "subsample": SUBSAMPLE,
             "physics_dt": PHYSICS_DT, "collected_on": collected_on()}
+    if motor_noise > 0:                         # absent at 0: the default data's meta, unchanged
+        meta["motor_noise"] = float(motor_noise)
     return assemble([r[0] for r in results], [r[1] for r in results], [r[2] for r in results],
                     [r[3] for r in results], sketches, VOCAB, meta)

@@ -57,9 +57,10 @@ class DialVelocityTask(DialTask):
     action_dim = ACTION_DIM
     action_limits = VELOCITY_LIMITS
 
-    def _act(self, action):
-        """One control step of the velocity loop towards action (6,) (rad/s)."""
-        return self.env.velocity_step(action)
+    def _act(self, action, torque_noise=None):
+        """One control step of the velocity loop towards action (6,) (rad/s), with the motors'
+        torque noise (9,) added to the loop's torque where given."""
+        return self.env.velocity_step(action, torque_noise)
 
 
 def task_env():
@@ -76,8 +77,10 @@ VELOCITY = Variant("dial-velocity", DialVelocityTask, expert_velocity_from_obs, 
 """The velocity variant for expert.collect_variant."""
 
 
-def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA_VELOCITY, sketches=None, progress=None, workers=1):
+def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA_VELOCITY, sketches=None, progress=None, workers=1,
+            motor_noise=0.0):
     """n DART demonstrations of the velocity expert (actions (N, T, 6), rad/s); otherwise as
-    taco_sim.dial.collect (random layouts, per-demonstration seeds, equal for any workers)."""
+    taco_sim.dial.collect (random layouts, per-demonstration seeds, equal for any workers;
+    motor_noise: the motors' torque noise some demonstrations meet, collect_variant's)."""
     return collect_variant(VELOCITY, n, sketch_len, seed, dart_sigma=dart_sigma, sketches=sketches,
-                           progress=progress, workers=workers)
+                           progress=progress, workers=workers, motor_noise=motor_noise)

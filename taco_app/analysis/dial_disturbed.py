@@ -1,0 +1,230 @@
+"""What a Dial model's STOP and action nets see when the arm is disturbed: the figures behind the
+robustness fix of spec/dial.md §12, measured on validation PINs (never the test PINs).
+
+For a model and a disturbance (a named test condition of taco_sim.dial.disturb, or motor torque
+noise at a given share of the peak torques), the model and the expert (disturb.DialExpert) run
+the validation PINs and layouts of evaluate.validation_rollouts under it, and every press the
+keypad registers is followed:
+
+  press window   offsets -2 .. +3 control steps around the first state after the pressing step
+                 (0: where a demonstration's STOP label sits, spec/dial.md §6): the fingertip's
+                 height over the key top, the key's travel, the arm's joint speed |q'| and the
+                 P(STOP) of the pressed digit's sub-policy there (with the model's views), split
+                 by what followed the press: the sub-policy stopped, or it pressed again / ran out.
+  tracking       for dial-velocity, at the end of every control step: the velocity loop's error
+                 v* - q' (spec/dial.md eq. (1)), as a share of the target's size and in rad/s.
+  coverage       how far the rollout's states lie from the nearest state of the model's training
+                 demonstrations (the data the model's record names, when it is on disk), against
+                 the same distance for fresh expert demonstrations under the same disturbance.
+
+    python -m taco_app.analysis.dial_disturbed --model DIR [--test NAME | --noise SHARE]
+        [--n-tasks 50] [--out OUT.json]
+
+Prints a short markdown summary; OUT.json holds every figure.
+"""
+import argparse
+import json
+import os
+import sys
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
+
+from taco_ref import evaluate, model as model_mod  # noqa: E402
+from taco_app.analysis import dial_stop_timing as timing  # noqa: E402
+from taco_sim.dial import disturb, expert, velocity  # noqa: E402
+
+OFFSETS = (-2, -1, 0, 1, 2, 3)
+"""Control steps around the first state after a press (0) reported in a press window."""
+
+
+def task_of(domain, disturbance):
+    """The validation task environment (random layouts) of a Dial domain under a disturbance."""
+    if domain == "dial-velocity":
+        return velocity.DialVelocityTask("random", disturbance)
+    if domain == "dial":
+        return expert.DialTask("random", disturbance)
+    raise ValueError(f"domain: expected 'dial' or 'dial-velocity', got {domain!r}")
+
+
+def rollouts(model, disturbance, n_tasks, seed=0, use_expert=False):
+    """Validation rollouts of model (or of the expert, use_expert) under disturbance. Returns
+    {"done": [bool], "failures": {text: count}, "presses": [window dicts], "tracking": (n, 2)
+    array of (|v* - q'|, |v*|) per control step (velocity only), "states": (n, D)}."""
+    dom, sketches, seeds, views = timing.validation_pins(model, n_tasks, seed)
+    velocity_domain = dom.name == "dial-velocity"
+    actor = (evaluate.Expert("expert", model.vocab, model.policy, disturb.DialExpert) if use_expert
+             else model)
+    out = {"done": [], "failures": {}, "presses": [], "tracking": [], "states": []}
+    for sketch, s in zip(sketches, seeds):
+        task = task_of(dom.name, disturbance)
+        trace = []
+
+        def observe(env, active):
+            e = env.env
+            trace.append({"progress": env.progress, "obs": e.obs, "tip": e.fingertip.copy(),
+                          "travel": e.key_travel(), "key_pos": e.key_pos.copy(), "layout": e.layout.copy(),
+                          "qdot": float(np.linalg.norm(e.data.qvel[e.names.arm_dof]))})
+
+        if velocity_domain:
+            act = task._act
+
+            def tracked(action, torque_noise=None):
+                obs = act(action, torque_noise)
+                target = np.clip(action, -velocity.VELOCITY_LIMITS, velocity.VELOCITY_LIMITS)
+                qdot = task.env.data.qvel[task.env.names.arm_dof]
+                out["tracking"].append((float(np.linalg.norm(target - qdot)), float(np.linalg.norm(target))))
+                return obs
+
+            task._act = tracked
+        result = evaluate.execute(actor, task, list(sketch), int(s), observer=observe,
+                                  views=None if use_expert else views,
+                                  stop_hold=int(model.config.get("stop_hold", 1)))
+        out["done"].append(result["success"])
+        if result["failure"]:
+            key = f'{result["failure"]["kind"]}: {result["failure"]["detail"]}'
+            out["failures"][key] = out["failures"].get(key, 0) + 1
+        out["states"].extend(t["obs"] for t in trace)
+        if not use_expert:
+            out["presses"].extend(press_windows(model, sketch, trace, result))
+    out["tracking"] = np.array(out["tracking"]).reshape(-1, 2)
+    out["states"] = np.array(out["states"])
+    return out
+
+
+def press_windows(model, sketch, trace, result):
+    """Per press the keypad counted in one rollout: {position, outcome ("stopped", "pressed
+    again", or "last digit": the PIN's last press, after which the episode ends), stop_after (steps from 0 to the accepted STOP, or None), offset: {height, travel,
+    qdot, p}}: trace[t] is the state after t steps, so the press during step t - 1 -> t puts
+    offset 0 at t."""
+    rows = []
+    stops = result["stop_times"]
+    for t in range(1, len(trace)):
+        k = trace[t - 1]["progress"]
+        if trace[t]["progress"] <= k:
+            continue
+        digit = int(sketch[k])
+        stopped = k < len(stops)
+        outcome = "stopped" if stopped else "last digit" if k == len(sketch) - 1 else "pressed again"
+        row = {"position": k, "digit": digit, "outcome": outcome, "stop_after": int(stops[k] - t) if stopped else None}
+        window = [(o, trace[t + o]) for o in OFFSETS if 0 <= t + o < len(trace)]
+        p = timing.p_stop(model, digit, np.array([w["obs"] for _, w in window]))
+        for (o, w), pk in zip(window, p):
+            key = w["key_pos"][digit]
+            row[o] = {"height": float(w["tip"][2] - key[2]), "travel": float(w["travel"][w["layout"][digit]]),
+                      "qdot": float(w["qdot"]), "p": float(pk)}
+        rows.append(row)
+    return rows
+
+
+def window_summary(rows):
+    """{outcome: {"n": presses, offset: {figure: [5th, median, 95th]}}} over the press rows."""
+    out = {}
+    for outcome in ("stopped", "pressed again", "last digit"):
+        mine = [r for r in rows if r["outcome"] == outcome]
+        out[outcome] = {"n": len(mine)}
+        for o in OFFSETS:
+            cells = [r[o] for r in mine if o in r]
+            if cells:
+                out[outcome][o] = {f: np.percentile([c[f] for c in cells], [5, 50, 95]).round(4).tolist()
+                                   for f in ("height", "travel", "qdot", "p")}
+    return out
+
+
+def nearest_distance(states, reference, scale, chunk=512):
+    """(n,) Euclidean distance of each state (n, D) to its nearest reference state (m, D), each
+    dimension divided by scale (D,) (the reference's std)."""
+    R = reference / scale                                                       # (m, D)
+    r2 = np.einsum("md,md->m", R, R)                                            # (m,)
+    out = np.empty(len(states))
+    for i in range(0, len(states), chunk):
+        S = states[i:i + chunk] / scale                                         # (c, D)
+        d2 = np.einsum("cd,cd->c", S, S)[:, None] - 2 * S @ R.T + r2[None]      # (c, m)
+        out[i:i + chunk] = np.sqrt(np.maximum(d2.min(1), 0.0))
+    return out
+
+
+def disturbance_of(args):
+    if args.test:
+        if args.test not in disturb.TESTS:
+            raise SystemExit(f"--test: expected one of {', '.join(disturb.TESTS)}, got {args.test!r}")
+        return args.test, disturb.TESTS[args.test].disturbance
+    return f"noise {args.noise:g}", disturb.Disturbance(noise=args.noise)
+
+
+def summary_lines(name, figures):
+    lines = [f"### {name}", "",
+             f"validation PINs completed: model {figures['model_accuracy']:.3f}, expert "
+             f"{figures['expert_accuracy']:.3f}; model failures {figures['failures']}"]
+    for outcome, s in figures["windows"].items():
+        if not s["n"]:
+            continue
+        lines += ["", f"presses then {outcome}: {s['n']}", "",
+                  "| offset | height over key top (mm) | key travel (mm) | |q'| (rad/s) | P(STOP) |",
+                  "|---:|---|---|---|---|"]
+        for o in OFFSETS:
+            if o in s:
+                c = s[o]
+                lines.append(f"| {o} | {_fmt(c['height'], 1e3)} | {_fmt(c['travel'], 1e3)} | {_fmt(c['qdot'])} "
+                             f"| {_fmt(c['p'])} |")
+    if figures.get("tracking"):
+        t = figures["tracking"]
+        lines += ["", f"velocity loop error |v* - q'| at the end of a control step: median {t['error'][1]:.4f} "
+                      f"rad/s (95th {t['error'][2]:.4f}); share of |v*| (steps with |v*| > 0.05): median "
+                      f"{t['share'][1]:.3f} (95th {t['share'][2]:.3f})"]
+    if figures.get("coverage"):
+        c = figures["coverage"]
+        lines += ["", "distance to the nearest training state (std units) [5th, median, 95th, 99th]: "
+                      f"model rollouts {c['model']}, expert rollouts {c['expert']}"]
+    return "\n".join(lines)
+
+
+def _fmt(q, scale=1.0):
+    return f"{q[1] * scale:.3g} [{q[0] * scale:.3g}, {q[2] * scale:.3g}]"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m taco_app.analysis.dial_disturbed", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, help="a Dial model directory, or a shipped model's name")
+    group = ap.add_mutually_exclusive_group()
+    group.add_argument("--test", help="a named test condition of taco_sim.dial.disturb.TESTS")
+    group.add_argument("--noise", type=float, default=0.05, help="motor torque noise, share of the peak torques")
+    ap.add_argument("--n-tasks", type=int, default=50, help="validation PINs (default 50)")
+    ap.add_argument("--seed", type=int, default=0, help="validation seed (evaluate.validation_rollouts)")
+    ap.add_argument("--data", help="the model's training demonstrations (.npz) for the coverage figures")
+    ap.add_argument("--out", help="JSON file of every figure")
+    args = ap.parse_args(argv)
+    from taco_ref import data as data_mod
+    from taco_app.cli import model_path
+    m = model_mod.load(model_path(args.model))
+    name, d = disturbance_of(args)
+    model_runs = rollouts(m, d, args.n_tasks, args.seed)
+    expert_runs = rollouts(m, d, args.n_tasks, args.seed, use_expert=True)
+    figures = {"model": args.model, "disturbance": name, "n_tasks": args.n_tasks,
+               "model_accuracy": float(np.mean(model_runs["done"])),
+               "expert_accuracy": float(np.mean(expert_runs["done"])),
+               "failures": model_runs["failures"], "windows": window_summary(model_runs["presses"])}
+    track = model_runs["tracking"]
+    if len(track):
+        moving = track[:, 1] > 0.05
+        figures["tracking"] = {"error": np.percentile(track[:, 0], [5, 50, 95]).round(5).tolist(),
+                               "share": np.percentile(track[moving, 0] / track[moving, 1], [5, 50, 95]).round(4).tolist()}
+    if args.data:
+        demos = data_mod.load(args.data)
+        ref = np.concatenate([demos.states[i, :int(demos.traj_len[i])] for i in range(len(demos.traj_len))])
+        scale = ref.std(0) + 1e-9
+        q = [5, 50, 95, 99]
+        figures["coverage"] = {
+            "model": np.percentile(nearest_distance(model_runs["states"], ref, scale), q).round(3).tolist(),
+            "expert": np.percentile(nearest_distance(expert_runs["states"], ref, scale), q).round(3).tolist()}
+    print(summary_lines(f"{args.model} under {name}: {args.n_tasks} validation PINs", figures))
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(figures, f, indent=1, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
