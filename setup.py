@@ -12,7 +12,7 @@ DIAL = ["mujoco>=3.2", "scipy>=1.11"]
 
 class BuildPyWithVectors(build_py):
     """build_py that also copies the conformance vectors into the built package as
-    taco_ref/vectors, so that `taco conformance MODULE` finds them after `pip install .`
+    taco_ref/conformance/vectors, so that `taco conformance MODULE` finds them after `pip install .`
     (taco_ref.conformance looks there before spec/vectors). An editable install reads
     spec/vectors from the checkout and needs no copy."""
 
@@ -24,7 +24,7 @@ class BuildPyWithVectors(build_py):
         files = sorted({f for pattern in VECTORS for f in source.glob(pattern)})
         if not any(f.suffix == ".json" for f in files):
             raise RuntimeError(f"no conformance vectors (*.json) in {source}")
-        target = Path(self.build_lib) / "taco_ref" / "vectors"
+        target = Path(self.build_lib) / "taco_ref" / "conformance" / "vectors"
         self.mkpath(str(target))
         for f in files:
             self.copy_file(str(f), str(target / f.name))

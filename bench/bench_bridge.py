@@ -56,6 +56,8 @@ import time
 
 import numpy as np
 
+from taco_app.processes import end_processes
+
 
 def random_dial_model(path):
     from taco_ref.model import Model, save
@@ -215,13 +217,7 @@ def main():
         executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()
-        for p in procs:
-            p.send_signal(signal.SIGINT)
-        for p in procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        end_processes(procs, signal.SIGINT, grace=5)
 
     print(f"setup: sim node + policy node as separate processes, rclpy with {rmw}, discovery range "
           f"{os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE']}, static peers {os.environ.get('ROS_STATIC_PEERS') or 'none'}, "
@@ -314,11 +310,7 @@ def sigterm_trials(n, model, policy_env):
         executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()
-        sim.send_signal(signal.SIGINT)
-        try:
-            sim.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            sim.kill()
+        end_processes([sim], signal.SIGINT, grace=10)
     zero = np.array(zero_ms) if zero_ms else np.array([np.nan])
     load = os.getloadavg()
     print(f"SIGTERM mid-PIN: {passed} of {n - skipped} trials ended with a zero command last and exit 0 "

@@ -61,7 +61,8 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 import taco_sim  # noqa: E402
-from taco_ref import data, evaluate, files, train  # noqa: E402
+from taco_ref import data, evaluate, train  # noqa: E402
+from taco_ref.plumbing import files  # noqa: E402
 from taco_app import config as config_mod  # noqa: E402
 from _timing import cpu_model  # noqa: E402
 

@@ -55,7 +55,8 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from taco_ref import align, data, files, nn, optim, policy, train  # noqa: E402
+from taco_ref import align, data, nn, optim, policy, train  # noqa: E402
+from taco_ref.plumbing import files  # noqa: E402
 from taco_ref.nn import layers as nn_layers  # noqa: E402
 from taco_app import config as config_mod  # noqa: E402
 from _timing import cpu_model, gemm_limit  # noqa: E402

@@ -38,7 +38,7 @@ from taco_sim.domain import (MAX_COLLECT, MAX_DART_SIGMA, MAX_SKETCH_LEN, MAX_WO
                              MissingPackage, RenderingUnavailable)
 from taco_ref import algorithms, data, evaluate, model as model_mod, runner, train  # noqa: E402
 from taco_ref.config import PROTOCOLS  # noqa: E402
-from taco_ref import files as files_mod  # noqa: E402
+from taco_ref.plumbing import files as files_mod  # noqa: E402
 from taco_app import config as config_mod, paper, report, stats  # noqa: E402
 from taco_app.grid import costs, engine, manifest as grids, plan, store as cells_mod  # noqa: E402
 
@@ -948,7 +948,7 @@ def _add_export(sub):
 
 
 def _add_conformance(sub):
-    """`taco conformance`'s arguments (taco_ref/conformance.py owns them and its output)."""
+    """`taco conformance`'s arguments (taco_ref/conformance/__init__.py owns them and its output)."""
     from taco_ref import conformance
     p = sub.add_parser("conformance", help="run an alignment implementation through spec/vectors")
     conformance.build_parser(p)

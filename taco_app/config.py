@@ -17,7 +17,7 @@ import os
 
 import yaml
 
-from taco_ref import files
+from taco_ref.plumbing import files
 from taco_ref.config import PROTOCOLS, TrainConfig
 
 

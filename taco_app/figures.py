@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from taco_ref import algorithms, files
+from taco_ref import algorithms
+from taco_ref.plumbing import files
 from taco_app import claims, stats
 from taco_app.grid.store import load_results
 

@@ -7,7 +7,8 @@ import re
 import numpy as np
 
 import taco_sim
-from taco_ref import algorithms, align, evaluate, files
+from taco_ref import algorithms, align, evaluate
+from taco_ref.plumbing import files
 from taco_app import paper as paper_mod, plots, stats
 from taco_app.grid.store import load_failures, load_results
 

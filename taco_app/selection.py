@@ -284,7 +284,7 @@ def check_config(folder, root="."):
 def main(argv=None):
     """python -m taco_app.selection [FILE]: write spec/selection.md (or FILE) from results/selection."""
     import sys
-    from taco_ref import files
+    from taco_ref.plumbing import files
     args = sys.argv[1:] if argv is None else argv
     dest = args[0] if args else os.path.join("spec", "selection.md")
     files.write_bytes(dest, page(".").encode())

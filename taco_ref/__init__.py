@@ -10,13 +10,14 @@ algorithms (one module per method: taco, gtbc, ctcbc, compile), optim (Adam), tr
 and the epoch loop: `_Run.epoch`, spec/training.md) and evaluate (executing sketches,
 alignment accuracy, spec/evaluation.md).
 
-Skippable on a first reading (storage, safety and speed, not the method): data's frame store
-(FrameStates, FrameWriter, the chunked image files), files (atomic writes), lengths (the
-per-row lengths' check), provenance (what machine computed a file), model's load checks,
-checkpoints (a run's checkpoint and folder), nn.workspace (memory kept between steps), the
-nets as training runs them in nn.mlp_fast (tested equal to nn.mlp), runner (the step-by-step
-executor the ROS bridge drives), annotate (labels for other datasets) and conformance (the
-kit that checks other implementations against spec/vectors).
+Skippable on a first reading (storage, safety and speed, not the method): the subpackage
+plumbing (files: atomic writes and checked .npz reads; provenance: what machine computed a
+file; checkpoints: a run's checkpoint and folder), the subpackage conformance (the kit that
+checks other implementations against spec/vectors), data's frame store (FrameStates,
+FrameWriter, the chunked image files), lengths (the per-row lengths' check), model's load
+checks, nn.workspace (memory kept between steps), the nets as training runs them in
+nn.mlp_fast (tested equal to nn.mlp), runner (the step-by-step executor the ROS bridge drives)
+and annotate (labels for other datasets).
 
 Quick start: collect demonstrations, train TACO on them, align held-out ones, execute unseen
 sketches, and run a shipped model (docs/python.md says more; tests/test_quickstart.py runs

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from taco_ref import files, provenance
-from taco_ref.files import atomic_write
+from taco_ref.plumbing import files, provenance
+from taco_ref.plumbing.files import atomic_write
 
 FORMAT_VERSION = 1
 ARRAY_FIELDS = ("states", "actions", "traj_len", "sketch", "sketch_len", "labels", "final_state")
@@ -108,7 +108,7 @@ class Demos:
 
 def collected_on():
     """meta["collected_on"] of a set collected now: the machine collecting it
-    (taco_ref.provenance.machine), whose CPU and BLAS kernels decide a collection's last bits
+    (taco_ref.plumbing.provenance.machine), whose CPU and BLAS kernels decide a collection's last bits
     (spec/data.md §4, §6). Every domain's collect records it."""
     return provenance.machine()
 

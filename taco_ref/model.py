@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from taco_ref import algorithms, files
+from taco_ref import algorithms
+from taco_ref.plumbing import files
 from taco_ref.config import TrainConfig
-from taco_ref.files import npz_blob, read_npz, write_bytes
+from taco_ref.plumbing.files import npz_blob, read_npz, write_bytes
 from taco_ref.policy import PolicyConfig, param_shapes
 
 FORMAT = "taco_ref model"

@@ -1,5 +1,5 @@
 """Training: the minibatch loop and early stopping; spec/training.md (checkpoints and resume:
-taco_ref.checkpoints).
+taco_ref.plumbing.checkpoints).
 
 One loop serves every algorithm. An algorithm (taco_ref.algorithms) is a list of stages, each
 training one set of parameters against one objective with its own Adam and early stopping; the
@@ -20,8 +20,9 @@ import numpy as np
 from taco_ref import algorithms
 from taco_ref import data as data_mod
 from taco_ref import model as model_mod
-from taco_ref import checkpoints, nn, optim, policy
-from taco_ref.checkpoints import CHECKPOINT_META, NO_TIME, prepare_out_dir
+from taco_ref import nn, optim, policy
+from taco_ref.plumbing import checkpoints
+from taco_ref.plumbing.checkpoints import CHECKPOINT_META, NO_TIME, prepare_out_dir
 from taco_ref.config import TrainConfig  # noqa: F401  (train.TrainConfig: the trainer's config)
 
 ALGOS = algorithms.names()

@@ -1,4 +1,4 @@
-"""The conformance kit (taco_ref/conformance.py): taco_ref.align passes it, through the Python
+"""The conformance kit (taco_ref/conformance/__init__.py): taco_ref.align passes it, through the Python
 API, `taco conformance` and `python -m taco_ref.conformance`; deliberately wrong implementations
 fail it on the cases written to catch them, and the report names the rule they break."""
 import importlib.util
@@ -247,13 +247,13 @@ def test_a_wrong_tie_break_names_R6_and_where_the_paths_part():
 def test_vectors_are_found_inside_an_installed_package(tmp_path):
     """An installed copy reads the vectors beside it (the package's vectors folder, where
     setup.py puts them); a source checkout reads spec/vectors."""
-    assert conformance.VECTORS == Path(conformance.__file__).resolve().parents[1] / "spec" / "vectors"
-    package = tmp_path / "site" / "taco_ref"
+    assert conformance.VECTORS == Path(conformance.__file__).resolve().parents[2] / "spec" / "vectors"
+    package = tmp_path / "site" / "taco_ref" / "conformance"
     (package / "vectors").mkdir(parents=True)
-    (package / "conformance.py").write_text(Path(conformance.__file__).read_text(encoding="utf-8"),
-                                            encoding="utf-8")
+    (package / "__init__.py").write_text(Path(conformance.__file__).read_text(encoding="utf-8"),
+                                         encoding="utf-8")
     (package / "vectors" / "taco.json").write_text("{}", encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("installed_conformance", package / "conformance.py")
+    spec = importlib.util.spec_from_file_location("installed_conformance", package / "__init__.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.VECTORS == (package / "vectors").resolve()

@@ -21,7 +21,8 @@ import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from taco_ref import data, files
+from taco_ref import data
+from taco_ref.plumbing import files
 from taco_ref.data import DataError
 
 seeds = st.integers(0, 2 ** 32 - 1)

@@ -17,8 +17,9 @@ import time
 
 import pytest
 
-from taco_ref import files
+from taco_ref.plumbing import files
 from taco_app import report
+from taco_app.processes import end_processes
 from taco_app.grid import store as cells_mod, engine
 
 pytestmark = pytest.mark.slow
@@ -110,14 +111,7 @@ def dask_cluster(tmp_path):
             client.wait_for_workers(2, timeout=120)
         yield address, procs[1:]
     finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        end_processes(reversed(procs), signal.SIGTERM, grace=30)
         log.close()
 
 

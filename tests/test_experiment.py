@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import taco_sim
-from taco_ref import evaluate, provenance
+from taco_ref import evaluate
+from taco_ref.plumbing import provenance
 from taco_app import report
 from taco_app.grid import keys as cellkeys, store as cells, cell as experiment, legacy
 
@@ -335,7 +336,8 @@ def test_a_cell_interrupted_mid_training_continues_from_its_checkpoint(tmp_path,
     epoch, and run again after an interruption it continues there and gives the figures of an
     uninterrupted cell, with a line on stderr, named by the cell, for each epoch it runs. Only
     streaming domains get one, named by the cell's key."""
-    from taco_ref import checkpoints, train
+    from taco_ref import train
+    from taco_ref.plumbing import checkpoints
     c = cell("taco", size=12)
     demos, test_demos = (experiment.collect(s) for s in experiment.data_specs(c))
     whole = experiment.run(c, demos, test_demos)

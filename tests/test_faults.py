@@ -25,7 +25,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from taco_ref import data, files as files_mod, model as model_mod
+from taco_ref import data, model as model_mod
+from taco_ref.plumbing import files as files_mod
 from taco_app import cli
 import taco_sim
 

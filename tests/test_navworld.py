@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from taco_ref import provenance
+from taco_ref.plumbing import provenance
 from taco_ref.data import Demos, DataError
 from taco_sim import navworld
 

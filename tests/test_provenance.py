@@ -1,4 +1,4 @@
-"""taco_ref.provenance: the machine facts a collection's and a figure's last bits depend on."""
+"""taco_ref.plumbing.provenance: the machine facts a collection's and a figure's last bits depend on."""
 import json
 import os
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from taco_ref import provenance
+from taco_ref.plumbing import provenance
 
 
 def test_machine_is_json_and_names_the_cpu_and_architecture():

@@ -67,6 +67,8 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float64MultiArray, String  # noqa: E402
 
+from taco_app.processes import end_processes  # noqa: E402
+
 from taco_ref.model import Model, save  # noqa: E402
 from taco_ref.policy import PolicyConfig, init_params  # noqa: E402
 from taco_ref.runner import parse_sketch  # noqa: E402
@@ -193,15 +195,8 @@ class Nodes:
         return ""
 
     def close(self):
-        for proc, _ in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-        for proc, log in self.procs:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        end_processes([proc for proc, _ in self.procs], signal.SIGINT, grace=5)
+        for _, log in self.procs:
             log.close()
 
 

@@ -26,7 +26,8 @@ import sys
 import numpy as np
 import pytest
 
-from taco_ref import checkpoints, data, evaluate, files, model as model_mod, nn, objectives, optim, policy, train
+from taco_ref import data, evaluate, model as model_mod, nn, objectives, optim, policy, train
+from taco_ref.plumbing import checkpoints, files
 from taco_app import config as config_mod
 from taco_ref.train import TrainConfig
 from taco_ref.algorithms import taco as taco_algo

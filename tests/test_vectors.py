@@ -1,6 +1,6 @@
 """taco_ref.align against the conformance vectors in spec/vectors/*.json (format: its README).
 
-One test per case runs it through the conformance kit (taco_ref/conformance.py) and checks every
+One test per case runs it through the conformance kit (taco_ref/conformance/__init__.py) and checks every
 expected field; the others check the files' form, the coverage table in spec/README.md, that the
 vectors hold what the kit promises to check (exact zeros, every recentring block boundary, the
 ties), the generator's independence from taco_ref, its determinism, and that the committed files

@@ -21,7 +21,8 @@ import sys
 
 import numpy as np
 
-from taco_ref import checkpoints, data, files, model as model_mod, train
+from taco_ref import data, model as model_mod, train
+from taco_ref.plumbing import checkpoints, files
 
 OTHER = {"checkpoint-0.npz": "checkpoint-1.npz", "checkpoint-1.npz": "checkpoint-0.npz"}
 

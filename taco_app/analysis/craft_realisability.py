@@ -29,7 +29,8 @@ import numpy as np
 
 import taco_sim
 from taco_app import config as config_mod
-from taco_ref import data, evaluate, files, model as model_mod, policy, train
+from taco_ref import data, evaluate, model as model_mod, policy, train
+from taco_ref.plumbing import files
 from taco_sim.craft import expert as ex, world as cw
 
 EXPERTS = ("features", "planner")

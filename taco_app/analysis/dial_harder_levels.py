@@ -21,7 +21,8 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-from taco_ref import evaluate, files, policy  # noqa: E402
+from taco_ref import evaluate, policy  # noqa: E402
+from taco_ref.plumbing import files  # noqa: E402
 from taco_sim.dial import disturb, expert, velocity  # noqa: E402
 from taco_sim.dial.env import K, STATE_DIM, VOCAB  # noqa: E402
 

@@ -41,7 +41,8 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 import taco_sim  # noqa: E402
-from taco_ref import config as config_ref, evaluate, files, model as model_mod, train  # noqa: E402
+from taco_ref import config as config_ref, evaluate, model as model_mod, train  # noqa: E402
+from taco_ref.plumbing import files  # noqa: E402
 from taco_app import config as config_mod  # noqa: E402
 from taco_app.grid import cell as experiment
 

@@ -23,7 +23,8 @@ import numpy as np
 
 import taco_ref
 import taco_sim
-from taco_ref import checkpoints, data as data_mod, evaluate, provenance, train
+from taco_ref import data as data_mod, evaluate, train
+from taco_ref.plumbing import checkpoints, provenance
 from taco_app.grid import Cell, Record
 from taco_app.grid.keys import CELL_FIELDS, KEY_VERSION, cell_fields, cell_key, full_config, split_of, tests_of
 
@@ -48,7 +49,7 @@ def collect(spec, data_dir=None):
     sketch_len, seed, expert), the expert named only when it is not None;
     deterministic on one kind of machine, so any worker of that kind (or a later run) collects
     the same Demos (same fingerprint); another CPU's BLAS kernels can round the Dial expert's
-    arithmetic otherwise and collect other draws (taco_ref.provenance).
+    arithmetic otherwise and collect other draws (taco_ref.plumbing.provenance).
 
     A domain whose data is larger than memory (Domain.streams: the image Dial) collects into
     the frame directory data_dir/<domain>-n<n>-L<sketch_len>-seed<seed> and the task returns
@@ -225,7 +226,7 @@ def run_cell(cell: Cell, demos, test_demos, run_dir=None) -> Record:
     after an interruption counts the earlier ones' time, to their last checkpoint, in both),
     train_seconds, versions, the BLAS thread variables it ran with (the thread count
     changes float64 sums in the last bit: engine._single_threaded) and the machine it ran on
-    (taco_ref.provenance.machine: the CPU and the BLAS kernels, which change them too; the
+    (taco_ref.plumbing.provenance.machine: the CPU and the BLAS kernels, which change them too; the
     machine that collected each data set is in that set's meta, collected_on)."""
     start, start_cpu = time.time(), time.process_time()
     check_paired(cell, demos, test_demos)

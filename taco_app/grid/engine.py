@@ -45,6 +45,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 from taco_app.grid import keys as cellkeys, store as cells_mod, cell as experiment
+from taco_app.processes import end_processes
 
 SCHEDULER_ENV = "TACO_SCHEDULER"
 """Environment variable holding the Dask scheduler's address when --scheduler is not given."""
@@ -240,15 +241,7 @@ def _end_processes(processes, grace=2.0):
     which for a cell is many minutes. The pool has no public way to do this before Python 3.14
     (terminate_workers); its process table (read before shutdown, which drops it) is the one
     place the processes are listed."""
-    for p in processes:
-        if p.is_alive():
-            p.terminate()
-    deadline = time.monotonic() + grace
-    for p in processes:
-        p.join(max(0.0, deadline - time.monotonic()))
-        if p.is_alive():
-            p.kill()
-            p.join()
+    end_processes(processes, signal.SIGTERM, grace)
 
 
 class Dask:

@@ -11,7 +11,8 @@ import json
 import os
 from dataclasses import asdict, fields as dataclass_fields
 
-from taco_ref import config as config_mod, data as data_mod, files, train
+from taco_ref import config as config_mod, data as data_mod, train
+from taco_ref.plumbing import files
 from taco_app.grid import keys as cellkeys
 
 V1_FIELDS = tuple(f for f in cellkeys.FIELDS_AT_VERSION_2 if not f.startswith("compile_"))

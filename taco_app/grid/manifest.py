@@ -189,7 +189,7 @@ def _checked(run, where):
 def record(grid_dir, runs: List[Run]) -> List[Run]:
     """Add runs to grid_dir/grid.yaml (created when missing), merged with the runs there; the
     file is rewritten atomically, and not at all when it would not change. Returns the runs."""
-    from taco_ref import files
+    from taco_ref.plumbing import files
     earlier = load(grid_dir) if os.path.exists(path(grid_dir)) else []
     merged = merge(earlier + [dict(r) for r in runs])
     if merged != earlier:
@@ -367,7 +367,7 @@ def index_page(results_dir):
 def main(argv=None):
     """python -m taco_app.grid.manifest RESULTS: write RESULTS/README.md, the index of the grids."""
     import sys
-    from taco_ref import files
+    from taco_ref.plumbing import files
     for results_dir in (argv if argv is not None else sys.argv[1:]) or ["results"]:
         files.write_bytes(os.path.join(results_dir, "README.md"), index_page(results_dir).encode())
         print(f"wrote {os.path.join(results_dir, 'README.md')}")

@@ -11,7 +11,7 @@ import json
 import os
 from typing import Optional
 
-from taco_ref import files
+from taco_ref.plumbing import files
 from taco_app.grid import Cell, Record, keys as cellkeys, legacy
 from taco_app.grid.keys import CELL_FIELDS, KEY_VERSION, cell_key, full_config
 from taco_app.grid.cell import data_specs

@@ -18,7 +18,8 @@ import time
 
 import numpy as np
 
-from taco_ref import algorithms, annotate as annotate_mod, checkpoints, data, evaluate, model as model_mod, train
+from taco_ref import algorithms, annotate as annotate_mod, data, evaluate, model as model_mod, train
+from taco_ref.plumbing import checkpoints
 from taco_ref.objectives import even_split_labels
 from taco_app.interop.labels import EpisodeLabels, InteropError, read_sketches, write_sketches
 

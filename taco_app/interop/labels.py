@@ -10,7 +10,7 @@ import numpy as np
 import yaml
 
 from taco_app.config import safe_yaml
-from taco_ref import files
+from taco_ref.plumbing import files
 from taco_ref.annotate import labels_from_segments, segments
 
 

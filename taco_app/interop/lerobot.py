@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from taco_ref import files
+from taco_ref.plumbing import files
 from taco_app.interop.labels import (SARM_SUFFIXES, Episode, EpisodeInfo, InteropError, SUBTASK_STYLE,
                                      labels_from_rows, runs_to_sketch, sarm_segments, subtask_rows)
 

@@ -39,7 +39,7 @@ import zlib
 
 import numpy as np
 
-from taco_ref import files
+from taco_ref.plumbing import files
 
 MAX_COLUMNS = 240
 """Time columns of a posterior kept in the page."""

@@ -26,7 +26,7 @@ import tempfile
 import h5py
 import numpy as np
 
-from taco_ref import files
+from taco_ref.plumbing import files
 from taco_app.interop.labels import (Episode, EpisodeInfo, InteropError, mimicgen_signals)
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"

@@ -218,7 +218,7 @@ def _code_digest():
 def _job_key(config, sketches, seeds, dart_sigma, code, machine):
     """The key of one chunk's job (JSON text): everything that decides its bytes (the scale,
     its PINs and seeds, DART's sigma, the code, the library versions and the machine, whose
-    BLAS kernels round the expert's arithmetic: taco_ref.provenance), so that a chunk is
+    BLAS kernels round the expert's arithmetic: taco_ref.plumbing.provenance), so that a chunk is
     reused only by a collection that would have made it bit for bit."""
     return json.dumps({"domain": config.name, "image_size": config.size,
                        "sketches": np.asarray(sketches).tolist(),

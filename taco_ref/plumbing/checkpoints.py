@@ -15,7 +15,7 @@ from dataclasses import asdict
 import numpy as np
 
 from taco_ref import config as config_mod
-from taco_ref import files
+from taco_ref.plumbing import files
 
 
 CHECKPOINT_META = "checkpoint.json"

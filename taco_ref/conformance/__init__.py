@@ -44,9 +44,9 @@ from taco_ref.align import DECODER_NAMES
 
 def _default_vectors():
     """The installed package's copy of the vectors, else the source checkout's spec/vectors."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent                              # taco_ref/conformance
     installed = here / "vectors"
-    return installed if any(installed.glob("*.json")) else here.parent / "spec" / "vectors"
+    return installed if any(installed.glob("*.json")) else here.parent.parent / "spec" / "vectors"
 
 
 VECTORS = _default_vectors()
