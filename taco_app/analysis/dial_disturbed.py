@@ -13,6 +13,9 @@ keypad registers is followed:
                  by what followed the press: the sub-policy stopped, or it pressed again / ran out.
   tracking       for dial-velocity, at the end of every control step: the velocity loop's error
                  v* - q' (spec/dial.md eq. (1)), as a share of the target's size and in rad/s.
+  spread         per joint (q1..q9), the 99th percentile of |s - mean| / std over the rollout's
+                 states, in the units the nets read them (the model's input normalisation: its
+                 training data's mean and std); the model's and the expert's rollouts.
   coverage       how far the rollout's states lie from the nearest state of the model's training
                  demonstrations (the data the model's record names, when it is on disk), against
                  the same distance for fresh expert demonstrations under the same disturbance.
@@ -49,8 +52,10 @@ def task_of(domain, disturbance):
     raise ValueError(f"domain: expected 'dial' or 'dial-velocity', got {domain!r}")
 
 
-def rollouts(model, disturbance, n_tasks, seed=0, use_expert=False):
-    """Validation rollouts of model (or of the expert, use_expert) under disturbance. Returns
+def rollouts(model, disturbance, n_tasks, seed=0, use_expert=False, noise_joints=None):
+    """Validation rollouts of model (or of the expert, use_expert) under disturbance; with
+    noise_joints (0-based joint indices) the motors' torque noise reaches those joints only (the
+    others' noise is drawn, then zeroed: the same draws as the full noise). Returns
     {"done": [bool], "failures": {text: count}, "presses": [window dicts], "tracking": (n, 2)
     array of (|v* - q'|, |v*|) per control step (velocity only), "states": (n, D)}."""
     dom, sketches, seeds, views = timing.validation_pins(model, n_tasks, seed)
@@ -68,17 +73,20 @@ def rollouts(model, disturbance, n_tasks, seed=0, use_expert=False):
                           "travel": e.key_travel(), "key_pos": e.key_pos.copy(), "layout": e.layout.copy(),
                           "qdot": float(np.linalg.norm(e.data.qvel[e.names.arm_dof]))})
 
-        if velocity_domain:
-            act = task._act
+        act = task._act
+        mask = None if noise_joints is None else np.isin(np.arange(9), list(noise_joints))
 
-            def tracked(action, torque_noise=None):
-                obs = act(action, torque_noise)
+        def tracked(action, torque_noise=None):
+            if mask is not None and torque_noise is not None:
+                torque_noise = np.where(mask, torque_noise, 0.0)
+            obs = act(action, torque_noise)
+            if velocity_domain:
                 target = np.clip(action, -velocity.VELOCITY_LIMITS, velocity.VELOCITY_LIMITS)
                 qdot = task.env.data.qvel[task.env.names.arm_dof]
                 out["tracking"].append((float(np.linalg.norm(target - qdot)), float(np.linalg.norm(target))))
-                return obs
+            return obs
 
-            task._act = tracked
+        task._act = tracked
         result = evaluate.execute(actor, task, list(sketch), int(s), observer=observe,
                                   views=None if use_expert else views,
                                   stop_hold=int(model.config.get("stop_hold", 1)))
@@ -151,7 +159,8 @@ def disturbance_of(args):
         if args.test not in disturb.TESTS:
             raise SystemExit(f"--test: expected one of {', '.join(disturb.TESTS)}, got {args.test!r}")
         return args.test, disturb.TESTS[args.test].disturbance
-    return f"noise {args.noise:g}", disturb.Disturbance(noise=args.noise)
+    joints = "" if args.noise_joints is None else f" on joints {' '.join(map(str, args.noise_joints))}"
+    return f"noise {args.noise:g}{joints}", disturb.Disturbance(noise=args.noise)
 
 
 def summary_lines(name, figures):
@@ -169,6 +178,10 @@ def summary_lines(name, figures):
                 c = s[o]
                 lines.append(f"| {o} | {_fmt(c['height'], 1e3)} | {_fmt(c['travel'], 1e3)} | {_fmt(c['qdot'])} "
                              f"| {_fmt(c['p'])} |")
+    lines += ["", "joint | " + " | ".join(f"q{j + 1}" for j in range(9)),
+              "training std (rad) | " + " | ".join(f"{v:.4f}" for v in figures["training_std_q"])]
+    for who, row in figures["spread_q99"].items():
+        lines.append(f"99th |z|, {who} | " + " | ".join(f"{v:.1f}" for v in row))
     if figures.get("tracking"):
         t = figures["tracking"]
         lines += ["", f"velocity loop error |v* - q'| at the end of a control step: median {t['error'][1]:.4f} "
@@ -191,6 +204,8 @@ def main(argv=None):
     group = ap.add_mutually_exclusive_group()
     group.add_argument("--test", help="a named test condition of taco_sim.dial.disturb.TESTS")
     group.add_argument("--noise", type=float, default=0.05, help="motor torque noise, share of the peak torques")
+    ap.add_argument("--noise-joints", type=int, nargs="+", choices=range(1, 10), metavar="J",
+                    help="the motor noise on these joints only (1-9; 7-9 the fingers)")
     ap.add_argument("--n-tasks", type=int, default=50, help="validation PINs (default 50)")
     ap.add_argument("--seed", type=int, default=0, help="validation seed (evaluate.validation_rollouts)")
     ap.add_argument("--data", help="the model's training demonstrations (.npz) for the coverage figures")
@@ -200,12 +215,18 @@ def main(argv=None):
     from taco_app.cli import model_path
     m = model_mod.load(model_path(args.model))
     name, d = disturbance_of(args)
-    model_runs = rollouts(m, d, args.n_tasks, args.seed)
-    expert_runs = rollouts(m, d, args.n_tasks, args.seed, use_expert=True)
+    joints = None if args.noise_joints is None else [j - 1 for j in args.noise_joints]
+    model_runs = rollouts(m, d, args.n_tasks, args.seed, noise_joints=joints)
+    expert_runs = rollouts(m, d, args.n_tasks, args.seed, use_expert=True, noise_joints=joints)
     figures = {"model": args.model, "disturbance": name, "n_tasks": args.n_tasks,
                "model_accuracy": float(np.mean(model_runs["done"])),
                "expert_accuracy": float(np.mean(expert_runs["done"])),
                "failures": model_runs["failures"], "windows": window_summary(model_runs["presses"])}
+    mean, std = m.params["norm.mean"], m.params["norm.std"]
+    figures["training_std_q"] = np.round(std[:9], 5).tolist()
+    figures["spread_q99"] = {
+        who: np.percentile(np.abs((runs["states"][:, :9] - mean[:9]) / std[:9]), 99, axis=0).round(2).tolist()
+        for who, runs in (("model", model_runs), ("expert", expert_runs))}
     track = model_runs["tracking"]
     if len(track):
         moving = track[:, 1] > 0.05
