@@ -479,7 +479,8 @@ def test_launch_file():
     ld = module.generate_launch_description()
     assert isinstance(ld, launch.LaunchDescription)
     assert [a.name for a in ld.get_launch_arguments()] == ["use_sim", "params_file", "model", "rate",
-                                                            "namespace", "command_interface", "autostart"]
+                                                            "namespace", "command_interface", "autostart",
+                                                            "disturbance"]
     assert [type(e).__name__ for e in ld.entities][-1] == "OpaqueFunction"
     # a node that exits with an error ends the launch with exit code 1 (an exception), else a
     # plain shutdown; nothing more once the launch is shutting down (one failure reported)
@@ -500,6 +501,7 @@ def test_launch_file():
     assert module.policy_parameters("f.yaml", "", "", "velocity") == ["f.yaml", velocity]
     assert module.sim_parameters("f.yaml", "") == ["f.yaml"]
     assert module.sim_parameters("f.yaml", "velocity") == ["f.yaml", velocity]
+    assert module.sim_parameters("f.yaml", "", "harder") == ["f.yaml", {"disturbance": "harder"}]
 
 
 @pytest.mark.slow
@@ -804,6 +806,47 @@ def test_sim_node_refuses_an_unknown_interface(install):
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == 1 and len(lines) == 1, out.stdout + out.stderr
     assert lines[0].startswith("taco_sim: cannot start: parameter command_interface"), lines
+
+
+@pytest.mark.slow
+def test_sim_node_refuses_an_unknown_disturbance(install):
+    cmd = (f"source '{install}/setup.bash' && exec '{install}/taco_bridge/lib/taco_bridge/sim_node' "
+           f"--ros-args -p disturbance:=earthquake")
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 1 and len(lines) == 1, out.stdout + out.stderr
+    assert lines[0].startswith("taco_sim: cannot start: parameter disturbance: expected one of harder"), lines
+
+
+def test_the_sim_nodes_disturbance_is_the_harder_tests_per_control_step():
+    """SimNode.disturbed_steps: the episode takes the held command at each control-step boundary
+    of simulated time (not at the start of every burst of physics), and the delayed command and
+    the step's noise are executed until the next boundary: bursts of any size give the arm of
+    the task environment's disturbed steps, bit for bit."""
+    from types import SimpleNamespace
+    sys.path.insert(0, PACKAGE)
+    try:
+        from taco_bridge import sim_node
+    finally:
+        sys.path.remove(PACKAGE)
+    from taco_sim.dial import disturb
+    d = disturb.Disturbance(noise=0.05, delay=1)
+    node_env = dial.DialEnv()
+    node_env.reset(seed=3, layout="standard")
+    fake = SimpleNamespace(env=node_env, episode=disturb.Episode(d, 3, 5, dial.ACTION_DIM),
+                           executed=(np.zeros(dial.ACTION_DIM), None), interface="effort")
+    fake.step = lambda command, noise, n: sim_node.SimNode.step(fake, command, noise, n)
+    commands = [np.full(dial.ACTION_DIM, 0.1 * (k + 1)) for k in range(3)]
+    for command, bursts in zip(commands, ([7, 13], [20], [3, 3, 14])):       # 20 physics steps each
+        for n in bursts:
+            sim_node.SimNode.disturbed_steps(fake, command, n)
+    reference = dial.DialEnv()
+    reference.reset(seed=3, layout="standard")
+    episode = disturb.Episode(d, 3, 5, dial.ACTION_DIM)
+    for command in commands:
+        executed, noise = episode.command(command)
+        reference.step(executed + noise)
+    assert np.array_equal(node_env.qpos, reference.qpos) and node_env.time == reference.time
 
 
 @pytest.mark.slow

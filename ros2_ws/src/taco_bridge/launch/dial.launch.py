@@ -5,6 +5,7 @@
     ros2 launch taco_bridge dial.launch.py namespace:=arm1       # topics and action under /arm1
     ros2 launch taco_bridge dial.launch.py command_interface:=velocity   # joint velocity commands
     ros2 launch taco_bridge dial.launch.py autostart:=false      # then: ros2 lifecycle set ...
+    ros2 launch taco_bridge dial.launch.py disturbance:=harder   # the simulated arm disturbed
     ros2 action send_goal --feedback /taco/execute_sketch taco_bridge_msgs/action/ExecuteSketch \
         "{sketch: ['0', '5', '1', '6']}"
 
@@ -19,6 +20,8 @@ Launch arguments:
   autostart    true (default): the policy node configures and activates itself (its parameter
                autostart); false: it stays unconfigured until `ros2 lifecycle set
                /taco_policy configure` and `... activate`
+  disturbance  a named test condition of taco_sim.dial.disturb (harder, noise-5, push, delay,
+               start, ...): the sim node's arm meets its disturbance; empty (default): none
 
 `model`, `rate` and `command_interface` override the parameter file only when given on the
 command line: left out, the file's values apply (and the nodes' defaults where the file is
@@ -83,9 +86,15 @@ def policy_parameters(params_file, model, rate, command_interface='', autostart=
     return [params_file] + ([overrides] if overrides else [])
 
 
-def sim_parameters(params_file, command_interface=''):
-    """The sim node's parameters: the file, then command_interface if given (non-empty)."""
-    return [params_file] + ([{'command_interface': command_interface}] if command_interface else [])
+def sim_parameters(params_file, command_interface='', disturbance=''):
+    """The sim node's parameters: the file, then command_interface and disturbance if given
+    (non-empty)."""
+    overrides = {}
+    if command_interface:
+        overrides['command_interface'] = command_interface
+    if disturbance:
+        overrides['disturbance'] = disturbance
+    return [params_file] + ([overrides] if overrides else [])
 
 
 def on_node_exit(name):
@@ -116,11 +125,12 @@ def forward_sigint(processes):
 
 
 def nodes(context):
-    params_file, model, rate, interface, namespace, autostart = (
+    params_file, model, rate, interface, namespace, autostart, disturbance = (
         LaunchConfiguration(name).perform(context)
-        for name in ('params_file', 'model', 'rate', 'command_interface', 'namespace', 'autostart'))
+        for name in ('params_file', 'model', 'rate', 'command_interface', 'namespace', 'autostart',
+                     'disturbance'))
     sim = Node(package='taco_bridge', executable='sim_node', name='taco_sim', output='screen',
-               namespace=namespace, parameters=sim_parameters(params_file, interface),
+               namespace=namespace, parameters=sim_parameters(params_file, interface, disturbance),
                condition=IfCondition(LaunchConfiguration('use_sim')),
                on_exit=on_node_exit('taco_sim'))
     # a managed node, started as a plain Node: the launch drives no transitions (module docstring)
@@ -152,5 +162,8 @@ def generate_launch_description():
         DeclareLaunchArgument('autostart', default_value='true',
                               description='the policy node (a managed node) configures and '
                                           'activates itself; false: ros2 lifecycle set drives it'),
+        DeclareLaunchArgument('disturbance', default_value='',
+                              description='a named test condition of taco_sim.dial.disturb the '
+                                          'simulated arm meets (harder, noise-5, ...); empty: none'),
         OpaqueFunction(function=nodes),
     ])

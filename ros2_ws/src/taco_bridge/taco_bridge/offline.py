@@ -13,6 +13,10 @@ offline, over the same test PINs and episode seeds as `taco evaluate --n-tasks N
     python -m taco_bridge.offline sim/taco_sim/dial/models/dial-velocity --interface velocity
 
 A PIN counts as dialled when the run ends "done" and the keypad registered exactly its digits.
+With --test NAME the arm meets a named test condition of the Dial (taco_sim.dial.disturb: the
+harder test, noise-5, push, ...): its PINs and its disturbances, as `taco evaluate --test NAME`:
+
+    python -m taco_bridge.offline sim/taco_sim/dial/models/dial --test harder
 
 With --preempt N it runs N targeted preemptions instead (taco_bridge.keypad's hand-over rule):
 a PIN of four distinct digits is dialled with the simulated keypad's presses handed to the
@@ -52,6 +56,13 @@ def dial_pin(ctl, env, sketch, velocity):
     rule reads the fingertip, as the node does without /dial/pressed)."""
     run = run_offline(ctl, env, sketch, env.velocity_step if velocity else env.step)
     return run.outcome == "done" and list(env.presses) == list(sketch)
+
+
+def dial_pin_disturbed(ctl, task, sketch):
+    """dial_pin on a task environment under a disturbance (a named test's DialTask, reset): the
+    command goes through task.step (delayed, noisy, pushed as the test says)."""
+    run = run_offline(ctl, task.env, sketch, task.step)
+    return run.outcome == "done" and list(task.env.presses) == list(sketch)
 
 
 def controller(model, limits):
@@ -113,6 +124,8 @@ def main(argv=None):
     ap.add_argument("--n-tasks", type=int, default=500)
     ap.add_argument("--preempt", type=int, metavar="N", help="N targeted preemptions instead")
     ap.add_argument("--no-handover", action="store_true", help="with --preempt: the hand-over rule off")
+    ap.add_argument("--test", metavar="NAME", help="a named test condition of the Dial (harder, noise-5, ...): "
+                                                   "its PINs and disturbances")
     args = ap.parse_args(argv)
     domain_name, limits = INTERFACES[args.interface]
     domain = taco_sim.get(domain_name)
@@ -122,18 +135,25 @@ def main(argv=None):
                              handover=not args.no_handover)
         print(json.dumps(dict(model=args.model, interface=args.interface, **summary)))
         return
-    sketches = evaluate.protocol_sketches(domain, args.n_tasks)
+    if args.test is not None and args.test not in domain.tests:
+        ap.error(f"--test: expected one of {', '.join(domain.tests)}, got {args.test!r}")
+    sketches = evaluate.protocol_sketches(domain, args.n_tasks, test=args.test)
     seeds = np.random.default_rng(evaluate.EPISODE_SEED).integers(0, 2**31, size=len(sketches))
     dialled = 0
     for i, (row, seed) in enumerate(zip(sketches, seeds)):
         sketch = [int(d) for d in row if d >= 0]
         ctl = controller(model, limits)
-        env = dial.DialEnv()
-        env.reset(seed=int(seed), layout="standard")
-        dialled += dial_pin(ctl, env, sketch, args.interface == "velocity")
+        if args.test is not None:
+            task = domain.tests[args.test].make_env()
+            task.reset(sketch, seed=int(seed))
+            dialled += dial_pin_disturbed(ctl, task, sketch)
+        else:
+            env = dial.DialEnv()
+            env.reset(seed=int(seed), layout="standard")
+            dialled += dial_pin(ctl, env, sketch, args.interface == "velocity")
         print(f"\rbridge control step: {i + 1}/{len(sketches)}, {dialled} dialled", end="", file=sys.stderr)
     print(file=sys.stderr)
-    print(json.dumps(dict(model=args.model, interface=args.interface, n_tasks=len(sketches),
+    print(json.dumps(dict(model=args.model, interface=args.interface, test=args.test, n_tasks=len(sketches),
                           dialled=dialled, share=dialled / len(sketches))))
 
 

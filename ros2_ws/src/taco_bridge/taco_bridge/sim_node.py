@@ -22,6 +22,13 @@ holds it still; efforts are added on top of that compensation. In velocity mode 
 velocity loop (taco_sim.dial.DialEnv.velocity_torque, spec/dial.md §7) turns the held targets
 into torques at every physics step and holds the fingers closed; zero velocity stands still.
 
+Disturbance (the harder test's, taco_sim.dial.disturb; spec/dial.md §11): `disturbance` names
+one of its test conditions (noise-5, push, delay, start, harder, ...; empty: none). Its start
+spread widens the start pose; every CONTROL_DT of simulated time the arm takes the command held
+then (delay control steps late), draws the motors' torque noise for the step, and pushes the
+forearm for push_steps control steps from 0-9 steps after the third registered press (the
+middle digit of a PIN of 5: the node does not know the PIN). Its draws come from `seed`.
+
 Real time: a wall-clock timer fires every step_period seconds and runs as many physics steps
 (PHYSICS_DT = 2 ms each) as bring simulated time to real_time_factor x elapsed wall time; if it
 falls more than max_lag seconds behind it drops the deficit (counted in `lag_resets`) instead of
@@ -40,6 +47,8 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 
 from taco_sim import dial
+from taco_sim.dial.disturb import PUSH_BODY, TESTS, Episode
+from taco_sim.dial.env import HOME_NOISE
 
 from taco_bridge.node_util import declare, number, run, topic, value
 
@@ -62,7 +71,13 @@ PARAMETERS = {
     'command_timeout': (0.5, 'seconds without a command before it drops to zero (torque or velocity)'),
     'wait_for_command': (True, 'hold the start pose (no physics) until the first command'),
     'viewer': (False, 'open the passive mujoco.viewer window'),
+    'disturbance': ('', 'a named test condition of taco_sim.dial.disturb (harder, noise-5, push, delay, '
+                        'start, ...): the arm meets its disturbance; empty: none'),
 }
+
+PUSH_AFTER = 3
+"""The sim node's push waits for this many registered presses (it does not know the PIN's length:
+the middle digit of a PIN of 5, as the harder test's PINs of 5)."""
 
 
 class SimNode(Node):
@@ -89,11 +104,16 @@ class SimNode(Node):
         if len(self.joint_names) != dial.ACTION_DIM or len(set(self.joint_names)) != dial.ACTION_DIM:
             raise ValueError(f'parameter joint_names: expected {dial.ACTION_DIM} distinct names, '
                              f'got {self.joint_names}')
+        self.disturbance = disturbance_of(p['disturbance'])
         self.env = dial.DialEnv()
+        start = HOME_NOISE if self.disturbance is None else self.disturbance.start
         try:
-            self.env.reset(seed=int(p['seed']), layout=np.asarray(p['layout'], dtype=np.int64))
+            self.env.reset(seed=int(p['seed']), layout=np.asarray(p['layout'], dtype=np.int64), home_noise=start)
         except ValueError as err:
             raise ValueError(f'parameter {err}') from None
+        self.episode = None if self.disturbance is None else Episode(self.disturbance, int(p['seed']),
+                                                                     2 * PUSH_AFTER - 1, self.command_dim)
+        self.executed = (np.zeros(self.command_dim), None)   # the disturbed arm's command and noise
         self.command = np.zeros(self.command_dim)    # (J,) torques or (6,) velocities: the held command
         self.command_time = None
         self.lag_resets = 0
@@ -137,15 +157,39 @@ class SimNode(Node):
             return
         fresh = self.command_time is not None and now - self.command_time <= self.command_timeout
         command = self.command if fresh else np.zeros(self.command_dim)
-        if self.interface == 'velocity':
-            self.env.velocity_physics_step(command, n)
+        if self.episode is None:
+            self.step(command, None, n)
         else:
-            self.env.physics_step(command, n)
+            self.disturbed_steps(command, n)
         for digit in self.env.new_presses():
             self.press_pub.publish(String(data=dial.VOCAB[digit]))
             self.get_logger().info(f'pressed {dial.VOCAB[digit]}')
         if self.viewer is not None and self.viewer.is_running():
             self.viewer.sync()
+
+    def step(self, command, noise, n):
+        """n physics steps of the held command (torques, or the velocity loop's targets) with the
+        motors' torque noise (J,) or None."""
+        if self.interface == 'velocity':
+            self.env.velocity_physics_step(command, n, noise)
+        else:
+            self.env.physics_step(command if noise is None else command + noise, n)
+
+    def disturbed_steps(self, command, n):
+        """n physics steps under the disturbance: at each control-step boundary of simulated time
+        the episode takes the command held now and gives the one to execute (delayed) and the
+        step's noise, and the push is on or off for the step."""
+        body = self.env.model.body(PUSH_BODY).id
+        steps = int(round(self.env.time / dial.PHYSICS_DT))
+        while n > 0:
+            if steps % dial.SUBSAMPLE == 0:
+                self.executed = self.episode.command(command)
+                force = self.episode.force(steps // dial.SUBSAMPLE, len(self.env.presses))
+                self.env.data.xfrc_applied[body, :3] = 0.0 if force is None else force
+            k = min(n, dial.SUBSAMPLE - steps % dial.SUBSAMPLE)
+            self.step(*self.executed, k)
+            steps += k
+            n -= k
 
     def publish_joint_state(self):
         _, pos, vel, effort = self.env.joint_state()
@@ -153,6 +197,17 @@ class SimNode(Node):
                          effort=effort.tolist())
         msg.header.stamp = self.get_clock().now().to_msg()
         self.joint_pub.publish(msg)
+
+
+def disturbance_of(name):
+    """The Disturbance of a named test condition, None for '' (or a condition without one);
+    ValueError naming the parameter otherwise."""
+    if name == '':
+        return None
+    if name not in TESTS:
+        raise ValueError(f'parameter disturbance: expected one of {", ".join(TESTS)} or empty, got {name!r}')
+    d = TESTS[name].disturbance
+    return None if d.none else d
 
 
 def _close_viewer(node):
