@@ -365,6 +365,28 @@ def test_bridge_offline_bench_counts_dialled_pins(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["dialled"] == 0
 
 
+def test_bridge_offline_runs_a_named_test_through_the_disturbed_arm(monkeypatch, capsys):
+    """--test NAME: the named test's PINs (here 5-10 digits long) and its disturbed task
+    environment, whose step the commands go through."""
+    import json
+    from taco_ref import evaluate
+    from taco_bridge import offline as bench
+    from taco_sim.dial import expert
+    stepped = []
+    step = expert.DialTask.step
+    monkeypatch.setattr(expert.DialTask, "step",
+                        lambda self, a: (stepped.append((self.disturbance, len(self.sketch))), step(self, a))[1])
+    bench.main([taco_sim.get("dial").models["default"], "--test", "long", "--n-tasks", "2"])
+    report = json.loads(capsys.readouterr().out)
+    assert (report["test"], report["n_tasks"], report["dialled"]) == ("long", 2, 2)
+    lengths = sorted({L for _, L in stepped})
+    assert lengths == sorted(int((row >= 0).sum()) for row in evaluate.protocol_sketches(taco_sim.get("dial"), 2, test="long"))
+    stepped.clear()
+    bench.main([taco_sim.get("dial").models["default"], "--test", "noise-3", "--n-tasks", "1"])
+    assert json.loads(capsys.readouterr().out)["test"] == "noise-3"
+    assert stepped and all(d is not None and d.noise == 0.03 for d, _ in stepped)
+
+
 # ----------------------------------------------------------------------------------------------
 # (d) the hand-over rule
 # ----------------------------------------------------------------------------------------------
