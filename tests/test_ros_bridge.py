@@ -1275,7 +1275,7 @@ def test_a_node_stops_when_its_parent_dies(install, listener, tmp_path):
         listener.wait_for(lambda: gone(pid), 10.0, "the node's exit")
         print(f"\nparent killed -> zero command {1e3 * (zero_t - t_kill):.0f} ms, node gone")
         log = (tmp_path / "node.log").read_text()
-        assert "exited: shutting down" in log, log
+        assert "finalized: exiting" in log, log               # by the kernel's SIGTERM or its own check
         assert all(not any(c) for t, c in list(listener.commands) if t > zero_t)
     finally:
         if parent.poll() is None:
@@ -1298,6 +1298,7 @@ def test_a_control_tick_after_the_parents_exit_sends_nothing():
             self.ctl = self
             self.tick_duration = None
             self.run = None
+            self.command, self.published = None, []
 
         def get_logger(self):
             return self
@@ -1307,9 +1308,13 @@ def test_a_control_tick_after_the_parents_exit_sends_nothing():
 
         def tick(self, now, duration):
             self.ticks.append(now)
+            return self.command
 
         def publish_status(self):
             pass
+
+        def publish_command(self, command):
+            self.published.append(command)
 
     here = Fake(os.getppid())
     policy_node.PolicyNode.on_tick(here)
@@ -1324,6 +1329,56 @@ def test_a_control_tick_after_the_parents_exit_sends_nothing():
     signalled.stop_signals.append(signal.SIGTERM)
     policy_node.PolicyNode.on_tick(signalled)
     assert signalled.ticks == [] and not signalled.warnings
+    # a signal handled while the tick computes (its handler sent the zero): the command is dropped
+    mid = Fake(os.getppid())
+    mid.command = np.ones(9)
+    policy_node.PolicyNode.on_tick(mid)
+    assert len(mid.published) == 1
+    mid.tick = lambda now, duration: (mid.stop_signals.append(signal.SIGINT), np.ones(9))[1]
+    policy_node.PolicyNode.on_tick(mid)
+    assert len(mid.published) == 1
+
+
+def test_the_first_stop_signal_calls_back_from_the_handler_once():
+    """stop_on_signals(on_first): the callbacks run at the first stop signal only (the policy
+    node's immediate zero command), each signal is recorded; the handlers are put back after."""
+    from taco_bridge import node_util
+    before = {sig: signal.getsignal(sig) for sig in node_util.STOP_SIGNALS}
+    calls = []
+    try:
+        received = node_util.stop_on_signals([calls.append])
+        os.kill(os.getpid(), signal.SIGHUP)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)
+        assert received == [signal.SIGHUP, signal.SIGINT] and calls == [signal.SIGHUP]
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def test_the_kernel_stops_a_node_whose_parent_dies():
+    """stop_when_parent_dies: a process that asked for it gets SIGTERM from the kernel as soon as
+    the process that started it exits (no polling)."""
+    from taco_bridge import node_util
+    code = ("import os, signal, sys, time; sys.path.insert(0, sys.argv[1]); "
+            "from taco_bridge import node_util; "
+            "signal.signal(signal.SIGTERM, lambda *a: (print('SIGTERM', flush=True), os._exit(0))); "
+            "print(node_util.stop_when_parent_dies(), flush=True); time.sleep(30)")
+    middle = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]], "
+              "stdout=sys.stdout); print(p.pid, flush=True); sys.stdin.readline()")
+    parent = subprocess.Popen([sys.executable, "-c", middle, code, PACKAGE], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    pid = int(parent.stdout.readline())
+    try:
+        assert parent.stdout.readline().strip() == "True"
+        t0 = time.monotonic()
+        parent.stdin.close()                                  # the middle process exits
+        assert parent.stdout.readline().strip() == "SIGTERM"
+        assert time.monotonic() - t0 < 2.0
+        parent.wait(10)
+    finally:
+        if not gone(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.slow

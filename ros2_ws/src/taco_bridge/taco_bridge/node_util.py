@@ -84,20 +84,51 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """The signals that stop a node (stop_on_signals)."""
 
 
-def stop_on_signals():
-    """Install SIGINT, SIGTERM and SIGHUP handlers that only record the signal; returns the
-    record (a list).
+def stop_on_signals(on_first=None):
+    """Install SIGINT, SIGTERM and SIGHUP handlers that record the signal; returns the record
+    (a list). on_first (a list of callables, filled later: the node does not exist yet) is
+    called with the signal number at the first stop signal, from the handler itself.
 
     The nodes call rclpy.init with SignalHandlerOptions.NO, call this first thing, and spin with
     spin_until. A handler that raised KeyboardInterrupt could fire inside rclpy while it converts
     a message (seen as a RuntimeError from take_message and a non-zero exit); recording the
     signal and checking it between callbacks cannot, and leaves the context valid so that a node
     can still publish on its way out (zero torque). SIGHUP: the terminal it ran in was closed.
+
+    Python runs a handler in the main thread between two bytecodes, so it never interrupts rclpy
+    inside a call: a callback of on_first may publish (the policy node's immediate zero command:
+    a control tick being computed when the signal comes would otherwise delay it by the tick).
     """
     received = []
+
+    def handler(signum, frame):
+        received.append(signum)
+        if len(received) == 1:
+            for callback in on_first or ():
+                callback(signum)
     for sig in STOP_SIGNALS:
-        signal.signal(sig, lambda signum, frame: received.append(signum))
+        signal.signal(sig, handler)
     return received
+
+
+PR_SET_PDEATHSIG = 1
+"""prctl option: the signal the kernel sends this process when the thread that started it exits."""
+
+
+def stop_when_parent_dies(signum=signal.SIGTERM):
+    """Ask the kernel for signum when the process that started this one exits (Linux; False
+    elsewhere, or if the call fails). On SIGTERM `ros2 launch` exits at once without stopping its
+    nodes; with this the node hears of it at once, not at its next check of its parent
+    (stop_pending, every PARENT_CHECK_PERIOD), which stays as the fallback. A parent that had
+    exited already is caught by that check."""
+    if not sys.platform.startswith('linux'):
+        return False
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 PARENT_CHECK_PERIOD = 0.02
@@ -192,8 +223,10 @@ def run(make_node, label, args=None, start=None, on_exit=None):
     it can know of). Returns the exit code:
     1 when the node cannot be made or started (the error is printed on one line after label: a
     bad parameter value, type or name, or a model that cannot be loaded), else 0."""
-    received = stop_on_signals()
+    on_first = []
+    received = stop_on_signals(on_first)
     parent = os.getppid()                      # before anything slow: an early exit counts too
+    stop_when_parent_dies()
     try:
         rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     except RCLError as err:                    # e.g. a --ros-args argument rcl cannot parse
@@ -204,6 +237,10 @@ def run(make_node, label, args=None, start=None, on_exit=None):
         node = make_node()
         node.stop_signals = received      # a node may look: the policy node's control tick does
         node.parent_pid = parent          # (through stop_pending)
+        if hasattr(node, 'on_stop_signal'):
+            on_first.append(node.on_stop_signal)
+            if received:                  # a signal came while the node was being made
+                node.on_stop_signal(received[0])
         if start is not None:
             start(node)
     except (ValueError, OSError, ParameterException, NameValidationException) as err:

@@ -611,19 +611,28 @@ class PolicyNode(LifecycleNode):
 
     def on_tick(self):
         """One control step: the controller decides, this publishes (at most one command).
-        Nothing once a stop is pending (a stop signal, or the parent's exit, checked here first):
-        the way out sends the zero command next."""
+        Nothing once a stop is pending (a stop signal, or the parent's exit, checked here first,
+        and again before publishing: a signal handled while the tick computed has sent its zero
+        command, on_stop_signal): the way out sends the zero command next."""
         if stop_pending(self):
             return
         now = self.clock()
         command = self.ctl.tick(now, self.tick_duration)
-        if command is not None:
+        if command is not None and not self.stop_signals:
             self.publish_command(command)
         run = self.ctl.run
         if run is not None and run.in_progress and run.goal in self.goals:
             self.publish_feedback(self.goals[run.goal], now)
         self.publish_status()
         self.tick_duration = self.clock() - now
+
+    def on_stop_signal(self, signum):
+        """The first stop signal (node_util.stop_on_signals, from its handler): a zero command at
+        once when a command publisher exists, before the way out (which sends the zero command
+        again and waits for its acknowledgement). The arm stops within the time the process takes
+        to be scheduled, not a control tick plus the executor's wake-up later."""
+        if self.lifecycle == 'active' and self.command_pub is not None:
+            self.command_pub.publish(Float64MultiArray(data=[0.0] * len(self.to_command)))
 
     # ----- output -----------------------------------------------------------------------------
 
