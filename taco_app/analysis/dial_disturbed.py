@@ -21,7 +21,9 @@ keypad registers is followed:
                  the same distance for fresh expert demonstrations under the same disturbance.
 
     python -m taco_app.analysis.dial_disturbed --model DIR [--test NAME | --noise SHARE]
-        [--n-tasks 50] [--out OUT.json]
+        [--noise-joints J ...] [--n-tasks 50] [--out OUT.json]
+    python -m taco_app.analysis.dial_disturbed --table OUT.json ...     # one table of several
+    python -m taco_app.analysis.dial_disturbed --summary OUT.json ...   # each run's summary again
 
 Prints a short markdown summary; OUT.json holds every figure.
 """
@@ -171,26 +173,44 @@ def summary_lines(name, figures):
         if not s["n"]:
             continue
         lines += ["", f"presses then {outcome}: {s['n']}", "",
-                  "| offset | height over key top (mm) | key travel (mm) | |q'| (rad/s) | P(STOP) |",
+                  "| offset | height over key top (mm) | key travel (mm) | arm joint speed (rad/s) | P(STOP) |",
                   "|---:|---|---|---|---|"]
         for o in OFFSETS:
-            if o in s:
-                c = s[o]
+            c = s.get(o, s.get(str(o)))                  # str after a JSON round trip
+            if c is not None:
                 lines.append(f"| {o} | {_fmt(c['height'], 1e3)} | {_fmt(c['travel'], 1e3)} | {_fmt(c['qdot'])} "
                              f"| {_fmt(c['p'])} |")
-    lines += ["", "joint | " + " | ".join(f"q{j + 1}" for j in range(9)),
-              "training std (rad) | " + " | ".join(f"{v:.4f}" for v in figures["training_std_q"])]
+    lines += ["", "| joint | " + " | ".join(f"q{j + 1}" for j in range(9)) + " |", "|---" * 10 + "|",
+              "| training sd (rad) | " + " | ".join(f"{v:.4f}" for v in figures["training_std_q"]) + " |"]
     for who, row in figures["spread_q99"].items():
-        lines.append(f"99th |z|, {who} | " + " | ".join(f"{v:.1f}" for v in row))
+        lines.append(f"| spread (training sd), {who} | " + " | ".join(f"{v:.1f}" for v in row) + " |")
     if figures.get("tracking"):
         t = figures["tracking"]
-        lines += ["", f"velocity loop error |v* - q'| at the end of a control step: median {t['error'][1]:.4f} "
-                      f"rad/s (95th {t['error'][2]:.4f}); share of |v*| (steps with |v*| > 0.05): median "
+        lines += ["", f"velocity loop error (norm of v* - q') at the end of a control step: median {t['error'][1]:.4f} "
+                      f"rad/s (95th {t['error'][2]:.4f}); as a share of the target's norm (steps whose target exceeds 0.05 rad/s): median "
                       f"{t['share'][1]:.3f} (95th {t['share'][2]:.3f})"]
     if figures.get("coverage"):
         c = figures["coverage"]
         lines += ["", "distance to the nearest training state (std units) [5th, median, 95th, 99th]: "
                       f"model rollouts {c['model']}, expert rollouts {c['expert']}"]
+    return "\n".join(lines)
+
+
+def table(figures):
+    """One markdown table of several runs' figures (a row each, in the order given): the model,
+    the disturbance, the validation PINs the model and the expert completed, the model's
+    failures, and the 99th percentile |z| of the wrist's roll (q6) and of the fingers (q7-q9,
+    the largest) for the model and the expert."""
+    lines = ["| model | disturbance | model completes | expert completes | model's failures | "
+             "q6 spread (training sd): model / expert | fingers' spread (training sd): model / expert |",
+             "|---|---|---:|---:|---|---|---|"]
+    for f in figures:
+        n = f["n_tasks"]
+        failures = ", ".join(f"{k} {v}" for k, v in sorted(f["failures"].items(), key=lambda kv: -kv[1])) or "-"
+        z = f["spread_q99"]
+        lines.append(f"| {f['model']} | {f['disturbance']} | {round(f['model_accuracy'] * n)} of {n} | "
+                     f"{round(f['expert_accuracy'] * n)} of {n} | {failures} | {z['model'][5]:.1f} / "
+                     f"{z['expert'][5]:.1f} | {max(z['model'][6:9]):.1f} / {max(z['expert'][6:9]):.1f} |")
     return "\n".join(lines)
 
 
@@ -200,7 +220,9 @@ def _fmt(q, scale=1.0):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m taco_app.analysis.dial_disturbed", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="a Dial model directory, or a shipped model's name")
+    ap.add_argument("--model", help="a Dial model directory, or a shipped model's name")
+    ap.add_argument("--table", nargs="+", metavar="JSON", help="print one table of these runs' figures and exit")
+    ap.add_argument("--summary", nargs="+", metavar="JSON", help="print each run's summary again and exit")
     group = ap.add_mutually_exclusive_group()
     group.add_argument("--test", help="a named test condition of taco_sim.dial.disturb.TESTS")
     group.add_argument("--noise", type=float, default=0.05, help="motor torque noise, share of the peak torques")
@@ -211,6 +233,19 @@ def main(argv=None):
     ap.add_argument("--data", help="the model's training demonstrations (.npz) for the coverage figures")
     ap.add_argument("--out", help="JSON file of every figure")
     args = ap.parse_args(argv)
+    if args.table or args.summary:
+        figures = []
+        for path in args.table or args.summary:
+            with open(path, encoding="utf-8") as f:
+                figures.append(json.load(f))
+        if args.table:
+            print(table(figures))
+        else:
+            print("\n\n".join(summary_lines(f"{f['model']} under {f['disturbance']}: {f['n_tasks']} validation PINs", f)
+                              for f in figures))
+        return 0
+    if not args.model:
+        ap.error("--model: expected a Dial model (or --table)")
     from taco_ref import data as data_mod
     from taco_app.cli import model_path
     m = model_mod.load(model_path(args.model))
