@@ -429,3 +429,19 @@ def test_the_cells_of_one_seed_train_on_one_data_set():
                                                   f"cells on different data: {kept}")
             if listed:
                 assert len(set(by_algo.values())) > 1, f"results/{grid}: seed {seed} is listed unpaired but is paired"
+
+
+def test_dial_robust_diagnosis_rows_are_the_committed_runs():
+    """results/dial-robust/README.md's diagnosis table: every committed run of
+    taco_app.analysis.dial_disturbed (diagnosis/*.json) has its row there, as the analysis
+    prints it from the file."""
+    import glob
+    from taco_app.analysis import dial_disturbed
+    folder = os.path.join(ROOT, "results", "dial-robust")
+    text = open(os.path.join(folder, "README.md"), encoding="utf-8").read()
+    runs = sorted(glob.glob(os.path.join(folder, "diagnosis", "*.json")))
+    assert len(runs) >= 10
+    for path in runs:
+        with open(path, encoding="utf-8") as f:
+            row = dial_disturbed.table([json.load(f)]).splitlines()[-1]
+        assert row in text, (path, row)
