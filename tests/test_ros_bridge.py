@@ -54,6 +54,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 
 import numpy as np
 import pytest
@@ -1337,6 +1338,46 @@ def test_a_control_tick_after_the_parents_exit_sends_nothing():
     mid.tick = lambda now, duration: (mid.stop_signals.append(signal.SIGINT), np.ones(9))[1]
     policy_node.PolicyNode.on_tick(mid)
     assert len(mid.published) == 1
+
+
+def test_no_command_of_the_run_follows_the_stop_signals_zero():
+    """on_stop_signal sends the zero at once, except while publish_command runs (a handler runs
+    between any two bytecodes): then the zero goes out right after the command being published,
+    and a command that had not gone out yet is dropped. Any order: the zero is the last."""
+    from types import SimpleNamespace
+    from taco_bridge import policy_node
+    P = policy_node.PolicyNode
+
+    def fake():
+        sent = []
+        node = SimpleNamespace(lifecycle="active", publishing=False, zero_due=False, stop_signals=[],
+                               to_command=np.arange(3), command_subscribers=deque(), clock=time.monotonic)
+        node.publish_zero_now = lambda: P.publish_zero_now(node)
+        node.command_pub = SimpleNamespace(publish=lambda msg: sent.append(list(msg.data)),
+                                           get_subscription_count=lambda: 1)
+        return node, sent
+
+    def signal_in(node):
+        node.stop_signals.append(signal.SIGINT)
+        P.on_stop_signal(node, signal.SIGINT)
+
+    node, sent = fake()                                 # the signal between two ticks
+    P.publish_command(node, np.ones(3))
+    signal_in(node)
+    P.publish_command(node, np.ones(3))
+    assert sent == [[1.0] * 3, [0.0] * 3]
+    node, sent = fake()                                 # the signal while the command goes out
+    publish = node.command_pub.publish
+    node.command_pub.publish = lambda msg: (publish(msg), signal_in(node) if not node.stop_signals else None)
+    P.publish_command(node, np.ones(3))
+    assert sent == [[1.0] * 3, [0.0] * 3]
+    node, sent = fake()                                 # the signal inside publish_command, before its
+    node.publishing = True                              # check: the command is dropped, the zero follows
+    signal_in(node)
+    assert sent == [] and node.zero_due
+    node.publishing = False
+    P.publish_command(node, np.ones(3))
+    assert sent == [[0.0] * 3] and not node.zero_due
 
 
 def test_the_first_stop_signal_calls_back_from_the_handler_once():

@@ -352,6 +352,8 @@ class PolicyNode(LifecycleNode):
         self.starting = False             # autostart is running the first transitions
         self.entities, self.command_pub, self.control_timer = [], None, None
         self.command_subscribers = deque()   # (time, subscribers matched) at each command publish
+        self.publishing = False           # inside publish_command (on_stop_signal defers its zero)
+        self.zero_due = False             # a stop signal's zero, to follow the command going out
         self.finished = False             # after the shutdown transition: the process exits
         self.stop_signals = []            # node_util.run's record of stop signals (SIGINT ...)
         self.parent_pid = None            # node_util.run's: the parent at start (stop_pending)
@@ -628,19 +630,36 @@ class PolicyNode(LifecycleNode):
 
     def on_stop_signal(self, signum):
         """The first stop signal (node_util.stop_on_signals, from its handler): a zero command at
-        once when a command publisher exists, before the way out (which sends the zero command
-        again and waits for its acknowledgement). The arm stops within the time the process takes
-        to be scheduled, not a control tick plus the executor's wake-up later."""
-        if self.lifecycle == 'active' and self.command_pub is not None:
-            self.command_pub.publish(Float64MultiArray(data=[0.0] * len(self.to_command)))
+        once when active, before the way out (which sends the zero command again and waits for
+        its acknowledgement). The arm stops within the time the process takes to be scheduled,
+        not a control tick plus the executor's wake-up later. The handler runs between two
+        bytecodes of the main thread: if that is inside publish_command, the zero goes out right
+        after that command (which publish_command then drops if it had not gone out yet), so no
+        command of the run follows the zero."""
+        if self.lifecycle != 'active' or self.command_pub is None:
+            return
+        if self.publishing:
+            self.zero_due = True
+        else:
+            self.publish_zero_now()
+
+    def publish_zero_now(self):
+        self.command_pub.publish(Float64MultiArray(data=[0.0] * len(self.to_command)))
 
     # ----- output -----------------------------------------------------------------------------
 
     def publish_command(self, action, flush=False):
         """The action (A,) in model order; sent in command_joints order. flush: then wait until
         every reliable subscriber still matched has acknowledged it (ZERO_ACK_TIMEOUT at most;
-        `wait_acknowledged`); a warning when one did not although none had left."""
-        if self.command_pub is not None:
+        `wait_acknowledged`); a warning when one did not although none had left. Without flush,
+        nothing once a stop signal came (on_stop_signal has sent, or sends right after this, the
+        zero command)."""
+        if self.command_pub is None:
+            return
+        self.publishing = True
+        try:
+            if not flush and self.stop_signals:
+                return
             now, matched = self.clock(), self.command_pub.get_subscription_count()
             history = self.command_subscribers                 # [(t, matched)] of ACK_HISTORY s
             history.append((now, matched))
@@ -658,6 +677,11 @@ class PolicyNode(LifecycleNode):
                     self.get_logger().debug(f'{text}, {left} left during the wait')
                 else:
                     self.get_logger().warning(text)
+        finally:
+            self.publishing = False
+            if self.zero_due:                   # a stop signal came while this published
+                self.zero_due = False
+                self.publish_zero_now()
 
     def model_vocab(self):
         return self.ctl.model.vocab
