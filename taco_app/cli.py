@@ -70,6 +70,14 @@ def cmd_collect(args):
             raise ValueError(f"--motor-noise: {args.domain}'s arm has no motors to disturb in collection "
                              f"(the joint-state Dial domains have); leave it out")
         kwargs["motor_noise"] = args.motor_noise
+    if args.disturbance is not None:
+        if "disturbance" not in inspect.signature(dom.collect).parameters:
+            raise ValueError(f"--disturbance: {args.domain}'s arm cannot be disturbed in collection "
+                             f"(the joint-state Dial domains' can); leave it out")
+        from taco_sim.dial.disturb import TESTS
+        if args.disturbance not in TESTS:
+            raise ValueError(f"--disturbance: expected one of {', '.join(TESTS)}, got {args.disturbance!r}")
+        kwargs["disturbance"] = TESTS[args.disturbance].disturbance
     if args.expert is not None:
         kwargs["expert"] = args.expert
     # a domain that streams writes a frame directory as it collects, unless an .npz is asked for
@@ -667,6 +675,9 @@ def _add_collect(sub):
                    help="the joint-state Dial's: each demonstration's arm also meets Gaussian noise on "
                         "its motors' torques at a level drawn from U(0, SHARE) of the peak torques "
                         "(the harder test's noise; default none)")
+    p.add_argument("--disturbance", default=None, metavar="NAME",
+                   help="the joint-state Dial's: each demonstration's arm meets the disturbances of the "
+                        "named test condition (harder, push, ...) at levels drawn up to the condition's")
     p.add_argument("--expert", default=None, metavar="NAME",
                    help="which of the domain's experts demonstrates (Craft: features, the default, "
                         "or planner)")
@@ -815,6 +826,9 @@ def _add_experiment(sub):
                    help="the joint-state Dial's: each demonstration's arm also meets Gaussian noise on "
                         "its motors' torques at a level drawn from U(0, SHARE) of the peak torques "
                         "(the harder test's noise; default none)")
+    p.add_argument("--disturbance", default=None, metavar="NAME",
+                   help="the joint-state Dial's: each demonstration's arm meets the disturbances of the "
+                        "named test condition (harder, push, ...) at levels drawn up to the condition's")
     p.add_argument("--expert", default=None, metavar="NAME",
                    help="which of the domain's experts demonstrates (Craft: features, the default, "
                         "or planner, whose cells are results/archive/craft*)")

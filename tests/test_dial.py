@@ -423,6 +423,30 @@ def test_motor_noise_in_collection_widens_the_states_and_keeps_the_clean_expert(
             expert.collect(2, 2, seed=0, motor_noise=bad)
 
 
+def test_collection_under_a_disturbance_draws_each_level_up_to_its_limit():
+    """disturbance= (a Disturbance of maxima): each attempt draws start spread in [HOME_NOISE,
+    start], noise in [0, noise], an integer delay in [0, delay], push in [0, push]; the standard
+    arm draws nothing (None); motor_noise m is disturbance Disturbance(noise=m), bit for bit, and
+    meta records the maxima."""
+    from taco_sim.dial.disturb import Disturbance, HARDER
+    from taco_sim.dial.env import HOME_NOISE
+    rng = np.random.default_rng(0)
+    draws = [expert.draw_disturbance(rng, HARDER) for _ in range(300)]
+    for field, low, high in (("start", HOME_NOISE, HARDER.start), ("noise", 0.0, HARDER.noise),
+                             ("delay", 0, HARDER.delay), ("push", 0.0, HARDER.push)):
+        values = np.array([getattr(d, field) for d in draws])
+        assert low <= values.min() and values.max() <= high and values.std() > 0, field
+    assert {d.delay for d in draws} == {0, 1} and all(d.push_steps == HARDER.push_steps for d in draws)
+    state = np.random.default_rng(1).bit_generator.state
+    rng = np.random.default_rng(1)
+    assert expert.draw_disturbance(rng, Disturbance()) is None and rng.bit_generator.state == state
+    a = expert.collect(3, 2, seed=4, motor_noise=0.05)
+    b = expert.collect(3, 2, seed=4, disturbance=Disturbance(noise=0.05))
+    assert a.fingerprint() == b.fingerprint() and b.meta["collection_disturbance"]["noise"] == 0.05
+    with pytest.raises(ValueError, match="disturbance: expected"):
+        expert.collect(2, 2, seed=0, disturbance="harder")
+
+
 # ----------------------------------------------------------------------------------------------
 # Rendering
 # ----------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ K      |       | digits = 10
 D, A   |       | state 39, action 9
 """
 import multiprocessing
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -45,7 +45,7 @@ from taco_ref.data import assemble, collected_on
 from taco_sim import sketch_array
 from taco_sim.domain import SketchProgress, check_collect_args, check_dart_sigma, collect_sketches
 from taco_sim.dial.disturb import PUSH_BODY, Disturbance, Episode
-from taco_sim.dial.env import (ACTION_DIM, FINGERS_CLOSED, HOME, K, PHYSICS_DT, PRESS_DEPTH, SLOT_LABELS,
+from taco_sim.dial.env import (ACTION_DIM, FINGERS_CLOSED, HOME, HOME_NOISE, K, PHYSICS_DT, PRESS_DEPTH, SLOT_LABELS,
                                SLOTS, STATE_DIM, SUBSAMPLE, TORQUE_LIMITS, VOCAB, DialEnv, check_layout,
                                kinematics, sample_layout)
 
@@ -434,12 +434,31 @@ MAX_MOTOR_NOISE = 0.2
 the expert itself fails (the harder test's levels stop at 5 %)."""
 
 
+def draw_disturbance(rng, limits):
+    """An attempt's disturbance under collection limits (a Disturbance of maxima): each field
+    away from the standard arm's drawn uniformly up to its limit, in the order start, noise,
+    delay, push (the start spread from HOME_NOISE up, the delay an integer from 0); a field at
+    the standard arm's draws nothing. None for the standard arm."""
+    fields = {}
+    if limits.start > HOME_NOISE:
+        fields["start"] = float(rng.uniform(HOME_NOISE, limits.start))
+    if limits.noise > 0:
+        fields["noise"] = float(rng.uniform(0.0, limits.noise))
+    if limits.delay > 0:
+        fields["delay"] = int(rng.integers(0, limits.delay + 1))
+    if limits.push > 0:
+        fields["push"] = float(rng.uniform(0.0, limits.push))
+    d = Disturbance(push_steps=limits.push_steps, **fields)
+    return None if d.none else d
+
+
 def _demo(args):
     """One DART demonstration: (states (T, D), actions (T, A), labels (T,), final (D,), discarded).
-    With motor_noise > 0 an attempt also draws a motor level ~ U(0, motor_noise) and its arm
-    meets the harder test's motor torque noise at that level (Disturbance(noise=level)), drawn
-    from the attempt's episode seed; at 0 nothing more is drawn (the default data, bit for bit)."""
-    variant, sketch, seed, dart_sigma, motor_noise = args
+    Under collection limits (a Disturbance of maxima, not the standard arm's) an attempt also
+    draws its disturbance (draw_disturbance: e.g. a motor noise level ~ U(0, limit)) and its arm
+    meets it as the harder test's does, from the attempt's episode seed; under the standard
+    arm's nothing more is drawn (the default data, bit for bit)."""
+    variant, sketch, seed, dart_sigma, limits = args
     rng = np.random.default_rng(seed)
     task = variant.task(layout="standard")
     L = len(sketch)
@@ -447,8 +466,8 @@ def _demo(args):
         task.layout = sample_layout(rng)
         episode_seed = int(rng.integers(2 ** 31))
         scale = rng.uniform(0.0, dart_sigma) * variant.noise                           # (A,)
-        if motor_noise > 0:
-            task.disturbance = Disturbance(noise=float(rng.uniform(0.0, motor_noise)))
+        if not limits.none:
+            task.disturbance = draw_disturbance(rng, limits)
         obs = task.reset(sketch, seed=episode_seed)
         states, actions, labels = [], [], []
         while not task.done and not task.failed and task.t < budget(L):
@@ -491,14 +510,28 @@ def collection_draws(n, sketch_len, seed, dart_sigma, sketches, workers):
 
 
 def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=None, workers=1,
-            motor_noise=0.0):
+            motor_noise=0.0, disturbance=None):
     """n expert demonstrations of the torque variant (domain "dial"); see collect_variant."""
     return collect_variant(TORQUE, n, sketch_len, seed, dart_sigma=dart_sigma, sketches=sketches,
-                           progress=progress, workers=workers, motor_noise=motor_noise)
+                           progress=progress, workers=workers, motor_noise=motor_noise,
+                           disturbance=disturbance)
+
+
+def collection_limits(motor_noise=0.0, disturbance=None):
+    """The Disturbance of maxima a collection draws its attempts' disturbances under: disturbance
+    (None: the standard arm's) with its noise raised to motor_noise; ValueError naming either."""
+    check_motor_noise(motor_noise)
+    if disturbance is None:
+        disturbance = Disturbance()
+    if not isinstance(disturbance, Disturbance):
+        raise ValueError(f"disturbance: expected a taco_sim.dial.disturb.Disturbance or None, got {disturbance!r}")
+    if disturbance.noise > MAX_MOTOR_NOISE:
+        raise ValueError(f"disturbance: its noise {disturbance.noise:g} is over MAX_MOTOR_NOISE {MAX_MOTOR_NOISE:g}")
+    return replace(disturbance, noise=max(disturbance.noise, float(motor_noise)))
 
 
 def collect_variant(variant, n, sketch_len, seed, dart_sigma=DART_SIGMA, sketches=None, progress=None,
-                    workers=1, motor_noise=0.0):
+                    workers=1, motor_noise=0.0, disturbance=None):
     """n demonstrations of variant's expert with DART noise on random (never standard) layouts,
     as a validated Demos (meta["domain"] = variant.name).
 
@@ -510,11 +543,13 @@ def collect_variant(variant, n, sketch_len, seed, dart_sigma=DART_SIGMA, sketche
     workers > 1 uses a fork pool; progress(done, total) is called as chunks of CHUNK finish (in
     order). motor_noise > 0: each demonstration's arm also meets motor torque noise at a level
     ~ U(0, motor_noise) of the peak torques (the harder test's noise; spec/dial.md §12), the
-    recorded action still the clean expert's; meta["motor_noise"] says so.
+    recorded action still the clean expert's; meta["motor_noise"] says so. disturbance (a
+    Disturbance of maxima, e.g. the harder test's): each attempt draws every disturbance up to
+    it (draw_disturbance); meta["collection_disturbance"] records the maxima.
     """
-    check_motor_noise(motor_noise)
+    limits = collection_limits(motor_noise, disturbance)
     sketches, seeds = collection_draws(n, sketch_len, seed, dart_sigma, sketches, workers)
-    jobs = [(variant, sketches[i], seeds[i], float(dart_sigma), float(motor_noise)) for i in range(n)]
+    jobs = [(variant, sketches[i], seeds[i], float(dart_sigma), limits) for i in range(n)]
     chunks = [jobs[i:i + CHUNK] for i in range(0, n, CHUNK)]
     poses()                                                  # solve IK before forking
     results = []
@@ -536,5 +571,8 @@ def collect_variant(variant, n, sketch_len, seed, dart_sigma=DART_SIGMA, sketche
             "physics_dt": PHYSICS_DT, "collected_on": collected_on()}
     if motor_noise > 0:                         # absent at 0: the default data's meta, unchanged
         meta["motor_noise"] = float(motor_noise)
+    if disturbance is not None and not disturbance.none:
+        meta["collection_disturbance"] = {k: (int(v) if k in ("delay", "push_steps") else float(v))
+                                          for k, v in asdict(limits).items()}
     return assemble([r[0] for r in results], [r[1] for r in results], [r[2] for r in results],
                     [r[3] for r in results], sketches, VOCAB, meta)

@@ -78,9 +78,10 @@ VELOCITY = Variant("dial-velocity", DialVelocityTask, expert_velocity_from_obs, 
 
 
 def collect(n, sketch_len, seed, dart_sigma=DART_SIGMA_VELOCITY, sketches=None, progress=None, workers=1,
-            motor_noise=0.0):
+            motor_noise=0.0, disturbance=None):
     """n DART demonstrations of the velocity expert (actions (N, T, 6), rad/s); otherwise as
     taco_sim.dial.collect (random layouts, per-demonstration seeds, equal for any workers;
-    motor_noise: the motors' torque noise some demonstrations meet, collect_variant's)."""
+    motor_noise, disturbance: what the demonstrations' arm meets, collect_variant's)."""
     return collect_variant(VELOCITY, n, sketch_len, seed, dart_sigma=dart_sigma, sketches=sketches,
-                           progress=progress, workers=workers, motor_noise=motor_noise)
+                           progress=progress, workers=workers, motor_noise=motor_noise,
+                           disturbance=disturbance)
