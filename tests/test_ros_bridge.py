@@ -1343,18 +1343,21 @@ def test_a_control_tick_after_the_parents_exit_sends_nothing():
 def test_no_command_of_the_run_follows_the_stop_signals_zero():
     """on_stop_signal sends the zero at once, except while publish_command runs (a handler runs
     between any two bytecodes): then the zero goes out right after the command being published,
-    and a command that had not gone out yet is dropped. Any order: the zero is the last."""
+    and a command that had not gone out yet is dropped. Any order: the zero is the last, and the
+    way out's flushed zero waits for it instead of sending a second one (two reliable messages
+    back to back left the acknowledgement wait unsettled now and then)."""
     from types import SimpleNamespace
     from taco_bridge import policy_node
     P = policy_node.PolicyNode
 
     def fake():
         sent = []
-        node = SimpleNamespace(lifecycle="active", publishing=False, zero_due=False, stop_signals=[],
-                               to_command=np.arange(3), command_subscribers=deque(), clock=time.monotonic)
+        node = SimpleNamespace(lifecycle="active", publishing=False, zero_due=False, zero_last=False,
+                               stop_signals=[], to_command=np.arange(3), command_subscribers=deque(),
+                               clock=time.monotonic)
         node.publish_zero_now = lambda: P.publish_zero_now(node)
         node.command_pub = SimpleNamespace(publish=lambda msg: sent.append(list(msg.data)),
-                                           get_subscription_count=lambda: 1)
+                                           get_subscription_count=lambda: 1, wait_for_all_acked=lambda d: True)
         return node, sent
 
     def signal_in(node):
@@ -1365,6 +1368,8 @@ def test_no_command_of_the_run_follows_the_stop_signals_zero():
     P.publish_command(node, np.ones(3))
     signal_in(node)
     P.publish_command(node, np.ones(3))
+    assert sent == [[1.0] * 3, [0.0] * 3]
+    P.publish_command(node, np.zeros(3), flush=True)    # the way out waits for that zero, sends no other
     assert sent == [[1.0] * 3, [0.0] * 3]
     node, sent = fake()                                 # the signal while the command goes out
     publish = node.command_pub.publish
@@ -1619,7 +1624,8 @@ def test_the_launch_starts_plain_nodes_and_forwards_sigint():
     from launch_ros.actions import LifecycleNode, Node
     context = LaunchContext()
     context.launch_configurations.update({"params_file": "f.yaml", "model": "", "rate": "", "namespace": "",
-                                          "command_interface": "", "autostart": "true", "use_sim": "true"})
+                                          "command_interface": "", "autostart": "true", "use_sim": "true",
+                                          "disturbance": ""})
     sim, policy, handler = module.nodes(context)
     assert isinstance(sim, Node) and isinstance(policy, Node) and not isinstance(policy, LifecycleNode)
     assert isinstance(handler, RegisterEventHandler)

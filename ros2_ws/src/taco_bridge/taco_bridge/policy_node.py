@@ -354,6 +354,7 @@ class PolicyNode(LifecycleNode):
         self.command_subscribers = deque()   # (time, subscribers matched) at each command publish
         self.publishing = False           # inside publish_command (on_stop_signal defers its zero)
         self.zero_due = False             # a stop signal's zero, to follow the command going out
+        self.zero_last = False            # the last command out is the stop signal's zero
         self.finished = False             # after the shutdown transition: the process exits
         self.stop_signals = []            # node_util.run's record of stop signals (SIGINT ...)
         self.parent_pid = None            # node_util.run's: the parent at start (stop_pending)
@@ -644,7 +645,11 @@ class PolicyNode(LifecycleNode):
             self.publish_zero_now()
 
     def publish_zero_now(self):
+        """The stop signal's zero command, recorded with the subscribers matched then (a subscriber
+        that leaves with it unacknowledged is one that left, for the way out's wait)."""
+        self.command_subscribers.append((self.clock(), self.command_pub.get_subscription_count()))
         self.command_pub.publish(Float64MultiArray(data=[0.0] * len(self.to_command)))
+        self.zero_last = True
 
     # ----- output -----------------------------------------------------------------------------
 
@@ -666,13 +671,16 @@ class PolicyNode(LifecycleNode):
             while history[0][0] < now - ACK_HISTORY:
                 history.popleft()
             before = max(n for _, n in history)
-            self.command_pub.publish(Float64MultiArray(data=[float(x) for x in action[self.to_command]]))
+            if not (flush and self.zero_last and not np.any(action)):   # the signal's zero is out: wait for it
+                self.command_pub.publish(Float64MultiArray(data=[float(x) for x in action[self.to_command]]))
+                self.zero_last = False
             if flush:
                 acked, left, matched = wait_acknowledged(self.command_pub, ZERO_ACK_TIMEOUT, before)
                 if acked:
                     return
                 text = (f'the zero command was not acknowledged within {ZERO_ACK_TIMEOUT:g} s by '
-                        f'every subscriber: {matched} still matched')
+                        f'every subscriber: {matched} still matched, at most {before} in the last '
+                        f'{ACK_HISTORY:g} s')
                 if left:                        # not evidence of a miss (wait_acknowledged)
                     self.get_logger().debug(f'{text}, {left} left during the wait')
                 else:
