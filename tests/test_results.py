@@ -445,3 +445,21 @@ def test_dial_robust_diagnosis_rows_are_the_committed_runs():
         with open(path, encoding="utf-8") as f:
             row = dial_disturbed.table([json.load(f)]).splitlines()[-1]
         assert row in text, (path, row)
+
+
+def test_dial_robust_validation_table_is_the_committed_outputs():
+    """results/dial-robust/README.md's validation table: dial_disturbed.validation_table of the
+    committed validation outputs, the candidates in the README's order."""
+    from taco_app.analysis import dial_disturbed
+    folder = os.path.join(ROOT, "results", "dial-robust")
+    text = open(os.path.join(folder, "README.md"), encoding="utf-8").read()
+    table = text.split("<!-- validation table -->\n", 1)[1].split("\n<!-- end validation table -->", 1)[0]
+    prefixes = {("dial", "standard (DART noise only)"): "shipped-dial",
+                ("dial", "motor noise up to 10 %"): "dial-m0.1",
+                ("dial", "the harder test's disturbances, motor noise up to 10 %"): "dial-h",
+                ("dial-velocity", "standard (DART noise only)"): "shipped-dial-velocity",
+                ("dial-velocity", "motor noise up to 10 %"): "vel-m0.1",
+                ("dial-velocity", "the harder test's disturbances, motor noise up to 10 %"): "vel-h"}
+    rows = [line.split(" | ")[:2] for line in table.splitlines()[2:]]
+    candidates = [(prefixes[(m.lstrip("| "), about)], m.lstrip("| "), about) for m, about in rows]
+    assert table == dial_disturbed.validation_table(os.path.join(folder, "validation"), candidates)

@@ -214,6 +214,34 @@ def table(figures):
     return "\n".join(lines)
 
 
+VALIDATION_CONDITIONS = ("standard", "harder", "noise-5", "start")
+"""The conditions the robustness fix was chosen on (spec/dial.md §12): the standard test, the
+harder test and its two costliest disturbances for the shipped models."""
+
+
+def validation_table(folder, candidates):
+    """Markdown table of `taco evaluate --split validation` outputs named PREFIX-CONDITION.json in
+    folder: a row per (prefix, model, what its demonstrations met) of candidates, the PINs
+    completed per VALIDATION_CONDITIONS and the lowest share (the choice's score)."""
+    lines = ["| model | its demonstrations' arm | " + " | ".join(VALIDATION_CONDITIONS) + " | lowest |",
+             "|---|---|" + "---:|" * (len(VALIDATION_CONDITIONS) + 1)]
+    for prefix, model, about in candidates:
+        cells, shares = [], []
+        for condition in VALIDATION_CONDITIONS:
+            path = os.path.join(folder, f"{prefix}-{condition}.json")
+            if not os.path.exists(path):
+                cells.append("-")
+                continue
+            with open(path, encoding="utf-8") as f:
+                out = json.load(f)
+            k, n = out["outcomes"].count("1"), out["n_tasks"]
+            cells.append(f"{k} of {n}")
+            shares.append(k / n)
+        lowest = f"{100 * min(shares):.1f} %" if len(shares) == len(VALIDATION_CONDITIONS) else "-"
+        lines.append(f"| {model} | {about} | " + " | ".join(cells) + f" | {lowest} |")
+    return "\n".join(lines)
+
+
 def _fmt(q, scale=1.0):
     return f"{q[1] * scale:.3g} [{q[0] * scale:.3g}, {q[2] * scale:.3g}]"
 
