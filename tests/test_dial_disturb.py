@@ -52,7 +52,7 @@ def test_noise_is_a_share_of_each_limit_and_a_function_of_the_seed():
 
 
 def test_velocity_torque_noise_is_added_to_the_loop_torque_at_every_physics_step(monkeypatch):
-    """dial-velocity under noise: the motors receive the velocity loop's torque (eq. (1)-(2),
+    """dial-velocity under noise: the motors receive the velocity loop's torque (spec/dial.md §7,
     re-evaluated each physics step) plus the step's noise, the same in every physics step of
     the control step; without noise, the loop's torque alone."""
     from taco_sim.dial.env import SUBSAMPLE
