@@ -130,7 +130,8 @@ class SimNode(Node):
         self.create_timer(1.0 / joint_state_rate, self.publish_joint_state)
         self.get_logger().info(f'JACO dial sim, layout {self.env.layout.tolist()}, '
                                f'real-time factor {self.rtf:g}, {self.interface} commands on '
-                               f'{command_sub.topic_name}')
+                               f'{command_sub.topic_name}'
+                               + (f', disturbance {p["disturbance"]}' if self.disturbance else ''))
 
     def on_command(self, msg):
         command = np.asarray(msg.data, dtype=np.float64)
