@@ -856,6 +856,15 @@ def test_motor_noise_is_bounded_and_only_for_the_arm(tmp_path, capsys, domain, v
     assert not (tmp_path / "d.npz").exists()
 
 
+@pytest.mark.parametrize("domain, value, phrases", [("dial", "earthquake", ("--disturbance", "harder")),
+                                                    ("navworld", "harder", ("--disturbance", "navworld"))])
+def test_a_collection_disturbance_is_a_named_condition_and_only_for_the_arm(tmp_path, capsys, domain, value,
+                                                                          phrases):
+    expect(capsys, ["collect", domain, "--n", "2", "--disturbance", value, "--out", tmp_path / "d.npz"],
+           2, *phrases)
+    assert not (tmp_path / "d.npz").exists()
+
+
 @case("crash")
 def dart_noise_of_infinity(base, tmp, capsys):
     """A RuntimeError traceback after 100 redraws before."""
