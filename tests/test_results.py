@@ -463,3 +463,26 @@ def test_dial_robust_validation_table_is_the_committed_outputs():
     rows = [line.split(" | ")[:2] for line in table.splitlines()[2:]]
     candidates = [(prefixes[(m.lstrip("| "), about)], m.lstrip("| "), about) for m, about in rows]
     assert table == dial_disturbed.validation_table(os.path.join(folder, "validation"), candidates)
+
+
+def test_dial_robust_test_figures_are_the_committed_outputs():
+    """results/dial-robust/README.md gives, for every committed test-protocol output of a chosen
+    candidate (test/NAME-test-CONDITION.json, 500 test PINs), the PINs completed with their
+    Wilson interval and the sub-task accuracy."""
+    import glob
+    from taco_sim.dial import disturb
+    folder = os.path.join(ROOT, "results", "dial-robust")
+    text = open(os.path.join(folder, "README.md"), encoding="utf-8").read()
+    outputs = sorted(glob.glob(os.path.join(folder, "test", "*-test-*.json")))
+    assert outputs
+    for path in outputs:
+        name, condition = os.path.basename(path)[:-len(".json")].split("-test-")
+        with open(path, encoding="utf-8") as f:
+            out = json.load(f)
+        assert out["n_tasks"] == 500 and out.get("test") == (None if condition == "standard" else condition), path
+        done, n = out["outcomes"].count("1"), out["n_tasks"]
+        lo, hi = evaluate.wilson_interval(done, n)
+        about = "the standard test" if condition == "standard" else disturb.TESTS[condition].about
+        row = (f"| `{name}` | `{condition}` | {about} | {done} of {n}, {100 * done / n:.1f} % "
+               f"[{100 * lo:.1f}, {100 * hi:.1f}] | {100 * out['subtask_accuracy']:.1f} % |")
+        assert row in text, row
