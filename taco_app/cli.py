@@ -822,13 +822,6 @@ def _add_experiment(sub):
     p.add_argument("--n-tasks", type=tasks_count, default=None, help=f"test sketches each cell executes (default: {_shown('n_tasks')})")
     p.add_argument("--n-align", type=demos_count, default=None,
                    help=f"held-out demonstrations for alignment (default: {_shown('n_align')})")
-    p.add_argument("--motor-noise", type=motor_level, default=None, metavar="SHARE",
-                   help="the joint-state Dial's: each demonstration's arm also meets Gaussian noise on "
-                        "its motors' torques at a level drawn from U(0, SHARE) of the peak torques "
-                        "(the harder test's noise; default none)")
-    p.add_argument("--disturbance", default=None, metavar="NAME",
-                   help="the joint-state Dial's: each demonstration's arm meets the disturbances of the "
-                        "named test condition (harder, push, ...) at levels drawn up to the condition's")
     p.add_argument("--expert", default=None, metavar="NAME",
                    help="which of the domain's experts demonstrates (Craft: features, the default, "
                         "or planner, whose cells are results/archive/craft*)")
