@@ -800,23 +800,15 @@ def test_a_model_of_the_other_interface_is_refused(install, tmp_path, interface,
 
 
 @pytest.mark.slow
-def test_sim_node_refuses_an_unknown_interface(install):
+@pytest.mark.parametrize("parameter, start", [("command_interface:=position", "parameter command_interface"),
+                                              ("disturbance:=earthquake", "parameter disturbance: expected one of harder")])
+def test_sim_node_refuses_an_unknown_interface_or_disturbance(install, parameter, start):
     cmd = (f"source '{install}/setup.bash' && exec '{install}/taco_bridge/lib/taco_bridge/sim_node' "
-           f"--ros-args -p command_interface:=position")
+           f"--ros-args -p {parameter}")
     out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300)
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == 1 and len(lines) == 1, out.stdout + out.stderr
-    assert lines[0].startswith("taco_sim: cannot start: parameter command_interface"), lines
-
-
-@pytest.mark.slow
-def test_sim_node_refuses_an_unknown_disturbance(install):
-    cmd = (f"source '{install}/setup.bash' && exec '{install}/taco_bridge/lib/taco_bridge/sim_node' "
-           f"--ros-args -p disturbance:=earthquake")
-    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300)
-    lines = [line for line in out.stderr.splitlines() if line.strip()]
-    assert out.returncode == 1 and len(lines) == 1, out.stdout + out.stderr
-    assert lines[0].startswith("taco_sim: cannot start: parameter disturbance: expected one of harder"), lines
+    assert lines[0].startswith(f"taco_sim: cannot start: {start}"), lines
 
 
 def test_the_sim_nodes_disturbance_is_the_harder_tests_per_control_step():
