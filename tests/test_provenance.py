@@ -20,7 +20,7 @@ def test_machine_is_json_and_names_the_cpu_and_architecture():
 
 
 def _cores(env):
-    code = "import json; from taco_ref import provenance; print(json.dumps(provenance.blas_cores()))"
+    code = "import json; from taco_ref.plumbing import provenance; print(json.dumps(provenance.blas_cores()))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True)
     return json.loads(out.stdout)
