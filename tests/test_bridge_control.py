@@ -360,9 +360,26 @@ def test_bridge_offline_bench_counts_dialled_pins(tmp_path, capsys):
     bench.main([taco_sim.get("dial-velocity").models["default"], "--interface", "velocity", "--n-tasks", "2"])
     report = json.loads(capsys.readouterr().out)
     assert (report["n_tasks"], report["dialled"], report["interface"]) == (2, 2, "velocity")
+    assert (report["outcomes"], report["failures"]) == ("11", {})
     save(random_model(stop_bias=-50.0), str(tmp_path / "never-stops"))
     bench.main([str(tmp_path / "never-stops"), "--n-tasks", "1"])
-    assert json.loads(capsys.readouterr().out)["dialled"] == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["dialled"] == 0 and report["outcomes"] == "0" and sum(report["failures"].values()) == 1
+
+
+def test_bridge_offline_names_what_went_wrong_with_a_pin_not_dialled():
+    """offline.pin_failure: the run's outcome and how much of the PIN the keypad registered;
+    a dialled PIN adds nothing to the list, a PIN the run called done whose keypad disagrees does."""
+    from types import SimpleNamespace as Run
+    from taco_bridge import offline as bench
+    why = []
+    assert bench._dialled(Run(outcome="done", message="dialled"), [1, 2, 3], [1, 2, 3], why) and why == []
+    assert not bench._dialled(Run(outcome=None, message=""), [1, 2], [1, 2, 3], why)
+    assert not bench._dialled(Run(outcome="done", message="dialled 1 2 3 in 4.2 s"), [1, 2, 2], [1, 2, 3], why)
+    assert not bench._dialled(Run(outcome="error", message="sub-task 2 (position 1) did not stop within 20 s"),
+                              [], [1, 2, 3], why)
+    assert why == ["the step budget ran out; 2 of 3 digits registered", "done; another key registered",
+                   "error: a sub-task did not stop within 20 s; 0 of 3 digits registered"]
 
 
 def test_bridge_offline_runs_a_named_test_through_the_disturbed_arm(monkeypatch, capsys):

@@ -32,8 +32,10 @@ for the comparison:
     python -m taco_bridge.offline sim/taco_sim/dial/models/dial --preempt 100 --no-handover
 """
 import argparse
+import collections
 import json
 import os
+import re
 import sys
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -51,18 +53,47 @@ from taco_bridge.control import Controller, joint_bounds, keypad_offline, run_of
 INTERFACES = {"effort": ("dial", dial.TORQUE_LIMITS), "velocity": ("dial-velocity", dial.VELOCITY_LIMITS)}
 
 
-def dial_pin(ctl, env, sketch, velocity):
+def dial_pin(ctl, env, sketch, velocity, why=None):
     """True if the controller's control step dialled sketch on env (no keypad topic: the press
-    rule reads the fingertip, as the node does without /dial/pressed)."""
+    rule reads the fingertip, as the node does without /dial/pressed). why: a list that gets,
+    for a PIN not dialled, what went wrong (pin_failure)."""
     run = run_offline(ctl, env, sketch, env.velocity_step if velocity else env.step)
-    return run.outcome == "done" and list(env.presses) == list(sketch)
+    return _dialled(run, env.presses, sketch, why)
 
 
-def dial_pin_disturbed(ctl, task, sketch):
+def dial_pin_disturbed(ctl, task, sketch, why=None):
     """dial_pin on a task environment under a disturbance (a named test's DialTask, reset): the
     command goes through task.step (delayed, noisy, pushed as the test says)."""
     run = run_offline(ctl, task.env, sketch, task.step)
-    return run.outcome == "done" and list(task.env.presses) == list(sketch)
+    return _dialled(run, task.env.presses, sketch, why)
+
+
+def pin_failure(run, presses, sketch):
+    """What went wrong with a PIN not dialled, in a few words: how the run ended (done, its
+    error message with the sub-task's digit and position left out, or the PIN's step budget
+    spent with the run in progress) and whether the keypad registered the PIN, a prefix of it
+    or another key."""
+    got, want = [int(p) for p in presses], [int(d) for d in sketch]
+    if got == want:
+        registered = "the PIN registered"
+    elif got == want[:len(got)]:
+        registered = f"{len(got)} of {len(want)} digits registered"
+    else:
+        registered = "another key registered"
+    if run.outcome is None:
+        ended = "the step budget ran out"
+    elif run.outcome == "done":
+        ended = "done"
+    else:
+        ended = f"{run.outcome}: " + re.sub(r"sub-task \d+ \(position \d+\)", "a sub-task", run.message or "")
+    return f"{ended}; {registered}"
+
+
+def _dialled(run, presses, sketch, why):
+    ok = run.outcome == "done" and list(presses) == list(sketch)
+    if not ok and why is not None:
+        why.append(pin_failure(run, presses, sketch))
+    return ok
 
 
 def controller(model, limits):
@@ -139,22 +170,25 @@ def main(argv=None):
         ap.error(f"--test: expected one of {', '.join(domain.tests)}, got {args.test!r}")
     sketches = evaluate.protocol_sketches(domain, args.n_tasks, test=args.test)
     seeds = np.random.default_rng(evaluate.EPISODE_SEED).integers(0, 2**31, size=len(sketches))
-    dialled = 0
+    outcomes, why = [], []
     for i, (row, seed) in enumerate(zip(sketches, seeds)):
         sketch = [int(d) for d in row if d >= 0]
         ctl = controller(model, limits)
         if args.test is not None:
             task = domain.tests[args.test].make_env()
             task.reset(sketch, seed=int(seed))
-            dialled += dial_pin_disturbed(ctl, task, sketch)
+            outcomes.append(dial_pin_disturbed(ctl, task, sketch, why))
         else:
             env = dial.DialEnv()
             env.reset(seed=int(seed), layout="standard")
-            dialled += dial_pin(ctl, env, sketch, args.interface == "velocity")
-        print(f"\rbridge control step: {i + 1}/{len(sketches)}, {dialled} dialled", end="", file=sys.stderr)
+            outcomes.append(dial_pin(ctl, env, sketch, args.interface == "velocity", why))
+        print(f"\rbridge control step: {i + 1}/{len(sketches)}, {sum(outcomes)} dialled", end="", file=sys.stderr)
     print(file=sys.stderr)
+    dialled = sum(outcomes)
     print(json.dumps(dict(model=args.model, interface=args.interface, test=args.test, n_tasks=len(sketches),
-                          dialled=dialled, share=dialled / len(sketches))))
+                          dialled=dialled, share=dialled / len(sketches),
+                          outcomes="".join("1" if ok else "0" for ok in outcomes),
+                          failures=dict(collections.Counter(why).most_common()))))
 
 
 if __name__ == "__main__":
