@@ -361,3 +361,20 @@ def test_a_cell_interrupted_mid_training_continues_from_its_checkpoint(tmp_path,
     image_cell = dict(c, domain="dial-image-small", train_sketch_len=4)
     path = experiment.run_dir_of(str(tmp_path), image_cell)
     assert path.endswith(f"seed0-{experiment.cell_key(image_cell)[:16]}") and "runs/dial-image-small/taco" in path
+
+
+def test_grids_collect_the_standard_dial_data_only(monkeypatch, capsys):
+    """A grid's data task calls the domain's collect with the demonstrations' count, length,
+    seed and expert only: no motor noise or disturbance reaches a grid's data (spec/dial.md
+    §12), and `taco experiment` refuses the collection-only options instead of ignoring them."""
+    from taco_app import cli
+    from taco_app.grid import cell
+    from types import SimpleNamespace
+    seen = []
+    stand_in = SimpleNamespace(streams=False, collect=lambda *a, **kw: seen.append((a, kw)) or "demos")
+    monkeypatch.setattr(cell.taco_sim, "get", lambda name: stand_in if name == "dial" else None)
+    assert cell.collect(("dial", 3, 4, 10000, None)) == "demos"
+    assert seen == [((3, 4, 10000), {})]
+    for option in ("--motor-noise", "--disturbance"):
+        rc = cli.main(["experiment", "dial", "--sizes", "3", "--seeds", "0", "--algos", "taco", option, "0.1"])
+        assert rc == 2 and f"unrecognized arguments: {option}" in capsys.readouterr().err
