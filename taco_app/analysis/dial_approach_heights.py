@@ -56,9 +56,11 @@ def demo_approaches(demos):
 
 def rollout_approaches(model, n_tasks, seed):
     """Per press registered in validation rollouts of model (sketches and seeds of
-    evaluate.validation_rollouts): the same windows, the pressing step being the step during
-    which the keypad's count rose; the pressed key is the one the count credited."""
+    evaluate.validation_rollouts, executed with the model's own views and STOP hold, as the
+    bridge executes it): the same windows, the pressing step being the step during which the
+    keypad's count rose; the pressed key is the one the count credited."""
     dom, sketches, seeds, views = timing.validation_pins(model, n_tasks, seed)
+    stop_hold = int(model.config.get("stop_hold", 1))
     out = []
     for sketch, s in zip(sketches, seeds):
         trace = []                                                  # (progress, obs) after each step
@@ -66,7 +68,8 @@ def rollout_approaches(model, n_tasks, seed):
         def observe(task, active):
             trace.append((task.progress, task.env.obs))
 
-        evaluate.execute(model, dom.validation_env(), list(sketch), int(s), observer=observe, views=views)
+        evaluate.execute(model, dom.validation_env(), list(sketch), int(s), observer=observe, views=views,
+                         stop_hold=stop_hold)
         for t in range(1, len(trace)):
             if trace[t][0] > trace[t - 1][0]:                       # the step from t - 1 pressed
                 digit = int(sketch[trace[t - 1][0]])
