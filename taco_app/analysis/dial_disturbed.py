@@ -24,6 +24,8 @@ keypad registers is followed:
         [--noise-joints J ...] [--n-tasks 50] [--out OUT.json]
     python -m taco_app.analysis.dial_disturbed --table OUT.json ...     # one table of several
     python -m taco_app.analysis.dial_disturbed --summary OUT.json ...   # each run's summary again
+    python -m taco_app.analysis.dial_disturbed --retrained dial dial-velocity
+        # the shipped models' test figures against the models they replaced (from the checkout)
 
 Prints a short markdown summary; OUT.json holds every figure.
 """
@@ -242,6 +244,48 @@ def validation_table(folder, candidates):
     return "\n".join(lines)
 
 
+TEST_CONDITIONS = ("standard", "harder", "noise-1", "noise-2", "noise-3", "noise-5", "start", "delay", "push", "long")
+SHIPPED_FIGURES = os.path.join("results", "dial", "shipped")
+BEFORE_FIGURES = os.path.join("results", "archive", "dial-shipped-undisturbed")
+
+
+def retrained_table(model, folder, before, conditions=None):
+    """Markdown table of a retrained model against the one it replaced on the same test PINs:
+    a row per condition ("standard" is NAME-evaluate.json, any other NAME-test-CONDITION.json,
+    in folder for the model and in before for its predecessor), the PINs each completed with
+    their Wilson interval, and the difference (retrained − before) paired on the PINs
+    (spec/evaluation.md eq. (6)); "-" where the predecessor was not measured. conditions:
+    TEST_CONDITIONS by default."""
+    def load(where, condition):
+        name = f"{model}-evaluate.json" if condition == "standard" else f"{model}-test-{condition}.json"
+        path = os.path.join(where, name)
+        if not os.path.exists(path):
+            return None
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+
+    def share(out):
+        k, n = out["outcomes"].count("1"), out["n_tasks"]
+        lo, hi = evaluate.wilson_interval(k, n)
+        return f"{k} of {n}, {100 * k / n:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+    conditions = TEST_CONDITIONS if conditions is None else conditions
+    lines = [f"| `{model}`: condition | what is disturbed | before | retrained | retrained − before (paired) |",
+             "|---|---|---|---|---:|"]
+    for condition in conditions:
+        new, old = load(folder, condition), load(before, condition)
+        if new is None:
+            raise FileNotFoundError(f"retrained_table: no output of {model} for condition {condition!r} in {folder}")
+        about = "the standard test" if condition == "standard" else disturb.TESTS[condition].about
+        if old is None:
+            diff = "-"
+        else:
+            d, lo, hi = evaluate.paired_difference_interval(new["outcomes"], old["outcomes"])
+            diff = f"{100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+        lines.append(f"| `{condition}` | {about} | {share(old) if old else '-'} | {share(new)} | {diff} |")
+    return "\n".join(lines)
+
+
 def _fmt(q, scale=1.0):
     return f"{q[1] * scale:.3g} [{q[0] * scale:.3g}, {q[2] * scale:.3g}]"
 
@@ -251,6 +295,9 @@ def main(argv=None):
     ap.add_argument("--model", help="a Dial model directory, or a shipped model's name")
     ap.add_argument("--table", nargs="+", metavar="JSON", help="print one table of these runs' figures and exit")
     ap.add_argument("--summary", nargs="+", metavar="JSON", help="print each run's summary again and exit")
+    ap.add_argument("--retrained", nargs="+", metavar="NAME",
+                    help="print each shipped model's test figures against its predecessor's and exit "
+                         f"(the figure files of {SHIPPED_FIGURES} and {BEFORE_FIGURES}, from the checkout)")
     group = ap.add_mutually_exclusive_group()
     group.add_argument("--test", help="a named test condition of taco_sim.dial.disturb.TESTS")
     group.add_argument("--noise", type=float, default=0.05, help="motor torque noise, share of the peak torques")
@@ -261,6 +308,9 @@ def main(argv=None):
     ap.add_argument("--data", help="the model's training demonstrations (.npz) for the coverage figures")
     ap.add_argument("--out", help="JSON file of every figure")
     args = ap.parse_args(argv)
+    if args.retrained:
+        print("\n\n".join(retrained_table(name, SHIPPED_FIGURES, BEFORE_FIGURES) for name in args.retrained))
+        return 0
     if args.table or args.summary:
         figures = []
         for path in args.table or args.summary:
