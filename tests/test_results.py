@@ -459,30 +459,30 @@ def test_dial_robust_validation_table_is_the_committed_outputs():
                 ("dial", "the harder test's disturbances, motor noise up to 10 %"): "dial-h",
                 ("dial-velocity", "standard (DART noise only)"): "shipped-dial-velocity",
                 ("dial-velocity", "motor noise up to 10 %"): "vel-m0.1",
-                ("dial-velocity", "the harder test's disturbances, motor noise up to 10 %"): "vel-h"}
+                ("dial-velocity", "the harder test's disturbances, motor noise up to 10 %"): "vel-h",
+                ("dial, GT-BC", "standard (DART noise only)"): "gtbc-dial-std",
+                ("dial, GT-BC", "the harder test's disturbances, motor noise up to 10 %"): "gtbc-dial-h"}
     rows = [line.split(" | ")[:2] for line in table.splitlines()[2:]]
     candidates = [(prefixes[(m.lstrip("| "), about)], m.lstrip("| "), about) for m, about in rows]
     assert table == dial_disturbed.validation_table(os.path.join(folder, "validation"), candidates)
 
 
-def test_dial_robust_test_figures_are_the_committed_outputs():
-    """results/dial-robust/README.md gives, for every committed test-protocol output of a chosen
-    candidate (test/NAME-test-CONDITION.json, 500 test PINs), the PINs completed with their
-    Wilson interval and the sub-task accuracy."""
-    import glob
-    from taco_sim.dial import disturb
-    folder = os.path.join(ROOT, "results", "dial-robust")
-    text = open(os.path.join(folder, "README.md"), encoding="utf-8").read()
-    outputs = sorted(glob.glob(os.path.join(folder, "test", "*-test-*.json")))
-    assert outputs
-    for path in outputs:
-        name, condition = os.path.basename(path)[:-len(".json")].split("-test-")
-        with open(path, encoding="utf-8") as f:
-            out = json.load(f)
-        assert out["n_tasks"] == 500 and out.get("test") == (None if condition == "standard" else condition), path
-        done, n = out["outcomes"].count("1"), out["n_tasks"]
-        lo, hi = evaluate.wilson_interval(done, n)
-        about = "the standard test" if condition == "standard" else disturb.TESTS[condition].about
-        row = (f"| `{name}` | `{condition}` | {about} | {done} of {n}, {100 * done / n:.1f} % "
-               f"[{100 * lo:.1f}, {100 * hi:.1f}] | {100 * out['subtask_accuracy']:.1f} % |")
-        assert row in text, row
+def test_dial_robust_retrained_tables_are_the_committed_outputs():
+    """results/dial-robust/README.md's tables of the retrained models against the ones they
+    replaced are dial_disturbed.retrained_table of the committed outputs (results/dial/shipped
+    and results/archive/dial-shipped-undisturbed, 500 test PINs each), and every condition
+    stays at or above the 90 % the retraining had to reach."""
+    from taco_app.analysis import dial_disturbed
+    text = open(os.path.join(ROOT, "results", "dial-robust", "README.md"), encoding="utf-8").read()
+    tables = text.split("<!-- retrained tables -->\n", 1)[1].split("\n<!-- end retrained tables -->", 1)[0]
+    shipped = os.path.join(ROOT, dial_disturbed.SHIPPED_FIGURES)
+    want = "\n\n".join(dial_disturbed.retrained_table(name, shipped, os.path.join(ROOT, dial_disturbed.BEFORE_FIGURES))
+                       for name in ("dial", "dial-velocity"))
+    assert tables == want
+    for name in ("dial", "dial-velocity"):
+        for condition in dial_disturbed.TEST_CONDITIONS:
+            file = f"{name}-evaluate.json" if condition == "standard" else f"{name}-test-{condition}.json"
+            with open(os.path.join(shipped, file), encoding="utf-8") as f:
+                out = json.load(f)
+            least = 500 if condition == "standard" else 450        # every standard PIN, 90 % of the others
+            assert out["n_tasks"] == 500 and out["outcomes"].count("1") >= least, (name, condition)
