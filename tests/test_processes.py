@@ -32,10 +32,14 @@ def test_a_process_that_ignores_the_signal_is_killed_after_the_grace_and_the_oth
 
 def test_other_signals_and_finished_processes():
     """SIGINT (a Ctrl-C) ends a Python child (KeyboardInterrupt, then the default action); a process that has
-    already exited is reaped and left as it was."""
+    already exited is reaped and left as it was. The child takes Ctrl-C as an interactive Python
+    does even when this test runs in the background, whose children inherit SIGINT ignored (and
+    a Python started so keeps ignoring it)."""
     done = subprocess.Popen([sys.executable, "-c", "pass"])
     done.wait()
-    child = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+    child = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                              "signal.signal(signal.SIGINT, signal.default_int_handler); "
+                              "print('up', flush=True); time.sleep(60)"],
                              stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "up"
     assert end_processes([done, child], signal.SIGINT, grace=5.0) == []
