@@ -50,7 +50,8 @@ DOMAIN = register(Domain(
     parallel_collect=True, control_dt=CONTROL_DT, one_layout=True,
     tests=named_tests(lambda d: DialTask("standard", d))))
 """The Dial (joint-state variant) on the domain contract; its shipped model is the ROS 2
-bridge's default ("default": TACO, sim/taco_sim/configs/dial-small.yaml)."""
+bridge's default ("default": TACO with sim/taco_sim/configs/dial.yaml, on demonstrations whose
+arm met the harder test's disturbances: models/dial/README.md)."""
 
 from taco_sim.dial import velocity  # noqa: E402
 
