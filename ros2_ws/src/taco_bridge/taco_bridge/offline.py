@@ -13,6 +13,8 @@ offline, over the same test PINs and episode seeds as `taco evaluate --n-tasks N
     python -m taco_bridge.offline sim/taco_sim/dial/models/dial-velocity --interface velocity
 
 A PIN counts as dialled when the run ends "done" and the keypad registered exactly its digits.
+The JSON printed gives the count, each PIN's outcome (`outcomes`, "1" dialled) and a tally of
+what went wrong with the others (`failures`: pin_failure).
 With --test NAME the arm meets a named test condition of the Dial (taco_sim.dial.disturb: the
 harder test, noise-5, push, ...): its PINs and its disturbances, as `taco evaluate --test NAME`:
 
